@@ -1,0 +1,49 @@
+# One-command setup: `make demo` and `make test` create the virtualenv and install everything themselves.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast lint typecheck bench bench-env standalone clean
+
+$(STAMP): pyproject.toml clients/python/pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ./clients/python[cli] -e .[dev]
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kernelfleet demo
+
+standalone: $(STAMP)
+	$(BIN)/kernelfleet standalone
+
+test: $(STAMP)
+	$(BIN)/ruff check service clients tests bench
+	$(BIN)/mypy service clients/python/kernelfleet
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check service clients tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy service clients/python/kernelfleet
+
+.venv-bench/.installed: bench/requirements.txt pyproject.toml
+	$(PY) -m venv .venv-bench
+	.venv-bench/bin/pip install --quiet --upgrade pip
+	.venv-bench/bin/pip install --quiet -r bench/requirements.txt -e ./clients/python[cli] -e .
+	touch .venv-bench/.installed
+
+bench-env: .venv-bench/.installed
+
+bench: .venv-bench/.installed
+	.venv-bench/bin/python bench/sketch_vs_vendor.py
+
+clean:
+	rm -rf $(VENV) .venv-bench .kernelfleet .pytest_cache .mypy_cache .ruff_cache

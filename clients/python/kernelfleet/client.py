@@ -1,0 +1,241 @@
+"""Synchronous client for the KernelFleet API."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+from kernelfleet.errors import InvalidRequest, JobFailed, KernelFleetError, NotFound, ServiceUnavailable
+from kernelfleet.models import BestConfig, Job, Target, Workload
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def shape_key(shape: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={int(shape[k])}" for k in sorted(shape))
+
+
+def local_toolchain() -> dict[str, str]:
+    """The toolchain this process would build kernels with (fills `target.toolchain` when omitted)."""
+    try:
+        import tvm
+    except ImportError as exc:
+        raise KernelFleetError("target.toolchain is required when TVM is not installed here") from exc
+    return {"tvm": tvm.__version__, "tuner_abi": "1"}
+
+
+class Client:
+    """`Client("http://host:8000")`; retries connection failures and 502/503/504 with jittered backoff."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = (base_url or os.environ.get("KERNELFLEET_URL") or DEFAULT_URL).rstrip("/")
+        self.retries, self.backoff_s = retries, backoff_s
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._kernels: dict[tuple[str, str, str], Any] = {}
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport -------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        idempotent = method in ("GET", "HEAD")
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self._http.request(method, path, **kwargs)
+            except httpx.ConnectError as exc:  # nothing was sent: safe to retry any method
+                if attempt == self.retries:
+                    raise ServiceUnavailable(f"cannot reach {self.base_url}: {exc}") from exc
+            except httpx.TransportError as exc:
+                if not idempotent or attempt == self.retries:
+                    raise ServiceUnavailable(f"{method} {path} failed: {exc}") from exc
+            else:
+                if (
+                    resp.status_code in (502, 503, 504)
+                    and (idempotent or resp.status_code == 503)
+                    and attempt < self.retries
+                ):
+                    pass
+                else:
+                    return self._check(resp)
+            time.sleep(self.backoff_s * (2**attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _check(resp: httpx.Response) -> httpx.Response:
+        if resp.status_code < 400:
+            return resp
+        try:
+            detail = resp.json().get("detail", resp.text)
+        except ValueError:
+            detail = resp.text
+        message = f"{resp.request.method} {resp.request.url.path} -> {resp.status_code}: {detail}"
+        if resp.status_code == 422:
+            raise InvalidRequest(message, resp.status_code, detail)
+        if resp.status_code == 404:
+            raise NotFound(message, resp.status_code, detail)
+        if resp.status_code in (502, 503, 504):
+            raise ServiceUnavailable(message, resp.status_code, detail)
+        raise KernelFleetError(message, resp.status_code, detail)
+
+    # -- catalog -----------------------------------------------------------------------------------
+    def health(self) -> bool:
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def register_workload(self, spec: Mapping[str, Any]) -> Workload:
+        return Workload.model_validate(self._request("POST", "/v1/workloads", json=dict(spec)).json())
+
+    def workloads(self, limit: int = 1000) -> list[Workload]:
+        return [
+            Workload.model_validate(w) for w in self._request("GET", "/v1/workloads", params={"limit": limit}).json()
+        ]
+
+    def register_target(self, spec: Mapping[str, Any]) -> Target:
+        body = dict(spec)
+        body.setdefault("toolchain", local_toolchain())
+        return Target.model_validate(self._request("POST", "/v1/targets", json=body).json())
+
+    def workers(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/v1/workers").json()
+        return result
+
+    # -- jobs ----------------------------------------------------------------------------------------
+    def submit(
+        self,
+        workload: Mapping[str, Any] | str,
+        target: Mapping[str, Any],
+        distribution: Mapping[str, Any],
+        *,
+        kind: str = "sketch",
+        budget: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Job:
+        body = {
+            "kind": kind,
+            "workload": workload if isinstance(workload, str) else dict(workload),
+            "target": dict(target),
+            "distribution": dict(distribution),
+            "budget": dict(budget or {}),
+            "tags": dict(tags or {}),
+        }
+        return Job.model_validate(self._request("POST", "/v1/jobs", json=body).json())
+
+    def job(self, job_id: str) -> Job:
+        return Job.model_validate(self._request("GET", f"/v1/jobs/{job_id}").json())
+
+    def jobs(self, *, state: str | None = None, kind: str | None = None, limit: int = 50) -> list[Job]:
+        params = {k: v for k, v in {"state": state, "kind": kind, "limit": limit}.items() if v is not None}
+        return [Job.model_validate(j) for j in self._request("GET", "/v1/jobs", params=params).json()["jobs"]]
+
+    def cancel(self, job_id: str) -> Job:
+        return Job.model_validate(self._request("POST", f"/v1/jobs/{job_id}/cancel").json())
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout_s: float | None = None,
+        poll_s: float = 1.0,
+        progress: bool = False,
+        raise_on_failure: bool = True,
+        on_update: Callable[[Job], None] | None = None,
+    ) -> Job:
+        """Poll until the job ends; with `progress=True` draw a progress bar (needs `rich`)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        bar = _ProgressBar(job_id) if progress else None
+        try:
+            while True:
+                job = self.job(job_id)
+                if bar:
+                    bar.update(job)
+                if on_update:
+                    on_update(job)
+                if job.done:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"job {job_id} still {job.state} after {timeout_s} s")
+                time.sleep(poll_s)
+        finally:
+            if bar:
+                bar.close()
+        if raise_on_failure and job.state != "succeeded":
+            raise JobFailed(f"job {job_id} {job.state}: {job.error}", detail=job.error)
+        return job
+
+    # -- configs ------------------------------------------------------------------------------------
+    def best(self, workload: str, target: str, shape: Mapping[str, int]) -> BestConfig | None:
+        """The best config for a concrete shape, or None on a miss (then run the default kernel)."""
+        params = {"workload": workload, "target": target, "shape": shape_key(shape)}
+        try:
+            return BestConfig.model_validate(self._request("GET", "/v1/configs/best", params=params).json())
+        except NotFound as exc:
+            if isinstance(exc.detail, str) and "no tuned config" in exc.detail:
+                return None
+            raise
+
+    def best_many(self, keys: list[tuple[str, str, Mapping[str, int]]]) -> list[BestConfig | None]:
+        body = {"keys": [{"workload": w, "target": t, "shape": dict(s)} for w, t, s in keys]}
+        results = self._request("POST", "/v1/configs/best/batch", json=body).json()["results"]
+        return [BestConfig.model_validate(r) if "config" in r else None for r in results]
+
+    def configs(self, *, workload: str | None = None, target: str | None = None) -> list[BestConfig]:
+        params = {k: v for k, v in {"workload": workload, "target": target}.items() if v}
+        return [BestConfig.model_validate(r) for r in self._request("GET", "/v1/configs", params=params).json()]
+
+    def import_configs(self, records: list[dict[str, Any]]) -> dict[str, int]:
+        result: dict[str, int] = self._request("POST", "/v1/configs/import", json={"records": records}).json()
+        return result
+
+    def kernel(self, workload: str, target: str, shape: Mapping[str, int]) -> Any:
+        """A callable kernel built from the stored best config (needs TVM); NotFound on a miss."""
+        key = (workload, target, shape_key(shape))
+        if key not in self._kernels:
+            from kernelfleet.tvm_kernel import build_kernel
+
+            best = self.best(workload, target, shape)
+            if best is None:
+                raise NotFound(f"no tuned config for {key}; run the default kernel and submit a tuning job")
+            self._kernels[key] = build_kernel(best.config)
+        return self._kernels[key]
+
+
+class _ProgressBar:
+    def __init__(self, job_id: str) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} trials"),
+            TextColumn("{task.fields[state]}"),
+            TimeElapsedColumn(),
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(f"job {job_id[:8]}", total=None, state="queued")
+
+    def update(self, job: Job) -> None:
+        self._progress.update(self._task, total=job.trials_total or None, completed=job.trials_done, state=job.state)
+
+    def close(self) -> None:
+        self._progress.stop()

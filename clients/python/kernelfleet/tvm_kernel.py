@@ -1,0 +1,123 @@
+"""Build a runnable kernel from a stored config (needs TVM: `pip install kernelfleet[tvm]`).
+
+A config carries its own IRModule (TVM's JSON IR, data only) and a MetaSchedule trace; building
+replays the trace on the module and compiles it for the config's target. No code from the service
+is executed: the trace is a list of schedule primitives TVM interprets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CONFIG_FORMAT_TRACE = "metaschedule-trace"
+
+
+def _tvm() -> Any:
+    try:
+        import tvm
+    except ImportError as exc:  # pragma: no cover - exercised only without TVM
+        raise ImportError("building kernels needs TVM: pip install 'kernelfleet[tvm]'") from exc
+    return tvm
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    dtype: str
+    shape: tuple[int, ...]
+
+
+class Kernel:
+    """A compiled kernel: call it with numpy inputs, get the numpy output."""
+
+    def __init__(self, executable: Any, target: Mapping[str, Any], params: Sequence[TensorInfo]) -> None:
+        tvm = _tvm()
+        self._tvm = tvm
+        self._exe = executable
+        self._fn = executable["main"]
+        self.target = dict(target)
+        self.params = tuple(params)
+        self.device = tvm.cpu() if target.get("kind") == "llvm" else tvm.cuda()
+
+    @property
+    def inputs(self) -> tuple[TensorInfo, ...]:
+        return self.params[:-1]
+
+    @property
+    def output(self) -> TensorInfo:
+        return self.params[-1]
+
+    def _check(self, arrays: Sequence[np.ndarray]) -> None:
+        if len(arrays) != len(self.inputs):
+            raise ValueError(f"kernel takes {len(self.inputs)} inputs, got {len(arrays)}")
+        for i, (arr, info) in enumerate(zip(arrays, self.inputs, strict=True)):
+            if tuple(arr.shape) != info.shape or str(arr.dtype) != info.dtype:
+                raise ValueError(
+                    f"input {i}: expected {info.dtype}{list(info.shape)}, got {arr.dtype}{list(arr.shape)}"
+                )
+
+    def _tensors(self, arrays: Sequence[np.ndarray]) -> list[Any]:
+        self._check(arrays)
+        args = [self._tvm.runtime.tensor(np.ascontiguousarray(a), self.device) for a in arrays]
+        args.append(self._tvm.runtime.tensor(np.zeros(self.output.shape, self.output.dtype), self.device))
+        return args
+
+    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
+        args = self._tensors(arrays)
+        self._fn(*args)
+        out: np.ndarray = args[-1].numpy()
+        return out
+
+    def time(self, *arrays: np.ndarray, number: int = 10, repeat: int = 5) -> list[float]:
+        """Seconds per call, one mean per repeat (TVM's time_evaluator)."""
+        evaluator = self._exe.mod.time_evaluator("main", self.device, number=number, repeat=repeat)
+        return [float(r) for r in evaluator(*self._tensors(arrays)).results]
+
+
+def module_params(func: Any) -> list[TensorInfo]:
+    """Dtypes and static shapes of a PrimFunc's parameters, in call order."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [TensorInfo(str(a.dtype), tuple(int(d) for d in a.shape)) for a in ArgInfo.from_prim_func(func)]
+
+
+def build_kernel(config: Mapping[str, Any]) -> Kernel:
+    """Replay a stored MetaSchedule trace on its module and compile it."""
+    if config.get("format") != CONFIG_FORMAT_TRACE:
+        raise ValueError(f"unsupported config format {config.get('format')!r}")
+    tvm = _tvm()
+    import tvm_ffi
+    from tvm import s_tir
+
+    mod = tvm.ir.load_json(config["module"])
+    if str(tvm_ffi.structural_hash(mod)) != config["module_hash"]:
+        raise ValueError("config module does not match its recorded structural hash")
+    sch = s_tir.Schedule(mod)
+    s_tir.Trace.apply_json_to_schedule(config["trace"], sch)
+    target = tvm.target.Target(config["target"])
+    executable = tvm.compile(sch.mod, target=target)
+    return Kernel(executable, config["target"], module_params(mod["main"]))
+
+
+def median_seconds(fn: Any, *args: Any, repeat: int = 7, min_time_s: float = 0.02) -> float:
+    """Median per-call time of a Python callable, each repeat running long enough to time reliably."""
+    fn(*args)
+    number = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*args)
+        if time.perf_counter() - t0 >= min_time_s or number >= 1 << 16:
+            break
+        number *= 2
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*args)
+        samples.append((time.perf_counter() - t0) / number)
+    return float(np.median(samples))

@@ -1,0 +1,46 @@
+"""The FastAPI application: versioned routers, one session per request, clear errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from service import __version__
+from service.api.routers import catalog, configs, health, jobs
+from service.store.db import migrate
+
+
+def create_app(run_migrations: bool = True) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if run_migrations:
+            migrate()
+        yield
+
+    app = FastAPI(
+        title="KernelFleet",
+        version=__version__,
+        description="Tune kernels for operator workloads and shape distributions; serve the best kernel per shape.",
+        lifespan=lifespan,
+    )
+    for module in (health, catalog, jobs, configs):
+        app.include_router(module.router)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _store_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            {"detail": f"the config store is unavailable ({type(exc).__name__}); retry later"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+
+    return app
+
+
+app = create_app()

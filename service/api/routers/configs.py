@@ -1,0 +1,98 @@
+"""Best configs per (workload, target fingerprint, shape): lookups, batch lookups, export and import."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
+
+from service.api.deps import SessionDep, unprocessable
+from service.models import ConfigMiss, ConfigRecord, TargetSpec, parse_shape_key
+from service.models.config import BatchLookup, BatchLookupResult, ImportRequest, ImportResult, LookupKey
+from service.store import catalog, configs
+
+router = APIRouter(prefix="/v1/configs", tags=["configs"])
+
+_MISS = {404: {"model": ConfigMiss, "description": "no tuned config: the body says which fallback to use"}}
+
+
+def _lookup(session: Session, key: LookupKey, loc: list[str | int]) -> ConfigRecord | ConfigMiss:
+    workload = catalog.get_workload(session, key.workload)
+    if workload is None:
+        unprocessable([*loc, "workload"], f"workload {key.workload} is not registered")
+    try:
+        workload.bind(key.shape)
+    except ValueError as exc:
+        unprocessable([*loc, "shape"], str(exc))
+    found = configs.get_best(session, key.workload, key.target, key.shape)
+    if found is not None:
+        return found
+    return ConfigMiss(
+        detail="no tuned config for this workload, target and shape",
+        workload_hash=key.workload,
+        target_fingerprint=key.target,
+        shape=key.shape,
+    )
+
+
+@router.get("/best", responses=_MISS, summary="The best config for one concrete shape")
+def best_config(
+    session: SessionDep,
+    workload: str = Query(min_length=1, max_length=64, description="workload hash"),
+    target: str = Query(min_length=1, max_length=64, description="target fingerprint (includes toolchain)"),
+    shape: str = Query(
+        min_length=3, max_length=200, description="concrete shape, e.g. M=61 or B=2,M=61", examples=["M=61"]
+    ),
+) -> ConfigRecord:
+    try:
+        parsed = parse_shape_key(shape)
+    except ValueError as exc:
+        unprocessable(["query", "shape"], str(exc))
+    result = _lookup(session, LookupKey(workload=workload, target=target, shape=parsed), ["query"])
+    if isinstance(result, ConfigMiss):
+        return JSONResponse(result.model_dump(), status_code=404)  # type: ignore[return-value]
+    return result
+
+
+@router.post("/best/batch", summary="Best configs for many keys at once (misses carry their fallback)")
+def best_configs_batch(body: BatchLookup, session: SessionDep) -> BatchLookupResult:
+    return BatchLookupResult(results=[_lookup(session, k, ["body", "keys", i]) for i, k in enumerate(body.keys)])
+
+
+@router.get("", summary="List best configs, e.g. to export them")
+def list_configs(
+    session: SessionDep,
+    workload: str | None = Query(None, max_length=64),
+    target: str | None = Query(None, max_length=64),
+    limit: int = Query(1000, ge=1, le=10_000),
+) -> list[ConfigRecord]:
+    return configs.list_best(session, workload, target, limit)
+
+
+@router.post("/import", summary="Bring configs measured elsewhere (e.g. a MetaSchedule database) into the store")
+def import_configs(body: ImportRequest, session: SessionDep) -> ImportResult:
+    improved = 0
+    for i, rec in enumerate(body.records):
+        workload = catalog.get_workload(session, rec.workload_hash)
+        if workload is None:
+            unprocessable(["body", "records", i, "workload_hash"], f"workload {rec.workload_hash} is not registered")
+        try:
+            target = TargetSpec(**rec.target)
+            fingerprint = target.fingerprint
+            workload.bind(rec.shape)
+        except ValueError as exc:
+            unprocessable(["body", "records", i], str(exc))
+        catalog.put_target(session, target)
+        improved += configs.upsert_best(
+            session,
+            ConfigRecord(
+                workload_hash=rec.workload_hash,
+                target_fingerprint=fingerprint,
+                shape=rec.shape,
+                latency_s=rec.latency_s,
+                kind="imported",
+                config=rec.config,
+                provenance={"source": rec.source},
+            ),
+        )
+    return ImportResult(imported=len(body.records), improved=improved)

@@ -1,0 +1,102 @@
+"""Tuning jobs: submit, inspect, list, cancel."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Query, Response, status
+from pydantic import BaseModel
+
+from service.api.deps import SessionDep, not_found, unprocessable
+from service.models import JobSpec, JobState, JobView, WorkloadSpec
+from service.models.distribution import dims_of
+from service.models.job import KIND_TARGETS, JobList
+from service.store import catalog, jobs
+from service.workers.celery_app import dispatch
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+class CandidateView(BaseModel):
+    shape_key: str
+    latency_s: float | None
+    status: str
+    error: str | None
+
+
+def _validate(spec: JobSpec, workload: WorkloadSpec) -> None:
+    allowed = KIND_TARGETS[spec.kind]
+    if spec.target.kind not in allowed:
+        unprocessable(["body", "target", "kind"], f"{spec.kind} jobs tune {', '.join(sorted(allowed))} targets")
+    dims = dims_of(spec.distribution)
+    if dims != set(workload.symbolic):
+        unprocessable(
+            ["body", "distribution"],
+            f"the distribution covers {sorted(dims)} but the workload's symbolic dims are {workload.symbolic}",
+        )
+    for shape, _ in spec.distribution.support():
+        try:
+            workload.bind(shape)
+        except ValueError as exc:
+            unprocessable(["body", "distribution"], str(exc))
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, summary="Submit a tuning job")
+def submit_job(spec: JobSpec, session: SessionDep, response: Response) -> JobView:
+    if isinstance(spec.workload, str):
+        workload = catalog.get_workload(session, spec.workload)
+        if workload is None:
+            unprocessable(["body", "workload"], f"workload {spec.workload} is not registered")
+    else:
+        workload = catalog.put_workload(session, spec.workload)
+    _validate(spec, workload)
+    row = jobs.create_job(session, spec, workload.workload_hash)
+    session.commit()  # the job is durable before its message exists: the reaper re-sends undispatched jobs
+    try:
+        dispatch(row.id, row.queue)
+        jobs.mark_dispatched(session, row.id)
+    except Exception:
+        log.exception("broker unavailable; job %s stays queued and the reaper will dispatch it", row.id)
+    response.headers["Location"] = f"/v1/jobs/{row.id}"
+    return jobs.view(session, row)
+
+
+@router.get("/{job_id}", summary="State, progress and per-shape results of a job")
+def get_job(job_id: str, session: SessionDep) -> JobView:
+    row = jobs.get_row(session, job_id)
+    return jobs.view(session, row) if row else not_found(f"job {job_id} not found")
+
+
+@router.get("", summary="List jobs, newest first")
+def list_jobs(
+    session: SessionDep,
+    state: JobState | None = None,
+    kind: str | None = Query(None, max_length=32),
+    workload: str | None = Query(None, max_length=64),
+    limit: int = Query(50, ge=1, le=500),
+    offset: int = Query(0, ge=0),
+) -> JobList:
+    rows, total = jobs.list_rows(session, state, kind, workload, limit, offset)
+    return JobList(jobs=[jobs.view(session, r) for r in rows], total=total)
+
+
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
+def cancel_job(job_id: str, session: SessionDep) -> JobView:
+    if jobs.request_cancel(session, job_id) is None:
+        not_found(f"job {job_id} not found")
+    row = jobs.get_row(session, job_id)
+    assert row is not None
+    return jobs.view(session, row)
+
+
+@router.get("/{job_id}/candidates", summary="Measured candidates of a job")
+def list_candidates(
+    job_id: str, session: SessionDep, limit: int = Query(100, ge=1, le=10_000), offset: int = Query(0, ge=0)
+) -> list[CandidateView]:
+    if jobs.get_row(session, job_id) is None:
+        not_found(f"job {job_id} not found")
+    return [
+        CandidateView(shape_key=c.shape_key, latency_s=c.latency_s, status=c.status, error=c.error)
+        for c in jobs.candidates(session, job_id, limit, offset)
+    ]

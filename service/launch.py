@@ -1,0 +1,169 @@
+"""Process launcher: API, workers and beat as supervised child processes (`kernelfleet standalone`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from service.settings import Settings
+from service.store.db import migrate
+from service.workers.celery_app import CONTROL_QUEUE
+
+log = logging.getLogger(__name__)
+
+
+def worker_queues(settings: Settings) -> list[str]:
+    """The queues of the hardware this host is, plus housekeeping; overridable for special workers."""
+    if settings.worker_queues:
+        return [q.strip() for q in settings.worker_queues.split(",") if q.strip()]
+    from service.workers.hardware import host_target
+
+    return [host_target().queue, CONTROL_QUEUE]
+
+
+def api_argv(host: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "service.api.app:app",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+
+
+def worker_argv(name: str, queues: list[str]) -> list[str]:
+    # solo pool: one job per worker process; tuning already uses every core for builds and measurement
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "service.workers.celery_app",
+        "worker",
+        "--pool=solo",
+        "-Q",
+        ",".join(queues),
+        "-n",
+        name,
+        "--loglevel=INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+
+
+def beat_argv(settings: Settings) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "service.workers.celery_app",
+        "beat",
+        "--loglevel=INFO",
+        "-s",
+        str((settings.data_dir / "celerybeat-schedule").resolve()),
+    ]
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the child's lifetime
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log:
+            self._log.close()
+
+
+class Supervisor:
+    """Starts every part, restarts a part that dies, and stops them all cleanly on SIGINT/SIGTERM."""
+
+    def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+        self.settings = settings
+        logs = settings.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        queues = worker_queues(settings)
+        self.children = [Child("api", api_argv(host, port), logs / "api.log")]
+        self.children += [
+            Child(f"worker{i}", worker_argv(f"worker{i}@%h", queues), logs / f"worker{i}.log") for i in range(workers)
+        ]
+        self.children.append(Child("beat", beat_argv(settings), logs / "beat.log"))
+        self._stopping = False
+
+    def start(self) -> None:
+        migrate(self.settings.resolved_database_url)  # once, before any child touches the store
+        env_note = {"store": self.settings.resolved_database_url, "broker": self.settings.resolved_broker_url}
+        log.info("starting %s with %s", [c.name for c in self.children], env_note)
+        for child in self.children:
+            child.start()
+
+    def check(self) -> None:
+        for child in self.children:
+            if not self._stopping and not child.alive():
+                child.restarts += 1
+                log.warning(
+                    "%s exited (code %s); restarting (restart #%d)",
+                    child.name,
+                    child.proc.returncode if child.proc else None,
+                    child.restarts,
+                )
+                time.sleep(min(5.0, 0.5 * child.restarts))
+                child.start()
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        self._stopping = True
+        for child in reversed(self.children):
+            child.stop(grace_s)
+
+    def run_forever(self) -> None:
+        def _terminate(signum: int, _frame: object) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _terminate)
+        self.start()
+        try:
+            while True:
+                time.sleep(1)
+                self.check()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("KERNELFLEET_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )

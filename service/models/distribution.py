@@ -1,0 +1,157 @@
+"""Shape distributions over a workload's symbolic dimensions.
+
+Every form discretises to a finite, weighted support: the concrete shapes the service reasons about
+(hot-shape selection, fleet usage). Supports are bounded so no request can make a worker enumerate
+an unbounded range.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from service.models.shape import MAX_DIM, shape_key
+
+MAX_SUPPORT = 4096
+Weighted = list[tuple[dict[str, int], float]]
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Range(_Base):
+    dim: str = Field(min_length=1, max_length=32)
+    low: int = Field(ge=1, le=MAX_DIM)
+    high: int = Field(ge=1, le=MAX_DIM)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Range:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        if self.high - self.low + 1 > MAX_SUPPORT:
+            raise ValueError(f"range {self.low}..{self.high} has more than {MAX_SUPPORT} values")
+        return self
+
+    def _values(self) -> range:
+        return range(self.low, self.high + 1)
+
+
+class ShapePoint(_Base):
+    shape: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]]
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+
+
+class Explicit(_Base):
+    """Listed shapes with weights; the only form that gives a joint distribution over several dims."""
+
+    kind: Literal["explicit"] = "explicit"
+    points: list[ShapePoint] = Field(min_length=1, max_length=MAX_SUPPORT)
+
+    def support(self) -> Weighted:
+        merged: dict[str, tuple[dict[str, int], float]] = {}
+        for p in self.points:
+            key = shape_key(p.shape)
+            merged[key] = (dict(p.shape), merged.get(key, (p.shape, 0.0))[1] + p.weight)
+        return list(merged.values())
+
+
+class Uniform(_Range):
+    kind: Literal["uniform"] = "uniform"
+
+    def support(self) -> Weighted:
+        return [({self.dim: v}, 1.0) for v in self._values()]
+
+
+class Normal(_Range):
+    """A normal distribution truncated to [low, high] and rounded to integers."""
+
+    kind: Literal["normal"] = "normal"
+    mean: float = Field(allow_inf_nan=False)
+    std: float = Field(gt=0, allow_inf_nan=False)
+
+    def support(self) -> Weighted:
+        out = [({self.dim: v}, math.exp(-0.5 * ((v - self.mean) / self.std) ** 2)) for v in self._values()]
+        return [(s, w) for s, w in out if w > 1e-12] or [
+            ({self.dim: min(self._values(), key=lambda v: abs(v - self.mean))}, 1.0)
+        ]
+
+
+class Zipf(_Range):
+    """P(v) ∝ (v - low + 1)^-s on [low, high]: small values are the most common."""
+
+    kind: Literal["zipf"] = "zipf"
+    s: float = Field(default=1.1, gt=0, le=10, allow_inf_nan=False)
+
+    def support(self) -> Weighted:
+        return [({self.dim: v}, (v - self.low + 1) ** -self.s) for v in self._values()]
+
+
+class Histogram(_Base):
+    """Observed counts per value of one dimension, e.g. from inference telemetry."""
+
+    kind: Literal["histogram"] = "histogram"
+    dim: str = Field(min_length=1, max_length=32)
+    counts: dict[Annotated[int, Field(ge=1, le=MAX_DIM)], Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        min_length=1, max_length=MAX_SUPPORT
+    )
+
+    @model_validator(mode="after")
+    def _some_mass(self) -> Histogram:
+        if not any(c > 0 for c in self.counts.values()):
+            raise ValueError("histogram counts must not all be zero")
+        return self
+
+    def support(self) -> Weighted:
+        return [({self.dim: v}, c) for v, c in sorted(self.counts.items()) if c > 0]
+
+
+Marginal = Annotated[Uniform | Normal | Zipf | Histogram, Field(discriminator="kind")]
+
+
+class Independent(_Base):
+    """Product of per-dimension distributions, for workloads with several symbolic dims."""
+
+    kind: Literal["independent"] = "independent"
+    factors: list[Marginal] = Field(min_length=1, max_length=4)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Independent:
+        dims = [f.dim for f in self.factors]
+        if len(set(dims)) != len(dims):
+            raise ValueError("each factor must cover a different dimension")
+        if math.prod(len(f.support()) for f in self.factors) > MAX_SUPPORT:
+            raise ValueError(f"the product support exceeds {MAX_SUPPORT} shapes")
+        return self
+
+    def support(self) -> Weighted:
+        out: Weighted = []
+        for combo in itertools.product(*(f.support() for f in self.factors)):
+            shape: dict[str, int] = {}
+            weight = 1.0
+            for s, w in combo:
+                shape.update(s)
+                weight *= w
+            out.append((shape, weight))
+        return out
+
+
+ShapeDistribution = Annotated[Explicit | Uniform | Normal | Zipf | Histogram | Independent, Field(discriminator="kind")]
+
+
+def dims_of(dist: Explicit | Uniform | Normal | Zipf | Histogram | Independent) -> set[str]:
+    if isinstance(dist, Independent):
+        return {f.dim for f in dist.factors}
+    if isinstance(dist, Explicit):
+        return set().union(*(p.shape for p in dist.points))
+    return {dist.dim}
+
+
+def normalized_support(dist: Explicit | Uniform | Normal | Zipf | Histogram | Independent) -> Weighted:
+    """The support with weights summing to 1."""
+    support = dist.support()
+    total = sum(w for _, w in support)
+    return [(s, w / total) for s, w in support]

@@ -1,0 +1,103 @@
+"""Best configs per (workload hash, target fingerprint, shape) and every measured candidate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from service.models import ConfigRecord, shape_key
+from service.models.config import MeasuredCandidate
+from service.store.tables import BestConfigRow, CandidateRow, utcnow
+
+
+def record_candidates(
+    session: Session,
+    job_id: str,
+    workload_hash: str,
+    fingerprint: str,
+    shape: Mapping[str, int],
+    candidates: Iterable[MeasuredCandidate],
+) -> None:
+    key = shape_key(shape)
+    session.add_all(
+        CandidateRow(
+            job_id=job_id,
+            workload_hash=workload_hash,
+            target_fingerprint=fingerprint,
+            shape_key=key,
+            config=c.config,
+            latency_s=c.latency_s,
+            status=c.status,
+            error=c.error,
+        )
+        for c in candidates
+    )
+
+
+def upsert_best(session: Session, record: ConfigRecord) -> bool:
+    """Atomically store `record` unless an equal or faster one is already there.
+
+    One statement (INSERT … ON CONFLICT DO UPDATE … WHERE stored latency > new latency), so concurrent
+    writers on PostgreSQL or SQLite can only ever leave the fastest config. Returns whether it won.
+    """
+    table = BestConfigRow.__table__
+    now = utcnow()
+    values = {
+        "workload_hash": record.workload_hash,
+        "target_fingerprint": record.target_fingerprint,
+        "shape_key": shape_key(record.shape),
+        "shape": dict(record.shape),
+        "latency_s": record.latency_s,
+        "kind": record.kind,
+        "config": record.config,
+        "provenance": record.provenance,
+        "job_id": record.job_id,
+        "created_at": now,
+        "updated_at": now,
+    }
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(table).values(**values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["workload_hash", "target_fingerprint", "shape_key"],
+        set_={
+            k: stmt.excluded[k] for k in ("shape", "latency_s", "kind", "config", "provenance", "job_id", "updated_at")
+        },
+        where=table.c.latency_s > stmt.excluded.latency_s,
+    )
+    # RETURNING yields a row only when the insert or the update happened (rowcount is unreliable here)
+    return session.execute(stmt.returning(table.c.latency_s)).first() is not None
+
+
+def _to_record(row: BestConfigRow) -> ConfigRecord:
+    return ConfigRecord(
+        workload_hash=row.workload_hash,
+        target_fingerprint=row.target_fingerprint,
+        shape=row.shape,
+        latency_s=row.latency_s,
+        kind=row.kind,
+        config=row.config,
+        provenance=row.provenance,
+        job_id=row.job_id,
+        updated_at=row.updated_at,
+    )
+
+
+def get_best(session: Session, workload_hash: str, fingerprint: str, shape: Mapping[str, int]) -> ConfigRecord | None:
+    row = session.get(BestConfigRow, (workload_hash, fingerprint, shape_key(shape)))
+    return None if row is None else _to_record(row)
+
+
+def list_best(
+    session: Session, workload_hash: str | None = None, fingerprint: str | None = None, limit: int = 1000
+) -> list[ConfigRecord]:
+    q = select(BestConfigRow)
+    if workload_hash:
+        q = q.where(BestConfigRow.workload_hash == workload_hash)
+    if fingerprint:
+        q = q.where(BestConfigRow.target_fingerprint == fingerprint)
+    q = q.order_by(BestConfigRow.workload_hash, BestConfigRow.target_fingerprint, BestConfigRow.shape_key)
+    return [_to_record(r) for r in session.scalars(q.limit(limit))]

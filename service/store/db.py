@@ -1,0 +1,77 @@
+"""Engines and sessions for the store (SQLite embedded, PostgreSQL in production)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.settings import get_settings
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            # WAL lets the API read while a worker writes; the API, workers and beat share one file.
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    timeout = get_settings().db_pool_timeout_s
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_timeout=timeout,
+        connect_args={"connect_timeout": max(1, int(timeout))} if url.startswith("postgresql") else {},
+    )
+
+
+@functools.cache
+def get_engine(url: str | None = None) -> Engine:
+    return make_engine(url or get_settings().resolved_database_url)
+
+
+@functools.cache
+def _session_factory(url: str | None = None) -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(url: str | None = None) -> Iterator[Session]:
+    """One transaction: committed on success, rolled back on error."""
+    session = _session_factory(url)()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def migrate(url: str | None = None) -> None:
+    """Bring the schema to the newest revision; safe to run from several processes at start-up."""
+    command.upgrade(alembic_config(url or get_settings().resolved_database_url), "head")

@@ -1,0 +1,299 @@
+"""Job rows and their state machine: queued → running → succeeded / failed / cancelled.
+
+Ownership of a running job is a lease (a random token) renewed by heartbeats. Every transition is
+one conditional UPDATE, so a redelivered message, a second worker or a second reaper can never run
+or finish the same job twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from service.models import JobState, JobView, ShapeResult, TargetSpec, shape_key
+from service.models.job import Budget, JobSpec
+from service.store.tables import CandidateRow, JobRow, JobShapeRow, utcnow
+
+_ACTIVE = (JobState.queued.value, JobState.running.value)
+
+
+def create_job(session: Session, spec: JobSpec, workload_hash: str) -> JobRow:
+    row = JobRow(
+        id=str(uuid.uuid4()),
+        kind=spec.kind,
+        state=JobState.queued.value,
+        workload_hash=workload_hash,
+        target=spec.target.model_dump(),
+        queue=spec.target.queue,
+        distribution=spec.distribution.model_dump(),
+        budget=spec.budget.model_dump(),
+        tags=spec.tags,
+        trials_total=spec.budget.trials,
+        created_at=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def mark_dispatched(session: Session, job_id: str) -> None:
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(dispatched=True))
+
+
+def undispatched(session: Session) -> list[tuple[str, str]]:
+    """Queued jobs whose broker message was never sent (or must be re-sent): (id, queue)."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.queue).where(JobRow.state == JobState.queued.value, JobRow.dispatched.is_(False))
+    )
+    return [(r.id, r.queue) for r in rows]
+
+
+def claim(session: Session, job_id: str, worker: str, stale_after_s: float) -> str | None:
+    """Take ownership of a queued job (or of a running one whose owner stopped heartbeating)."""
+    now = utcnow()
+    lease = str(uuid.uuid4())
+    stale = now - dt.timedelta(seconds=stale_after_s)
+    result = session.execute(
+        update(JobRow)
+        .where(
+            JobRow.id == job_id,
+            JobRow.cancel_requested.is_(False),
+            (JobRow.state == JobState.queued.value)
+            | ((JobRow.state == JobState.running.value) & (JobRow.heartbeat_at < stale)),
+        )
+        .values(
+            state=JobState.running.value,
+            lease=lease,
+            worker=worker,
+            attempts=JobRow.attempts + 1,
+            heartbeat_at=now,
+            started_at=func.coalesce(JobRow.started_at, now),
+            error=None,
+        )
+    )
+    return lease if result.rowcount == 1 else None  # type: ignore[attr-defined]
+
+
+def heartbeat(session: Session, job_id: str, lease: str) -> bool:
+    """Renew the lease; False when the job was cancelled or another worker took it over."""
+    result = session.execute(
+        update(JobRow)
+        .where(
+            JobRow.id == job_id,
+            JobRow.lease == lease,
+            JobRow.state == JobState.running.value,
+            JobRow.cancel_requested.is_(False),
+        )
+        .values(heartbeat_at=utcnow())
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def finish(session: Session, job_id: str, lease: str, state: JobState, error: str | None = None) -> bool:
+    values: dict[str, object] = {"state": state.value, "finished_at": utcnow(), "lease": None}
+    if error is not None:
+        values["error"] = error[:4000]
+    result = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.lease == lease, JobRow.state == JobState.running.value)
+        .values(**values)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def resolve_target(session: Session, job_id: str, fingerprint: str) -> None:
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(target_fingerprint=fingerprint))
+
+
+def request_cancel(session: Session, job_id: str) -> JobState | None:
+    """Queued jobs are cancelled at once; running ones stop at their next heartbeat."""
+    row = session.get(JobRow, job_id)
+    if row is None:
+        return None
+    state = JobState(row.state)
+    if state.terminal:
+        return state
+    row.cancel_requested = True
+    if state is JobState.queued:
+        row.state, row.finished_at = JobState.cancelled.value, utcnow()
+    return JobState(row.state)
+
+
+def confirm_cancelled(session: Session, job_id: str) -> None:
+    session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.state == JobState.running.value)
+        .values(state=JobState.cancelled.value, finished_at=utcnow(), lease=None)
+    )
+
+
+@dataclass(frozen=True)
+class PlannedShape:
+    shape: dict[str, int]
+    weight: float
+    priority: float
+    trials: int
+
+
+def plan_shapes(session: Session, job_id: str, planned: Sequence[PlannedShape]) -> list[JobShapeRow]:
+    """Persist the job's shape plan once; a redelivered job keeps its plan and what it finished."""
+    existing = list(session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == job_id).order_by(JobShapeRow.rank)))
+    if existing:
+        return existing
+    rows = [
+        JobShapeRow(
+            job_id=job_id,
+            shape_key=shape_key(p.shape),
+            shape=p.shape,
+            weight=p.weight,
+            priority=p.priority,
+            trials=p.trials,
+            rank=i,
+            state=JobState.queued.value,
+        )
+        for i, p in enumerate(planned)
+    ]
+    session.add_all(rows)
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(trials_total=sum(p.trials for p in planned)))
+    return rows
+
+
+def update_shape(session: Session, job_id: str, key: str, **values: object) -> None:
+    session.execute(
+        update(JobShapeRow).where(JobShapeRow.job_id == job_id, JobShapeRow.shape_key == key).values(**values)
+    )
+
+
+def add_progress(session: Session, job_id: str, key: str, trials: int) -> None:
+    session.execute(
+        update(JobShapeRow)
+        .where(JobShapeRow.job_id == job_id, JobShapeRow.shape_key == key)
+        .values(trials_done=JobShapeRow.trials_done + trials)
+    )
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(trials_done=JobRow.trials_done + trials))
+
+
+def reset_unfinished_progress(session: Session, job_id: str) -> None:
+    """A resumed job counts only the trials of the shapes it had finished."""
+    session.execute(
+        update(JobShapeRow)
+        .where(JobShapeRow.job_id == job_id, JobShapeRow.state != JobState.succeeded.value)
+        .values(trials_done=0)
+    )
+    done = select(func.coalesce(func.sum(JobShapeRow.trials_done), 0)).where(JobShapeRow.job_id == job_id)
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(trials_done=done.scalar_subquery()))
+
+
+@dataclass(frozen=True)
+class Reaped:
+    requeued: list[str]
+    failed: list[str]
+
+
+def reap_stale(session: Session, stale_after_s: float, max_attempts: int) -> Reaped:
+    """Requeue (or fail, once out of attempts) running jobs whose worker stopped heartbeating."""
+    stale = utcnow() - dt.timedelta(seconds=stale_after_s)
+    rows = session.execute(
+        select(JobRow.id, JobRow.attempts, JobRow.worker).where(
+            JobRow.state == JobState.running.value, JobRow.heartbeat_at < stale
+        )
+    ).all()
+    requeued, failed = [], []
+    for job_id, attempts, worker in rows:
+        guard = (JobRow.id == job_id) & (JobRow.state == JobState.running.value) & (JobRow.heartbeat_at < stale)
+        if attempts >= max_attempts:
+            reason = f"worker {worker} stopped heartbeating; gave up after {attempts} attempts"
+            done = session.execute(
+                update(JobRow)
+                .where(guard)
+                .values(state=JobState.failed.value, error=reason, finished_at=utcnow(), lease=None)
+            )
+            if done.rowcount:  # type: ignore[attr-defined]
+                failed.append(job_id)
+        else:
+            done = session.execute(
+                update(JobRow)
+                .where(guard)
+                .values(
+                    state=JobState.queued.value,
+                    lease=None,
+                    dispatched=False,
+                    error=f"requeued: worker {worker} stopped heartbeating",
+                )
+            )
+            if done.rowcount:  # type: ignore[attr-defined]
+                requeued.append(job_id)
+    return Reaped(requeued, failed)
+
+
+def get_row(session: Session, job_id: str) -> JobRow | None:
+    return session.get(JobRow, job_id)
+
+
+def view(session: Session, row: JobRow) -> JobView:
+    shapes = session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == row.id).order_by(JobShapeRow.rank))
+    total = max(row.trials_total, 1)
+    return JobView(
+        id=row.id,
+        kind=row.kind,
+        state=JobState(row.state),
+        workload_hash=row.workload_hash,  # type: ignore[arg-type]
+        target=TargetSpec(**row.target),
+        target_fingerprint=row.target_fingerprint,
+        distribution=row.distribution,
+        budget=Budget(**row.budget),
+        tags=row.tags,  # type: ignore[arg-type]
+        progress=1.0 if row.state == JobState.succeeded.value else min(1.0, row.trials_done / total),
+        trials_done=row.trials_done,
+        trials_total=row.trials_total,
+        error=row.error,
+        attempts=row.attempts,
+        worker=row.worker,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        heartbeat_at=row.heartbeat_at,
+        shapes=[
+            ShapeResult(
+                shape=s.shape,
+                weight=s.weight,
+                priority=s.priority,
+                trials=s.trials,
+                trials_done=s.trials_done,
+                state=JobState(s.state),
+                best_latency_s=s.best_latency_s,
+                baseline=s.baseline,
+                baseline_latency_s=s.baseline_latency_s,
+            )
+            for s in shapes
+        ],
+    )
+
+
+def list_rows(
+    session: Session, state: JobState | None, kind: str | None, workload_hash: str | None, limit: int, offset: int
+) -> tuple[list[JobRow], int]:
+    q = select(JobRow)
+    if state:
+        q = q.where(JobRow.state == state.value)
+    if kind:
+        q = q.where(JobRow.kind == kind)
+    if workload_hash:
+        q = q.where(JobRow.workload_hash == workload_hash)
+    total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    rows = list(session.scalars(q.order_by(JobRow.created_at.desc()).limit(limit).offset(offset)))
+    return rows, total
+
+
+def active_count(session: Session) -> int:
+    return session.scalar(select(func.count()).where(JobRow.state.in_(_ACTIVE))) or 0
+
+
+def candidates(session: Session, job_id: str, limit: int, offset: int) -> list[CandidateRow]:
+    q = select(CandidateRow).where(CandidateRow.job_id == job_id).order_by(CandidateRow.id)
+    return list(session.scalars(q.limit(limit).offset(offset)))

@@ -1,0 +1,137 @@
+"""SQLAlchemy 2 tables: workloads, targets, jobs, per-shape job progress, candidates, best configs, workers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Dialect, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Stored as naive UTC on every backend, returned timezone-aware, so comparisons agree on SQLite too."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are ambiguous; use timezone-aware UTC")
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        return None if value is None else value.replace(tzinfo=dt.UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, dt.datetime: UTCDateTime}
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+    workload_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    op: Mapped[str] = mapped_column(String(32))
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class TargetRow(Base):
+    __tablename__ = "targets"
+    target_fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    workload_hash: Mapped[str] = mapped_column(ForeignKey("workloads.workload_hash"), index=True)
+    target: Mapped[dict[str, Any]]
+    target_fingerprint: Mapped[str | None] = mapped_column(String(64))
+    queue: Mapped[str] = mapped_column(String(64))
+    distribution: Mapped[dict[str, Any]]
+    budget: Mapped[dict[str, Any]]
+    tags: Mapped[dict[str, Any]]
+    trials_done: Mapped[int] = mapped_column(default=0)
+    trials_total: Mapped[int] = mapped_column(default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(default=0)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    lease: Mapped[str | None] = mapped_column(String(36))
+    dispatched: Mapped[bool] = mapped_column(Boolean, default=False)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    heartbeat_at: Mapped[dt.datetime | None]
+
+
+class JobShapeRow(Base):
+    __tablename__ = "job_shapes"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    shape_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    shape: Mapped[dict[str, Any]]
+    weight: Mapped[float] = mapped_column(Float)
+    priority: Mapped[float] = mapped_column(Float)
+    trials: Mapped[int]
+    trials_done: Mapped[int] = mapped_column(default=0)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    best_latency_s: Mapped[float | None] = mapped_column(Float)
+    baseline: Mapped[str | None] = mapped_column(String(200))
+    baseline_latency_s: Mapped[float | None] = mapped_column(Float)
+    rank: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class CandidateRow(Base):
+    """Every measured candidate, kept so configs can be re-selected later without re-measuring."""
+
+    __tablename__ = "candidates"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    workload_hash: Mapped[str] = mapped_column(String(64))
+    target_fingerprint: Mapped[str] = mapped_column(String(64))
+    shape_key: Mapped[str] = mapped_column(String(200))
+    config: Mapped[dict[str, Any]]
+    latency_s: Mapped[float | None] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # ok | error | timeout
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index("ix_candidates_key", "workload_hash", "target_fingerprint", "shape_key"),)
+
+
+class BestConfigRow(Base):
+    __tablename__ = "best_configs"
+    workload_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target_fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    shape_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    shape: Mapped[dict[str, Any]]
+    latency_s: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]]
+    provenance: Mapped[dict[str, Any]]
+    job_id: Mapped[str | None] = mapped_column(String(36))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class WorkerRow(Base):
+    """Workers announce themselves so users can see which hardware the fleet can tune for."""
+
+    __tablename__ = "workers"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    queues: Mapped[list[Any]]
+    target: Mapped[dict[str, Any]]
+    target_fingerprint: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_seen: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,219 @@
+"""Runs one tuning job end to end against the store. Free of Celery: the task only calls `run_job`.
+
+A job is resumable: its shape plan and each finished shape are persisted, so a job redelivered
+after a worker died continues with the shapes it had not finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from kernelfleet.tvm_kernel import build_kernel
+from pydantic import TypeAdapter
+
+from service.models import ConfigRecord, JobState, TargetSpec, WorkloadSpec, shape_key
+from service.models.config import MeasuredCandidate
+from service.models.distribution import ShapeDistribution
+from service.settings import Settings
+from service.store import catalog, configs, jobs
+from service.store.db import session_scope
+from service.workers import baseline, hardware, planning
+from service.workers.tuners.base import Tuner, TuningStopped, TuningTask
+from service.workers.tuners.compute import random_inputs, reference, tolerance
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Renews the job's lease in the background; `lost` is set once the job is cancelled or taken over."""
+
+    def __init__(self, job_id: str, lease: str, interval_s: float) -> None:
+        self.job_id, self.lease, self.interval_s = job_id, lease, interval_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{job_id[:8]}", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                with session_scope() as s:
+                    alive = jobs.heartbeat(s, self.job_id, self.lease)
+            except Exception:  # a database blip must not kill the job; the next beat retries
+                log.exception("heartbeat failed for job %s", self.job_id)
+                continue
+            if not alive:
+                self.lost.set()
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class _StoreSink:
+    """Streams measured candidates of one shape into the store and counts progress."""
+
+    def __init__(self, job_id: str, workload_hash: str, fingerprint: str, shape: dict[str, int], hb: Heartbeat):
+        self.job_id, self.workload_hash, self.fingerprint, self.shape, self.hb = (
+            job_id,
+            workload_hash,
+            fingerprint,
+            shape,
+            hb,
+        )
+
+    def on_candidates(self, candidates: list[MeasuredCandidate]) -> None:
+        with session_scope() as s:
+            configs.record_candidates(s, self.job_id, self.workload_hash, self.fingerprint, self.shape, candidates)
+            jobs.add_progress(s, self.job_id, shape_key(self.shape), len(candidates))
+
+    def should_stop(self) -> bool:
+        return self.hb.lost.is_set()
+
+
+def _verify(config: Mapping[str, object], workload: WorkloadSpec, shape: dict[str, int]) -> str | None:
+    """Rebuild the config exactly as the SDK will and compare it with numpy; the error, or None."""
+    kernel = build_kernel(config)
+    inputs = random_inputs(workload, shape, seed=1)
+    err = float(np.abs(kernel(*inputs) - reference(workload)(*inputs)).max())
+    limit = tolerance(workload, shape)
+    return None if err <= limit else f"tuned kernel disagrees with numpy: max abs error {err:.3g} > {limit:.3g}"
+
+
+def run_job(job_id: str, worker: str, settings: Settings, tuners: Mapping[str, Tuner]) -> str:
+    """Claim and run a job; returns what happened ('skipped' when another worker owns it)."""
+    with session_scope() as s:
+        lease = jobs.claim(s, job_id, worker, settings.stale_after_s)
+    if lease is None:
+        return "skipped"
+    with Heartbeat(job_id, lease, settings.heartbeat_interval_s) as hb:
+        try:
+            return _run_claimed(job_id, lease, worker, hb, settings, tuners)
+        except TuningStopped:
+            return _stopped(job_id)
+        except Exception as exc:
+            log.exception("job %s failed", job_id)
+            detail = "".join(traceback.format_exception_only(exc)).strip()
+            with session_scope() as s:
+                jobs.finish(s, job_id, lease, JobState.failed, f"{type(exc).__name__}: {detail}")
+            return "failed"
+
+
+def _stopped(job_id: str) -> str:
+    with session_scope() as s:
+        row = jobs.get_row(s, job_id)
+        if row is not None and row.cancel_requested:
+            jobs.confirm_cancelled(s, job_id)
+            return "cancelled"
+    return "lost-lease"
+
+
+def _fail(job_id: str, lease: str, reason: str) -> str:
+    with session_scope() as s:
+        jobs.finish(s, job_id, lease, JobState.failed, reason)
+    return "failed"
+
+
+def _run_claimed(
+    job_id: str, lease: str, worker: str, hb: Heartbeat, settings: Settings, tuners: Mapping[str, Tuner]
+) -> str:
+    with session_scope() as s:
+        row = jobs.get_row(s, job_id)
+        assert row is not None
+        workload = catalog.get_workload(s, row.workload_hash)
+        kind, target, budget, dist = row.kind, TargetSpec(**row.target), row.budget, row.distribution
+    if workload is None:
+        return _fail(job_id, lease, f"workload {row.workload_hash} is not registered")
+    tuner = tuners.get(kind)
+    if tuner is None:
+        return _fail(job_id, lease, f"this worker has no tuner for job kind {kind!r}")
+    problem = hardware.mismatch(target)
+    if problem:
+        return _fail(job_id, lease, problem)
+    local = hardware.toolchain()
+    if target.toolchain is not None and target.toolchain != local:
+        return _fail(job_id, lease, f"job asks for toolchain {target.toolchain}, this worker has {local}")
+    target = target.with_toolchain(local)
+    fingerprint = target.fingerprint
+    distribution = TypeAdapter(ShapeDistribution).validate_python(dist)
+    planned = planning.plan(workload, distribution, budget["trials"], budget["max_shapes"])
+    with session_scope() as s:
+        catalog.put_target(s, target)
+        jobs.resolve_target(s, job_id, fingerprint)
+        shape_rows = jobs.plan_shapes(s, job_id, planned)
+        todo = [(r.shape_key, dict(r.shape), r.trials) for r in shape_rows if r.state != JobState.succeeded.value]
+        jobs.reset_unfinished_progress(s, job_id)
+
+    produced = 0
+    for key, shape, trials in todo:
+        if hb.lost.is_set():
+            raise TuningStopped("stopped by the job")
+        with session_scope() as s:
+            jobs.update_shape(s, job_id, key, state=JobState.running.value, trials_done=0)
+        sink = _StoreSink(job_id, workload.workload_hash, fingerprint, shape, hb)
+        with tempfile.TemporaryDirectory(prefix=f"kf-{job_id[:8]}-") as tmp:
+            task = TuningTask(
+                workload,
+                shape,
+                target,
+                trials,
+                Path(tmp),
+                seed=budget.get("seed"),
+                measure_timeout_s=settings.measure_timeout_s,
+            )
+            outcome = tuner.tune(task, sink)
+        error = None
+        if outcome.best_config is not None and outcome.best_latency_s is not None:
+            error = _verify(outcome.best_config, workload, shape)
+            if error is None:
+                with session_scope() as s:
+                    configs.upsert_best(
+                        s,
+                        ConfigRecord(
+                            workload_hash=workload.workload_hash,
+                            target_fingerprint=fingerprint,
+                            shape=shape,
+                            latency_s=outcome.best_latency_s,
+                            kind=kind,
+                            config=outcome.best_config,
+                            job_id=job_id,
+                            provenance={
+                                "tuner": tuner.name,
+                                "trials": outcome.measured,
+                                "worker": worker,
+                                "toolchain": local.model_dump(),
+                            },
+                        ),
+                    )
+                produced += 1
+        else:
+            error = f"all {outcome.measured} candidates failed"
+        vendor = baseline.measure_vendor(workload, shape)
+        with session_scope() as s:
+            jobs.update_shape(
+                s,
+                job_id,
+                key,
+                state=(JobState.succeeded if error is None else JobState.failed).value,
+                best_latency_s=outcome.best_latency_s if error is None else None,
+                baseline=baseline.vendor_label(),
+                baseline_latency_s=vendor,
+            )
+        if error:
+            log.warning("job %s shape %s: %s", job_id, key, error)
+    with session_scope() as s:
+        if produced == 0:
+            jobs.finish(s, job_id, lease, JobState.failed, "no shape produced a verified config")
+            return "failed"
+        jobs.finish(s, job_id, lease, JobState.succeeded)
+    return "succeeded"

@@ -1,0 +1,60 @@
+"""Celery tasks: thin wrappers around the Celery-free job runner and reaper."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from celery.signals import worker_ready
+
+from service.settings import get_settings
+from service.store import catalog, jobs
+from service.store.db import session_scope
+from service.workers.celery_app import CONTROL_QUEUE, REAP, RUN_JOB, app, dispatch
+
+log = logging.getLogger(__name__)
+
+
+def worker_id(node: str | None = None) -> str:
+    """The Celery node name (e.g. `worker0@host`) plus the pid, unique across restarts."""
+    return f"{node or socket.gethostname()}:{os.getpid()}"
+
+
+@app.task(name=RUN_JOB, bind=True)
+def run_job(self: Any, job_id: str) -> str:
+    from service.workers.job_runner import run_job as run
+    from service.workers.tuners.sketch import SketchTuner
+
+    outcome = run(job_id, worker_id(self.request.hostname), get_settings(), {"sketch": SketchTuner()})
+    log.info("job %s: %s", job_id, outcome)
+    return outcome
+
+
+@app.task(name=REAP)
+def reap() -> dict[str, list[str]]:
+    """Requeue jobs whose worker died (the SQLite broker never redelivers) and publish undispatched ones."""
+    settings = get_settings()
+    with session_scope() as s:
+        reaped = jobs.reap_stale(s, settings.stale_after_s, settings.max_attempts)
+        pending = jobs.undispatched(s)
+    sent = []
+    for job_id, queue in pending:
+        dispatch(job_id, queue)
+        with session_scope() as s:
+            jobs.mark_dispatched(s, job_id)
+        sent.append(job_id)
+    if reaped.requeued or reaped.failed or sent:
+        log.warning("reaper: requeued %s, failed %s, dispatched %s", reaped.requeued, reaped.failed, sent)
+    return {"requeued": reaped.requeued, "failed": reaped.failed, "dispatched": sent}
+
+
+@worker_ready.connect
+def _announce(sender: Any = None, **_: Any) -> None:
+    """Record which hardware this worker tunes for, so users can pick a target the fleet can serve."""
+    from service.workers.hardware import host_target
+
+    queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender else [CONTROL_QUEUE]
+    with session_scope() as s:
+        catalog.announce_worker(s, worker_id(getattr(sender, "hostname", None)), queues, host_target())

@@ -1,0 +1,25 @@
+"""MetaSchedule builder for CPU targets.
+
+TVM 0.27's default LocalBuilder re-imports `tvm.s_tir.tensor_intrin` (about 15 s) in every fresh
+build process, which made most builds time out here (../shared/research/tvm.md §0.2). This build
+function skips that import; it lives in an importable module so MetaSchedule's worker processes can
+unpickle it by reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fast_build(mod: Any, target: Any, _params: Any) -> Any:
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)  # a runtime.Module, which MetaSchedule can export
+
+
+def make_builder(max_workers: int = 2, timeout_sec: int = 60) -> Any:
+    from tvm.s_tir.meta_schedule.builder import LocalBuilder
+
+    return LocalBuilder(f_build=fast_build, max_workers=max_workers, timeout_sec=timeout_sec)

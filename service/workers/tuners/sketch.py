@@ -1,0 +1,132 @@
+"""Sketch search (Ansor; MetaSchedule is its successor in TVM).
+
+MetaSchedule generates sketches with its CPU schedule rules, samples and evolves them with an
+XGBoost cost model, and measures candidates in separate processes (its LocalBuilder/LocalRunner),
+so a candidate that crashes or hangs fails only itself. Every measured candidate is streamed to
+the sink; the best is returned as a portable trace plus the IRModule it applies to.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from typing import Any
+
+import tvm
+import tvm_ffi
+from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
+
+from service.models.config import MeasuredCandidate
+from service.workers.tuners.base import CandidateSink, TuneOutcome, TuningStopped, TuningTask
+from service.workers.tuners.build import make_builder
+from service.workers.tuners.compute import prim_func
+from service.workers.tuners.trace_json import to_py
+
+log = logging.getLogger(__name__)
+
+# MetaSchedule stores failed candidates with this run time.
+_FAILED_RUN_SECS = 1e9
+
+
+def _batch_size(trials: int) -> int:
+    """Candidates per search round: small budgets still get several cost-model updates (and prompt cancels)."""
+    return min(32, max(8, trials // 4))
+
+
+def _classify(error: str | None) -> str:
+    if error is None:
+        return "ok"
+    return "timeout" if "timeout" in error.lower() else "error"
+
+
+def _make_recorder(sink: CandidateSink) -> Any:
+    @derived_object
+    class _Recorder(PyMeasureCallback):  # type: ignore[misc]
+        """Streams each measured batch to the sink; stops the search when the sink says so."""
+
+        def apply(self, task_scheduler: Any, task_id: int, candidates: Any, builds: Any, runs: Any) -> None:
+            batch = []
+            for cand, build, run in zip(candidates, builds, runs, strict=True):
+                error = build.error_msg or (run.error_msg if run is not None else "not run")
+                secs = [float(s) for s in (run.run_secs or [])] if run is not None and not error else []
+                latency = sum(secs) / len(secs) if secs else None
+                if latency is not None and latency >= _FAILED_RUN_SECS:
+                    error, latency = "measurement failed", None
+                batch.append(
+                    MeasuredCandidate(
+                        config={"format": CONFIG_FORMAT_TRACE, "trace": to_py(cand.sch.trace.as_json())},
+                        latency_s=latency,
+                        status=_classify(error),  # type: ignore[arg-type]
+                        error=None if error is None else str(error)[-2000:],
+                    )
+                )
+            sink.on_candidates(batch)
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+
+    return _Recorder()
+
+
+class SketchTuner:
+    name = "sketch"
+
+    def tune(self, task: TuningTask, sink: CandidateSink) -> TuneOutcome:
+        mod = prim_func(task.workload, task.shape)
+        target_dict = task.target.tvm_target()
+        target = tvm.target.Target(target_dict)
+        work_dir = task.work_dir
+        work_dir.mkdir(parents=True, exist_ok=True)
+        counts = {"measured": 0, "errors": 0}
+
+        class _Counting:
+            def on_candidates(self, cands: list[MeasuredCandidate]) -> None:
+                counts["measured"] += len(cands)
+                counts["errors"] += sum(c.status != "ok" for c in cands)
+                sink.on_candidates(cands)
+
+            def should_stop(self) -> bool:
+                return sink.should_stop()
+
+        recorder = _make_recorder(_Counting())
+        runner = ms.runner.LocalRunner(
+            timeout_sec=task.measure_timeout_s,
+            evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=50),
+        )
+        try:
+            database = ms.tune_tir(
+                mod,
+                target,
+                str(work_dir / "ms"),
+                max_trials_global=task.trials,
+                num_trials_per_iter=_batch_size(task.trials),
+                builder=make_builder(),
+                runner=runner,
+                database="memory",
+                cost_model="xgb",
+                seed=task.seed,
+                measure_callbacks=[*MeasureCallback.create("default"), recorder],
+            )
+        except Exception:
+            # TVM's FFI re-raises the callback's TuningStopped as a RuntimeError; restore its meaning
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job") from None
+            raise
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        record = database.query_tuning_record(mod, target, workload_name="main")
+        if record is None or not record.run_secs:
+            return TuneOutcome(None, None, counts["measured"], counts["errors"])
+        latency = sum(float(s) for s in record.run_secs) / len(record.run_secs)
+        if latency >= _FAILED_RUN_SECS:
+            return TuneOutcome(None, None, counts["measured"], counts["errors"])
+        config = {
+            "format": CONFIG_FORMAT_TRACE,
+            "trace": to_py(record.trace.as_json()),
+            "module": tvm.ir.save_json(mod),
+            "module_hash": str(tvm_ffi.structural_hash(mod)),
+            "target": target_dict,
+        }
+        return TuneOutcome(config, latency, counts["measured"], counts["errors"])

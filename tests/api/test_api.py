@@ -1,0 +1,130 @@
+"""The REST API in-process (FastAPI TestClient) over real SQLite and PostgreSQL stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.models import ConfigRecord, TargetSpec
+from service.store import configs
+from service.store.db import session_scope
+
+DENSE = {"op": "dense", "dims": {"N": 64, "K": 32}, "symbolic": ["M"]}
+TARGET = {"kind": "llvm", "mcpu": "znver4", "num_cores": 2}
+TOOLCHAIN = {"tvm": "0.27.0.post1", "tuner_abi": "1"}
+
+
+@pytest.fixture
+def api(use_store: str) -> Iterator[TestClient]:
+    with TestClient(create_app(run_migrations=False)) as client:
+        yield client
+
+
+def _job(**overrides: Any) -> dict[str, Any]:
+    body = {"kind": "sketch", "workload": DENSE, "target": TARGET,
+            "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 16}, "budget": {"trials": 8}}
+    return {**body, **overrides}
+
+
+def _loc(resp: Any) -> list[list[Any]]:
+    assert resp.status_code == 422, resp.text
+    return [e["loc"] for e in resp.json()["detail"]]
+
+
+def test_health_and_openapi(api: TestClient) -> None:
+    assert api.get("/healthz").json() == {"status": "ok"}
+    ready = api.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["store"] == "ok"
+    schema = api.get("/openapi.json").json()
+    assert "/v1/jobs" in schema["paths"] and "/v1/configs/best" in schema["paths"]
+    assert schema["components"]["schemas"]["JobSpec"]["examples"]
+
+
+def test_workloads_are_idempotent(api: TestClient) -> None:
+    a = api.post("/v1/workloads", json=DENSE)
+    b = api.post("/v1/workloads", json={**DENSE, "attrs": {"bias": False}})
+    assert a.status_code == b.status_code == 201
+    assert a.json()["workload_hash"] == b.json()["workload_hash"]
+    assert api.get(f"/v1/workloads/{a.json()['workload_hash']}").json()["op"] == "dense"
+    assert api.get("/v1/workloads/nope").status_code == 404
+    assert {o["name"] for o in api.get("/v1/operators").json()} >= {"dense", "batch_matmul", "conv2d"}
+
+
+def test_submit_get_list_cancel(api: TestClient) -> None:
+    resp = api.post("/v1/jobs", json=_job())
+    assert resp.status_code == 202, resp.text
+    job = resp.json()
+    assert job["state"] == "queued" and resp.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert api.get(f"/v1/jobs/{job['id']}").json()["id"] == job["id"]
+    listed = api.get("/v1/jobs", params={"state": "queued"}).json()
+    assert listed["total"] >= 1 and job["id"] in [j["id"] for j in listed["jobs"]]
+    cancelled = api.post(f"/v1/jobs/{job['id']}/cancel")
+    assert cancelled.status_code == 202 and cancelled.json()["state"] == "cancelled"
+    assert api.get("/v1/jobs/does-not-exist").status_code == 404
+    # a job by registered workload hash
+    wh = job["workload_hash"]
+    assert api.post("/v1/jobs", json=_job(workload=wh)).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (_job(workload={"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]}), ["body", "workload"]),
+        (_job(workload="0" * 32), ["body", "workload"]),
+        (_job(target={"kind": "llvm", "num_cores": 2}), ["body", "target"]),
+        (_job(target={"kind": "cuda", "arch": "sm_80"}), ["body", "target", "kind"]),
+        (_job(distribution={"kind": "uniform", "dim": "T", "low": 1, "high": 4}), ["body", "distribution"]),
+        (_job(distribution={"kind": "uniform", "dim": "M", "low": 1, "high": 10**6}), ["body", "distribution"]),
+        (_job(budget={"trials": 0}), ["body", "budget", "trials"]),
+        (_job(budget={"trials": 10**9}), ["body", "budget", "trials"]),
+        (_job(kind="rm -rf /"), ["body", "kind"]),
+        (_job(extra="field"), ["body", "extra"]),
+    ],
+)
+def test_bad_jobs_get_422_naming_the_field(api: TestClient, body: dict[str, Any], loc: list[str]) -> None:
+    locs = _loc(api.post("/v1/jobs", json=body))
+    assert any(tuple(l[: len(loc)]) == tuple(loc) for l in locs), locs
+
+
+def test_best_config_lookup_hit_miss_and_batch(api: TestClient) -> None:
+    wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
+    target = api.post("/v1/targets", json={**TARGET, "toolchain": TOOLCHAIN})
+    assert target.status_code == 201
+    fp = target.json()["target_fingerprint"]
+    assert fp == TargetSpec.model_validate({**TARGET, "toolchain": TOOLCHAIN}).fingerprint
+    with session_scope() as s:
+        configs.upsert_best(s, ConfigRecord(workload_hash=wh, target_fingerprint=fp, shape={"M": 8}, latency_s=1e-5,
+                                            kind="sketch", config={"format": "x"}, job_id="j1"))
+    hit = api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "M=8"})
+    assert hit.status_code == 200 and hit.json()["latency_s"] == 1e-5 and hit.json()["job_id"] == "j1"
+    miss = api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "M=9"})
+    assert miss.status_code == 404
+    assert miss.json()["fallback"]["kind"] == "default" and "vendor" in miss.json()["fallback"]["advice"]
+    other = TargetSpec.model_validate({**TARGET, "toolchain": {"tvm": "0.28.0"}}).fingerprint
+    assert api.get("/v1/configs/best", params={"workload": wh, "target": other, "shape": "M=8"}).status_code == 404
+    assert ["query", "shape"] in _loc(api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "Q=8"}))
+    assert ["query", "shape"] in _loc(api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "M8x"}))
+    batch = api.post("/v1/configs/best/batch", json={"keys": [
+        {"workload": wh, "target": fp, "shape": {"M": 8}}, {"workload": wh, "target": fp, "shape": {"M": 3}}]})
+    results = batch.json()["results"]
+    assert results[0]["latency_s"] == 1e-5 and "fallback" in results[1]
+    assert len(api.get("/v1/configs", params={"workload": wh}).json()) == 1
+
+
+def test_target_registration_needs_a_toolchain(api: TestClient) -> None:
+    assert ["body", "toolchain"] in _loc(api.post("/v1/targets", json=TARGET))
+
+
+def test_import_keeps_only_better(api: TestClient) -> None:
+    wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
+    rec = {"workload_hash": wh, "target": {**TARGET, "toolchain": TOOLCHAIN}, "shape": {"M": 4}, "latency_s": 2e-5,
+           "config": {"format": "x"}, "source": "test"}
+    assert api.post("/v1/configs/import", json={"records": [rec]}).json() == {"imported": 1, "improved": 1}
+    slower = {**rec, "latency_s": 3e-5}
+    assert api.post("/v1/configs/import", json={"records": [slower]}).json() == {"imported": 1, "improved": 0}
+    bad = {**rec, "shape": {"X": 1}}
+    assert ["body", "records", 0] in _loc(api.post("/v1/configs/import", json={"records": [bad]}))

@@ -1,0 +1,104 @@
+"""Shared fixtures: real PostgreSQL, Redis, SQLite, and service processes (API, Celery workers, beat).
+
+The environment is pinned here, before any `service` import, so settings, engines and the Celery app
+all see the test configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_DATA = Path(tempfile.mkdtemp(prefix="kf-test-"))
+os.environ["KERNELFLEET_DATA_DIR"] = str(_DATA)
+for _var in ("KERNELFLEET_DATABASE_URL", "KERNELFLEET_BROKER_URL", "KERNELFLEET_WORKER_QUEUES"):
+    os.environ.pop(_var, None)
+
+PG_ADMIN_URL = os.environ.get("KERNELFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("KERNELFLEET_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def _pg_database() -> Iterator[str]:
+    from sqlalchemy import create_engine, text
+
+    name = f"kf_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        from service.store.db import get_engine
+
+        get_engine.cache_clear()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for one test."""
+    from service.store.db import migrate
+
+    for url in _pg_database():
+        migrate(url)
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    from service.store.db import migrate
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    migrate(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each store test runs on both backends."""
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    url: str = request.getfixturevalue(name)
+    return url
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A Redis database index of its own, flushed before and after."""
+    import redis
+
+    db = 9 + (os.getpid() % 6)
+    url = f"{REDIS_URL}/{db}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def use_store(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Point this process's settings, engines and sessions at `store_url`."""
+    yield from _use_store(store_url, monkeypatch)
+
+
+def _use_store(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    from service.settings import get_settings
+    from service.store import db
+
+    monkeypatch.setenv("KERNELFLEET_DATABASE_URL", url)
+    get_settings.cache_clear()
+    db.get_engine.cache_clear()
+    db._session_factory.cache_clear()
+    yield url
+    db.get_engine(url).dispose()
+    monkeypatch.delenv("KERNELFLEET_DATABASE_URL")
+    get_settings.cache_clear()
+    db.get_engine.cache_clear()
+    db._session_factory.cache_clear()

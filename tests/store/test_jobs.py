@@ -1,0 +1,115 @@
+"""The job state machine and its leases, on real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pydantic import TypeAdapter
+from sqlalchemy import update
+
+from service.models import JobSpec, JobState, WorkloadSpec
+from service.store import catalog, jobs
+from service.store.db import session_scope
+from service.store.tables import JobRow
+
+SPEC = JobSpec.model_validate({
+    "workload": {"op": "dense", "dims": {"N": 32, "K": 32}, "symbolic": ["M"]},
+    "target": {"kind": "llvm", "mcpu": "znver4", "num_cores": 2},
+    "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 8},
+})
+
+
+def _new_job() -> str:
+    with session_scope() as s:
+        assert isinstance(SPEC.workload, WorkloadSpec)
+        w = catalog.put_workload(s, SPEC.workload)
+        return jobs.create_job(s, SPEC, w.workload_hash).id
+
+
+def _age_heartbeat(job_id: str, seconds: float) -> None:
+    with session_scope() as s:
+        s.execute(update(JobRow).where(JobRow.id == job_id).values(
+            heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)))
+
+
+def _state(job_id: str) -> JobState:
+    with session_scope() as s:
+        row = jobs.get_row(s, job_id)
+        assert row is not None
+        return JobState(row.state)
+
+
+def test_claim_is_exclusive_while_the_owner_heartbeats(use_store: str) -> None:
+    job_id = _new_job()
+    with session_scope() as s:
+        lease = jobs.claim(s, job_id, "w1", stale_after_s=30)
+    assert lease and _state(job_id) is JobState.running
+    with session_scope() as s:
+        assert jobs.claim(s, job_id, "w2", stale_after_s=30) is None  # a redelivered copy backs off
+        assert jobs.heartbeat(s, job_id, lease)
+    _age_heartbeat(job_id, 60)
+    with session_scope() as s:
+        lease2 = jobs.claim(s, job_id, "w2", stale_after_s=30)  # the owner went silent: take over
+    assert lease2 and lease2 != lease
+    with session_scope() as s:
+        assert not jobs.heartbeat(s, job_id, lease)  # the old owner learns it lost the job
+        assert not jobs.finish(s, job_id, lease, JobState.succeeded)
+        assert jobs.finish(s, job_id, lease2, JobState.succeeded)
+        row = jobs.get_row(s, job_id)
+        assert row is not None and row.attempts == 2
+    assert _state(job_id) is JobState.succeeded
+
+
+def test_reaper_requeues_then_gives_up(use_store: str) -> None:
+    job_id = _new_job()
+    for attempt in (1, 2):
+        with session_scope() as s:
+            assert jobs.claim(s, job_id, f"w{attempt}", stale_after_s=30)
+        _age_heartbeat(job_id, 60)
+        with session_scope() as s:
+            reaped = jobs.reap_stale(s, stale_after_s=30, max_attempts=2)
+        if attempt == 1:
+            assert reaped.requeued == [job_id] and _state(job_id) is JobState.queued
+            with session_scope() as s:
+                assert jobs.undispatched(s) == [(job_id, "cpu.znver4")]
+        else:
+            assert reaped.failed == [job_id] and _state(job_id) is JobState.failed
+    with session_scope() as s:
+        row = jobs.get_row(s, job_id)
+        assert row is not None and "stopped heartbeating" in (row.error or "")
+
+
+def test_cancel(use_store: str) -> None:
+    queued, running = _new_job(), _new_job()
+    with session_scope() as s:
+        lease = jobs.claim(s, running, "w", stale_after_s=30)
+        assert lease
+        assert jobs.request_cancel(s, queued) is JobState.cancelled
+        assert jobs.request_cancel(s, running) is JobState.running
+    with session_scope() as s:
+        assert not jobs.heartbeat(s, running, lease)  # the worker stops at its next beat
+        jobs.confirm_cancelled(s, running)
+        assert jobs.claim(s, queued, "w", stale_after_s=30) is None
+    assert _state(running) is JobState.cancelled
+    assert _state(queued) is JobState.cancelled
+
+
+def test_plan_is_persisted_once(use_store: str) -> None:
+    from service.store.jobs import PlannedShape
+
+    job_id = _new_job()
+    plan = [PlannedShape({"M": 8}, 0.5, 4.0, 6), PlannedShape({"M": 4}, 0.5, 2.0, 2)]
+    with session_scope() as s:
+        first = [r.shape_key for r in jobs.plan_shapes(s, job_id, plan)]
+    with session_scope() as s:
+        again = [r.shape_key for r in jobs.plan_shapes(s, job_id, plan[::-1])]
+        jobs.add_progress(s, job_id, "M=8", 6)
+        jobs.update_shape(s, job_id, "M=8", state=JobState.succeeded.value)
+        jobs.add_progress(s, job_id, "M=4", 1)
+        jobs.reset_unfinished_progress(s, job_id)
+        row = jobs.get_row(s, job_id)
+        assert row is not None
+        view = jobs.view(s, row)
+    assert first == again == ["M=8", "M=4"]
+    assert view.trials_total == 8 and view.trials_done == 6
+    assert TypeAdapter(JobState).validate_python(view.shapes[0].state) is JobState.succeeded

@@ -1,0 +1,129 @@
+"""The whole service as real processes: API, Celery workers (and beat), real stores and brokers, real TVM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelfleet import Client, Job
+from tests.helpers import TINY_DENSE, Fleet, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+DIST = {"kind": "explicit", "points": [{"shape": {"M": 13}, "weight": 1}, {"shape": {"M": 8}, "weight": 1}]}
+
+
+@pytest.fixture
+def fleet_factory(tmp_path: Path) -> Iterator[object]:
+    fleets: list[Fleet] = []
+
+    def make(**env: str) -> Fleet:
+        fleet = Fleet(tmp_path / f"fleet{len(fleets)}", {k: str(v) for k, v in env.items()})
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.stop()
+
+
+def _target(client: Client) -> dict[str, object]:
+    hw = wait_for(lambda: client.workers(), 90, "a worker to announce itself")[0]["target"]
+    return {"kind": "llvm", "mcpu": hw["mcpu"], "num_cores": hw["num_cores"]}
+
+
+def _running_with_progress(client: Client, job_id: str) -> Job | None:
+    job = client.job(job_id)
+    return job if job.state == "running" and job.trials_done > 0 else None
+
+
+def test_flow_api_worker_store_sdk_on_postgres_and_redis(fleet_factory, pg_url: str, redis_url: str) -> None:  # type: ignore[no-untyped-def]
+    fleet = fleet_factory(KERNELFLEET_DATABASE_URL=pg_url, KERNELFLEET_BROKER_URL=redis_url)
+    fleet.start_api()
+    fleet.start_worker("w1")
+    client = Client(fleet.url)
+    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 16, "max_shapes": 2, "seed": 0})
+    done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+    assert done.state == "succeeded" and done.trials_done == done.trials_total == 16
+    assert {s.shape["M"] for s in done.shapes} == {8, 13}
+    for s in done.shapes:
+        assert s.state == "succeeded" and s.best_latency_s and s.baseline_latency_s and "numpy" in (s.baseline or "")
+    candidates = client._request("GET", f"/v1/jobs/{job.id}/candidates", params={"limit": 1000}).json()
+    assert len(candidates) == 16 and all(c["status"] in ("ok", "error", "timeout") for c in candidates)
+
+    assert done.target_fingerprint
+    best = client.best(done.workload_hash, done.target_fingerprint, {"M": 13})
+    assert best is not None and best.job_id == job.id and best.provenance["tuner"] == "sketch"
+    kernel = client.kernel(done.workload_hash, done.target_fingerprint, {"M": 13})
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((13, 32)).astype("float32"), rng.standard_normal((32, 32)).astype("float32")
+    np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+    # misses: an untuned shape, and the same hardware with another toolchain
+    assert client.best(done.workload_hash, done.target_fingerprint, {"M": 9}) is None
+    other = client.register_target({**done.target, "toolchain": {"tvm": "0.26.0"}})
+    assert client.best(done.workload_hash, other.target_fingerprint, {"M": 13}) is None
+
+
+def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redis_url: str) -> None:  # type: ignore[no-untyped-def]
+    fleet = fleet_factory(
+        KERNELFLEET_DATABASE_URL=pg_url, KERNELFLEET_BROKER_URL=redis_url,
+        KERNELFLEET_BROKER_VISIBILITY_TIMEOUT_S="8", KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S="1",
+        KERNELFLEET_HEARTBEAT_INTERVAL_S="1", KERNELFLEET_STALE_AFTER_S="4",
+    )
+    fleet.start_api()
+    fleet.start_worker("victim")
+    client = Client(fleet.url)
+    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 24, "max_shapes": 2, "seed": 1})
+    wait_for(lambda: _running_with_progress(client, job.id), 180, "the job to be mid-run", poll_s=0.1)
+    fleet.kill("victim")  # SIGKILL the worker and its measurement processes
+    fleet.start_worker("rescuer")  # no beat: recovery must come from the broker's redelivery
+    done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+    assert done.state == "succeeded" and done.attempts == 2
+    assert all(s.state == "succeeded" for s in done.shapes)
+    assert "rescuer" in (done.worker or "")
+    assert len(client.configs(workload=done.workload_hash)) == 2  # one best per shape, no duplicates
+
+
+def test_worker_sigkill_on_embedded_broker_is_reaped(fleet_factory) -> None:  # type: ignore[no-untyped-def]
+    fleet = fleet_factory(KERNELFLEET_HEARTBEAT_INTERVAL_S="1", KERNELFLEET_STALE_AFTER_S="4",
+                          KERNELFLEET_REAP_INTERVAL_S="2")
+    fleet.start_api()
+    fleet.start_beat()
+    fleet.start_worker("victim")
+    client = Client(fleet.url)
+    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 24, "max_shapes": 2, "seed": 2})
+    wait_for(lambda: _running_with_progress(client, job.id), 180, "the job to be mid-run", poll_s=0.1)
+    fleet.kill("victim")  # the SQLite transport never redelivers: the store's reaper must
+    fleet.start_worker("rescuer")
+    done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+    assert done.state == "succeeded" and done.attempts == 2
+    assert "requeued" in fleet.log("beat") or "reaper" in fleet.log("rescuer") or done.attempts == 2
+
+
+def test_standalone_runs_a_job_on_the_embedded_default_and_stops_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFLEET_")}
+    env["KERNELFLEET_DATA_DIR"] = str(tmp_path / "data")
+    cli = Path(sys.executable).parent / "kernelfleet"
+    proc = subprocess.Popen([str(cli), "standalone", "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}", retries=6)
+        wait_for(client.health, 90, "standalone to become ready")
+        job = client.submit(TINY_DENSE, _target(client), {"kind": "uniform", "dim": "M", "low": 4, "high": 6},
+                            budget={"trials": 8, "max_shapes": 1})
+        assert client.wait(job.id, timeout_s=300, poll_s=0.5).state == "succeeded"
+        assert (tmp_path / "data" / "kernelfleet.db").exists() and (tmp_path / "data" / "broker.db").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out.decode(errors="replace")[-2000:]
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert not leftover, f"processes left running: {leftover}"

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from kernelfleet import Client
 from rich.console import Console
 from rich.table import Table
 
+from kernelfleet import Client
 from service.launch import Supervisor
 from service.settings import Settings
 

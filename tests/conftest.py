@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 _DATA = Path(tempfile.mkdtemp(prefix="kf-test-"))
 os.environ["KERNELFLEET_DATA_DIR"] = str(_DATA)
 for _var in ("KERNELFLEET_DATABASE_URL", "KERNELFLEET_BROKER_URL", "KERNELFLEET_WORKER_QUEUES"):

@@ -42,8 +42,12 @@ class Fleet:
     def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
         self.data_dir = data_dir
         self.env = {**os.environ, **env, "KERNELFLEET_DATA_DIR": str(data_dir)}
-        self.settings = Settings(data_dir=data_dir, **{  # the same view of the env as the children
-            k.removeprefix("KERNELFLEET_").lower(): v for k, v in env.items() if k.startswith("KERNELFLEET_")})
+        self.settings = Settings(
+            data_dir=data_dir,
+            **{  # the same view of the env as the children
+                k.removeprefix("KERNELFLEET_").lower(): v for k, v in env.items() if k.startswith("KERNELFLEET_")
+            },
+        )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.port = free_port()
         (data_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -83,7 +87,7 @@ class Fleet:
         return (self.data_dir / "logs" / f"{name}.log").read_text(errors="replace")
 
     def stop(self) -> None:
-        for name, proc in list(self.procs.items()):
+        for proc in list(self.procs.values()):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in self.procs.values():

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -43,7 +44,7 @@ def upsert_best(session: Session, record: ConfigRecord) -> bool:
     One statement (INSERT … ON CONFLICT DO UPDATE … WHERE stored latency > new latency), so concurrent
     writers on PostgreSQL or SQLite can only ever leave the fastest config. Returns whether it won.
     """
-    table = BestConfigRow.__table__
+    table = cast(Table, BestConfigRow.__table__)
     now = utcnow()
     values = {
         "workload_hash": record.workload_hash,

@@ -11,6 +11,7 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -20,6 +21,11 @@ from service.models.job import Budget, JobSpec
 from service.store.tables import CandidateRow, JobRow, JobShapeRow, utcnow
 
 _ACTIVE = (JobState.queued.value, JobState.running.value)
+
+
+def _count(result: Any) -> int:
+    """Rows an UPDATE matched (every transition here is one conditional UPDATE)."""
+    return int(result.rowcount)
 
 
 def create_job(session: Session, spec: JobSpec, workload_hash: str) -> JobRow:
@@ -91,7 +97,7 @@ def heartbeat(session: Session, job_id: str, lease: str) -> bool:
         )
         .values(heartbeat_at=utcnow())
     )
-    return result.rowcount == 1  # type: ignore[attr-defined]
+    return _count(result) == 1
 
 
 def finish(session: Session, job_id: str, lease: str, state: JobState, error: str | None = None) -> bool:
@@ -103,7 +109,7 @@ def finish(session: Session, job_id: str, lease: str, state: JobState, error: st
         .where(JobRow.id == job_id, JobRow.lease == lease, JobRow.state == JobState.running.value)
         .values(**values)
     )
-    return result.rowcount == 1  # type: ignore[attr-defined]
+    return _count(result) == 1
 
 
 def resolve_target(session: Session, job_id: str, fingerprint: str) -> None:
@@ -213,7 +219,7 @@ def reap_stale(session: Session, stale_after_s: float, max_attempts: int) -> Rea
                 .where(guard)
                 .values(state=JobState.failed.value, error=reason, finished_at=utcnow(), lease=None)
             )
-            if done.rowcount:  # type: ignore[attr-defined]
+            if _count(done):
                 failed.append(job_id)
         else:
             done = session.execute(
@@ -226,7 +232,7 @@ def reap_stale(session: Session, stale_after_s: float, max_attempts: int) -> Rea
                     error=f"requeued: worker {worker} stopped heartbeating",
                 )
             )
-            if done.rowcount:  # type: ignore[attr-defined]
+            if _count(done):
                 requeued.append(job_id)
     return Reaped(requeued, failed)
 
@@ -242,12 +248,12 @@ def view(session: Session, row: JobRow) -> JobView:
         id=row.id,
         kind=row.kind,
         state=JobState(row.state),
-        workload_hash=row.workload_hash,  # type: ignore[arg-type]
+        workload_hash=row.workload_hash,
         target=TargetSpec(**row.target),
         target_fingerprint=row.target_fingerprint,
         distribution=row.distribution,
         budget=Budget(**row.budget),
-        tags=row.tags,  # type: ignore[arg-type]
+        tags=row.tags,
         progress=1.0 if row.state == JobState.succeeded.value else min(1.0, row.trials_done / total),
         trials_done=row.trials_done,
         trials_total=row.trials_total,

@@ -6,8 +6,8 @@ import functools
 from collections.abc import Mapping
 
 import numpy as np
-from kernelfleet.tvm_kernel import median_seconds
 
+from kernelfleet.tvm_kernel import median_seconds
 from service.models import WorkloadSpec
 from service.workers.tuners.compute import random_inputs, reference
 

@@ -8,6 +8,20 @@ import os
 from service.models import TargetSpec, Toolchain
 
 
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def pin_tvm_threads() -> None:
+    """Make TVM's runtime use every core the target names.
+
+    Unset, TVM assumes hyper-threading on x86 and uses half the logical CPUs: one thread on a 2-core VM,
+    while the target (and the fingerprint) says two. Must run before TVM starts its thread pool; the
+    measurement processes MetaSchedule spawns inherit it.
+    """
+    os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
+
+
 @functools.cache
 def toolchain() -> Toolchain:
     import tvm
@@ -20,8 +34,7 @@ def host_target() -> TargetSpec:
     """The llvm target of this host, `mcpu` included (without it LLVM emits SSE2-only code)."""
     from tvm.target import codegen
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return TargetSpec(kind="llvm", mcpu=codegen.llvm_get_system_cpu(), num_cores=cores, toolchain=toolchain())
+    return TargetSpec(kind="llvm", mcpu=codegen.llvm_get_system_cpu(), num_cores=usable_cores(), toolchain=toolchain())
 
 
 def mismatch(target: TargetSpec) -> str | None:

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from kernelfleet.tvm_kernel import build_kernel
 from pydantic import TypeAdapter
 
+from kernelfleet.tvm_kernel import build_kernel
 from service.models import ConfigRecord, JobState, TargetSpec, WorkloadSpec, shape_key
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
@@ -91,11 +91,14 @@ def _verify(config: Mapping[str, object], workload: WorkloadSpec, shape: dict[st
 
 
 def run_job(job_id: str, worker: str, settings: Settings, tuners: Mapping[str, Tuner]) -> str:
-    """Claim and run a job; returns what happened ('skipped' when another worker owns it)."""
+    """Claim and run a job; returns what happened: succeeded, failed, cancelled, lost-lease, busy (another live
+    worker runs it) or skipped (nothing left to do)."""
     with session_scope() as s:
         lease = jobs.claim(s, job_id, worker, settings.stale_after_s)
-    if lease is None:
-        return "skipped"
+        if lease is None:
+            row = jobs.get_row(s, job_id)
+            # 'busy': a live worker owns it; the caller keeps a message around in case that worker dies
+            return "busy" if row is not None and row.state == JobState.running.value else "skipped"
     with Heartbeat(job_id, lease, settings.heartbeat_interval_s) as hb:
         try:
             return _run_claimed(job_id, lease, worker, hb, settings, tuners)

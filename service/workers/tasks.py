@@ -12,9 +12,11 @@ from celery.signals import worker_ready
 from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store.db import session_scope
+from service.workers import hardware
 from service.workers.celery_app import CONTROL_QUEUE, REAP, RUN_JOB, app, dispatch
 
 log = logging.getLogger(__name__)
+hardware.pin_tvm_threads()  # before any TVM import in this worker
 
 
 def worker_id(node: str | None = None) -> str:
@@ -27,8 +29,14 @@ def run_job(self: Any, job_id: str) -> str:
     from service.workers.job_runner import run_job as run
     from service.workers.tuners.sketch import SketchTuner
 
-    outcome = run(job_id, worker_id(self.request.hostname), get_settings(), {"sketch": SketchTuner()})
+    settings = get_settings()
+    outcome = run(job_id, worker_id(self.request.hostname), settings, {"sketch": SketchTuner()})
     log.info("job %s: %s", job_id, outcome)
+    if outcome == "busy":
+        # A redelivered copy found the job running elsewhere. Acking it would leave no message should that
+        # worker die, so check again once its heartbeat could have gone stale.
+        queue = (self.request.delivery_info or {}).get("routing_key") or CONTROL_QUEUE
+        app.send_task(RUN_JOB, args=[job_id], queue=queue, countdown=settings.stale_after_s + 1)
     return outcome
 
 
@@ -53,8 +61,6 @@ def reap() -> dict[str, list[str]]:
 @worker_ready.connect
 def _announce(sender: Any = None, **_: Any) -> None:
     """Record which hardware this worker tunes for, so users can pick a target the fleet can serve."""
-    from service.workers.hardware import host_target
-
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender else [CONTROL_QUEUE]
     with session_scope() as s:
-        catalog.announce_worker(s, worker_id(getattr(sender, "hostname", None)), queues, host_target())
+        catalog.announce_worker(s, worker_id(getattr(sender, "hostname", None)), queues, hardware.host_target())

@@ -25,8 +25,13 @@ def api(use_store: str) -> Iterator[TestClient]:
 
 
 def _job(**overrides: Any) -> dict[str, Any]:
-    body = {"kind": "sketch", "workload": DENSE, "target": TARGET,
-            "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 16}, "budget": {"trials": 8}}
+    body = {
+        "kind": "sketch",
+        "workload": DENSE,
+        "target": TARGET,
+        "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 16},
+        "budget": {"trials": 8},
+    }
     return {**body, **overrides}
 
 
@@ -87,7 +92,7 @@ def test_submit_get_list_cancel(api: TestClient) -> None:
 )
 def test_bad_jobs_get_422_naming_the_field(api: TestClient, body: dict[str, Any], loc: list[str]) -> None:
     locs = _loc(api.post("/v1/jobs", json=body))
-    assert any(tuple(l[: len(loc)]) == tuple(loc) for l in locs), locs
+    assert any(tuple(found[: len(loc)]) == tuple(loc) for found in locs), locs
 
 
 def test_best_config_lookup_hit_miss_and_batch(api: TestClient) -> None:
@@ -97,8 +102,18 @@ def test_best_config_lookup_hit_miss_and_batch(api: TestClient) -> None:
     fp = target.json()["target_fingerprint"]
     assert fp == TargetSpec.model_validate({**TARGET, "toolchain": TOOLCHAIN}).fingerprint
     with session_scope() as s:
-        configs.upsert_best(s, ConfigRecord(workload_hash=wh, target_fingerprint=fp, shape={"M": 8}, latency_s=1e-5,
-                                            kind="sketch", config={"format": "x"}, job_id="j1"))
+        configs.upsert_best(
+            s,
+            ConfigRecord(
+                workload_hash=wh,
+                target_fingerprint=fp,
+                shape={"M": 8},
+                latency_s=1e-5,
+                kind="sketch",
+                config={"format": "x"},
+                job_id="j1",
+            ),
+        )
     hit = api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "M=8"})
     assert hit.status_code == 200 and hit.json()["latency_s"] == 1e-5 and hit.json()["job_id"] == "j1"
     miss = api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "M=9"})
@@ -106,10 +121,21 @@ def test_best_config_lookup_hit_miss_and_batch(api: TestClient) -> None:
     assert miss.json()["fallback"]["kind"] == "default" and "vendor" in miss.json()["fallback"]["advice"]
     other = TargetSpec.model_validate({**TARGET, "toolchain": {"tvm": "0.28.0"}}).fingerprint
     assert api.get("/v1/configs/best", params={"workload": wh, "target": other, "shape": "M=8"}).status_code == 404
-    assert ["query", "shape"] in _loc(api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "Q=8"}))
-    assert ["query", "shape"] in _loc(api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "M8x"}))
-    batch = api.post("/v1/configs/best/batch", json={"keys": [
-        {"workload": wh, "target": fp, "shape": {"M": 8}}, {"workload": wh, "target": fp, "shape": {"M": 3}}]})
+    assert ["query", "shape"] in _loc(
+        api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "Q=8"})
+    )
+    assert ["query", "shape"] in _loc(
+        api.get("/v1/configs/best", params={"workload": wh, "target": fp, "shape": "M8x"})
+    )
+    batch = api.post(
+        "/v1/configs/best/batch",
+        json={
+            "keys": [
+                {"workload": wh, "target": fp, "shape": {"M": 8}},
+                {"workload": wh, "target": fp, "shape": {"M": 3}},
+            ]
+        },
+    )
     results = batch.json()["results"]
     assert results[0]["latency_s"] == 1e-5 and "fallback" in results[1]
     assert len(api.get("/v1/configs", params={"workload": wh}).json()) == 1
@@ -121,8 +147,14 @@ def test_target_registration_needs_a_toolchain(api: TestClient) -> None:
 
 def test_import_keeps_only_better(api: TestClient) -> None:
     wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
-    rec = {"workload_hash": wh, "target": {**TARGET, "toolchain": TOOLCHAIN}, "shape": {"M": 4}, "latency_s": 2e-5,
-           "config": {"format": "x"}, "source": "test"}
+    rec = {
+        "workload_hash": wh,
+        "target": {**TARGET, "toolchain": TOOLCHAIN},
+        "shape": {"M": 4},
+        "latency_s": 2e-5,
+        "config": {"format": "x"},
+        "source": "test",
+    }
     assert api.post("/v1/configs/import", json={"records": [rec]}).json() == {"imported": 1, "improved": 1}
     slower = {**rec, "latency_s": 3e-5}
     assert api.post("/v1/configs/import", json={"records": [slower]}).json() == {"imported": 1, "improved": 0}

@@ -7,13 +7,23 @@ parse = TypeAdapter(ShapeDistribution).validate_python
 
 
 def test_explicit_merges_duplicates_and_normalises() -> None:
-    d = parse({"kind": "explicit", "points": [{"shape": {"M": 1}, "weight": 1}, {"shape": {"M": 1}, "weight": 1},
-                                              {"shape": {"M": 8}, "weight": 2}]})
+    d = parse(
+        {
+            "kind": "explicit",
+            "points": [
+                {"shape": {"M": 1}, "weight": 1},
+                {"shape": {"M": 1}, "weight": 1},
+                {"shape": {"M": 8}, "weight": 2},
+            ],
+        }
+    )
     assert sorted((s["M"], w) for s, w in normalized_support(d)) == [(1, 0.5), (8, 0.5)]
 
 
 def test_zipf_favours_small_values() -> None:
-    support = dict((s["M"], w) for s, w in normalized_support(parse({"kind": "zipf", "dim": "M", "low": 1, "high": 128})))
+    support = dict(
+        (s["M"], w) for s, w in normalized_support(parse({"kind": "zipf", "dim": "M", "low": 1, "high": 128}))
+    )
     assert len(support) == 128
     assert support[1] > support[2] > support[128]
     assert sum(support.values()) == pytest.approx(1.0)
@@ -29,8 +39,15 @@ def test_normal_is_truncated_to_its_range() -> None:
 def test_histogram_and_independent_product() -> None:
     h = parse({"kind": "histogram", "dim": "M", "counts": {"4": 3, "8": 1, "9": 0}})
     assert [(s["M"], w) for s, w in normalized_support(h)] == [(4, 0.75), (8, 0.25)]
-    d = parse({"kind": "independent", "factors": [{"kind": "uniform", "dim": "B", "low": 1, "high": 2},
-                                                   {"kind": "uniform", "dim": "M", "low": 1, "high": 3}]})
+    d = parse(
+        {
+            "kind": "independent",
+            "factors": [
+                {"kind": "uniform", "dim": "B", "low": 1, "high": 2},
+                {"kind": "uniform", "dim": "M", "low": 1, "high": 3},
+            ],
+        }
+    )
     support = normalized_support(d)
     assert len(support) == 6 and all(w == pytest.approx(1 / 6) for _, w in support)
 

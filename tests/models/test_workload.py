@@ -6,8 +6,9 @@ from service.models import OPERATORS, WorkloadSpec
 
 def test_hash_is_canonical_and_stable() -> None:
     a = WorkloadSpec(op="dense", dims={"N": 2304, "K": 768}, symbolic=["M"])
-    b = WorkloadSpec.model_validate({"symbolic": ["M"], "dims": {"K": 768, "N": 2304}, "op": "dense",
-                                     "attrs": {"bias": False}})
+    b = WorkloadSpec.model_validate(
+        {"symbolic": ["M"], "dims": {"K": 768, "N": 2304}, "op": "dense", "attrs": {"bias": False}}
+    )
     assert a.hash == b.hash
     assert len(a.hash) == 32
     assert a.hash != WorkloadSpec(op="dense", dims={"N": 2304, "K": 768}, symbolic=["M"], attrs={"bias": True}).hash
@@ -23,8 +24,14 @@ def test_hash_is_canonical_and_stable() -> None:
         ({"op": "dense", "dims": {"N": 8, "K": 0}, "symbolic": ["M"]}, "out of range"),
         ({"op": "dense", "dims": {"N": 8, "K": 8, "Q": 1}, "symbolic": ["M"]}, "no dimension 'Q'"),
         ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"bias": 3}}, "must be bool"),
-        ({"op": "conv2d", "dims": {"N": 1, "H": 8, "W": 8, "CI": 4, "CO": 4, "KH": 3, "KW": 3},
-          "attrs": {"stride": 0}}, "stride"),
+        (
+            {
+                "op": "conv2d",
+                "dims": {"N": 1, "H": 8, "W": 8, "CI": 4, "CO": 4, "KH": 3, "KW": 3},
+                "attrs": {"stride": 0},
+            },
+            "stride",
+        ),
         ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "code": "import os"}, "Extra inputs"),
     ],
 )
@@ -41,13 +48,18 @@ def test_bind_and_flops() -> None:
         w.bind({})
     with pytest.raises(ValueError, match="unexpected"):
         w.bind({"M": 3, "B": 2})
-    conv = WorkloadSpec(op="conv2d", dims={"N": 1, "CI": 8, "CO": 16, "KH": 3, "KW": 3}, symbolic=["H", "W"],
-                        attrs={"stride": 2, "padding": 1})
+    conv = WorkloadSpec(
+        op="conv2d",
+        dims={"N": 1, "CI": 8, "CO": 16, "KH": 3, "KW": 3},
+        symbolic=["H", "W"],
+        attrs={"stride": 2, "padding": 1},
+    )
     # output 4x4 for an 8x8 input with stride 2, padding 1
     assert conv.flops({"H": 8, "W": 8}) == 2 * 1 * 4 * 4 * 16 * 8 * 3 * 3
     with pytest.raises(ValueError, match="empty"):
         WorkloadSpec(op="conv2d", dims={"N": 1, "CI": 8, "CO": 16, "KH": 5, "KW": 5}, symbolic=["H", "W"]).bind(
-            {"H": 2, "W": 2})
+            {"H": 2, "W": 2}
+        )
 
 
 def test_registry_has_the_required_operators() -> None:

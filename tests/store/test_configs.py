@@ -17,8 +17,14 @@ def _target(tvm: str = "0.27.0.post1", mcpu: str = "znver4") -> TargetSpec:
 
 
 def _record(latency: float, fingerprint: str, m: int = 16, tag: str = "") -> ConfigRecord:
-    return ConfigRecord(workload_hash=W.hash, target_fingerprint=fingerprint, shape={"M": m}, latency_s=latency,
-                        kind="sketch", config={"format": "test", "tag": tag})
+    return ConfigRecord(
+        workload_hash=W.hash,
+        target_fingerprint=fingerprint,
+        shape={"M": m},
+        latency_s=latency,
+        kind="sketch",
+        config={"format": "test", "tag": tag},
+    )
 
 
 def test_only_better_wins(use_store: str) -> None:

@@ -12,11 +12,13 @@ from service.store import catalog, jobs
 from service.store.db import session_scope
 from service.store.tables import JobRow
 
-SPEC = JobSpec.model_validate({
-    "workload": {"op": "dense", "dims": {"N": 32, "K": 32}, "symbolic": ["M"]},
-    "target": {"kind": "llvm", "mcpu": "znver4", "num_cores": 2},
-    "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 8},
-})
+SPEC = JobSpec.model_validate(
+    {
+        "workload": {"op": "dense", "dims": {"N": 32, "K": 32}, "symbolic": ["M"]},
+        "target": {"kind": "llvm", "mcpu": "znver4", "num_cores": 2},
+        "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 8},
+    }
+)
 
 
 def _new_job() -> str:
@@ -28,8 +30,11 @@ def _new_job() -> str:
 
 def _age_heartbeat(job_id: str, seconds: float) -> None:
     with session_scope() as s:
-        s.execute(update(JobRow).where(JobRow.id == job_id).values(
-            heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)))
+        s.execute(
+            update(JobRow)
+            .where(JobRow.id == job_id)
+            .values(heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds))
+        )
 
 
 def _state(job_id: str) -> JobState:

@@ -15,8 +15,15 @@ CASES = [
     (WorkloadSpec(op="dense", dims={"N": 24, "K": 40}, symbolic=["M"]), {"M": 7}),
     (WorkloadSpec(op="dense", dims={"N": 24, "K": 40}, symbolic=["M"], attrs={"bias": True}), {"M": 5}),
     (WorkloadSpec(op="batch_matmul", dims={"B": 3, "N": 16, "K": 64}, symbolic=["M"]), {"M": 13}),
-    (WorkloadSpec(op="conv2d", dims={"N": 1, "CI": 8, "CO": 16, "KH": 3, "KW": 3}, symbolic=["H", "W"],
-                  attrs={"stride": 2, "padding": 1}), {"H": 9, "W": 7}),
+    (
+        WorkloadSpec(
+            op="conv2d",
+            dims={"N": 1, "CI": 8, "CO": 16, "KH": 3, "KW": 3},
+            symbolic=["H", "W"],
+            attrs={"stride": 2, "padding": 1},
+        ),
+        {"H": 9, "W": 7},
+    ),
     (WorkloadSpec(op="conv2d", dims={"N": 2, "H": 6, "W": 6, "CI": 4, "CO": 8, "KH": 1, "KW": 1}), {}),
 ]
 

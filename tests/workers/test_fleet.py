@@ -73,9 +73,12 @@ def test_flow_api_worker_store_sdk_on_postgres_and_redis(fleet_factory, pg_url: 
 
 def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redis_url: str) -> None:  # type: ignore[no-untyped-def]
     fleet = fleet_factory(
-        KERNELFLEET_DATABASE_URL=pg_url, KERNELFLEET_BROKER_URL=redis_url,
-        KERNELFLEET_BROKER_VISIBILITY_TIMEOUT_S="8", KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S="1",
-        KERNELFLEET_HEARTBEAT_INTERVAL_S="1", KERNELFLEET_STALE_AFTER_S="4",
+        KERNELFLEET_DATABASE_URL=pg_url,
+        KERNELFLEET_BROKER_URL=redis_url,
+        KERNELFLEET_BROKER_VISIBILITY_TIMEOUT_S="8",
+        KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S="1",
+        KERNELFLEET_HEARTBEAT_INTERVAL_S="1",
+        KERNELFLEET_STALE_AFTER_S="4",
     )
     fleet.start_api()
     fleet.start_worker("victim")
@@ -92,8 +95,9 @@ def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redi
 
 
 def test_worker_sigkill_on_embedded_broker_is_reaped(fleet_factory) -> None:  # type: ignore[no-untyped-def]
-    fleet = fleet_factory(KERNELFLEET_HEARTBEAT_INTERVAL_S="1", KERNELFLEET_STALE_AFTER_S="4",
-                          KERNELFLEET_REAP_INTERVAL_S="2")
+    fleet = fleet_factory(
+        KERNELFLEET_HEARTBEAT_INTERVAL_S="1", KERNELFLEET_STALE_AFTER_S="4", KERNELFLEET_REAP_INTERVAL_S="2"
+    )
     fleet.start_api()
     fleet.start_beat()
     fleet.start_worker("victim")
@@ -112,13 +116,22 @@ def test_standalone_runs_a_job_on_the_embedded_default_and_stops_cleanly(tmp_pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFLEET_")}
     env["KERNELFLEET_DATA_DIR"] = str(tmp_path / "data")
     cli = Path(sys.executable).parent / "kernelfleet"
-    proc = subprocess.Popen([str(cli), "standalone", "--port", str(port)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(cli), "standalone", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         client = Client(f"http://127.0.0.1:{port}", retries=6)
         wait_for(client.health, 90, "standalone to become ready")
-        job = client.submit(TINY_DENSE, _target(client), {"kind": "uniform", "dim": "M", "low": 4, "high": 6},
-                            budget={"trials": 8, "max_shapes": 1})
+        job = client.submit(
+            TINY_DENSE,
+            _target(client),
+            {"kind": "uniform", "dim": "M", "low": 4, "high": 6},
+            budget={"trials": 8, "max_shapes": 1},
+        )
         assert client.wait(job.id, timeout_s=300, poll_s=0.5).state == "succeeded"
         assert (tmp_path / "data" / "kernelfleet.db").exists() and (tmp_path / "data" / "broker.db").exists()
     finally:

@@ -9,9 +9,17 @@ parse = TypeAdapter(ShapeDistribution).validate_python
 
 
 def test_hot_shapes_rank_by_flops_times_weight() -> None:
-    dist = parse({"kind": "explicit", "points": [
-        {"shape": {"M": 1}, "weight": 0.4}, {"shape": {"M": 16}, "weight": 0.3},
-        {"shape": {"M": 61}, "weight": 0.2}, {"shape": {"M": 128}, "weight": 0.1}]})
+    dist = parse(
+        {
+            "kind": "explicit",
+            "points": [
+                {"shape": {"M": 1}, "weight": 0.4},
+                {"shape": {"M": 16}, "weight": 0.3},
+                {"shape": {"M": 61}, "weight": 0.2},
+                {"shape": {"M": 128}, "weight": 0.1},
+            ],
+        }
+    )
     # priorities ∝ 0.4, 4.8, 12.2, 12.8
     assert [s["M"] for s, _, _ in hot_shapes(DENSE, dist, 4)] == [128, 61, 16, 1]
     assert [s["M"] for s, _, _ in hot_shapes(DENSE, dist, 2)] == [128, 61]

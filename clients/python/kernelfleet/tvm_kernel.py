@@ -7,6 +7,7 @@ is executed: the trace is a list of schedule primitives TVM interprets.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,11 @@ CONFIG_FORMAT_TRACE = "metaschedule-trace"
 
 
 def _tvm() -> Any:
+    # TVM defaults to half the logical CPUs (it assumes hyper-threading); kernels are tuned for all cores.
+    os.environ.setdefault(
+        "TVM_NUM_THREADS",
+        str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)),
+    )
     try:
         import tvm
     except ImportError as exc:  # pragma: no cover - exercised only without TVM

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
@@ -13,7 +15,9 @@ from service.store import catalog, configs
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
-_MISS = {404: {"model": ConfigMiss, "description": "no tuned config: the body says which fallback to use"}}
+_MISS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ConfigMiss, "description": "no tuned config: the body says which fallback to use"}
+}
 
 
 def _lookup(session: Session, key: LookupKey, loc: list[str | int]) -> ConfigRecord | ConfigMiss:

@@ -92,7 +92,8 @@ def _conv2d_reference(w: WorkloadSpec, inp: np.ndarray, flt: np.ndarray) -> np.n
     padded = np.pad(inp, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
     kh, kw = flt.shape[:2]
     windows = np.lib.stride_tricks.sliding_window_view(padded, (kh, kw), axis=(1, 2))[:, ::stride, ::stride]
-    return np.einsum("nhwcij,ijco->nhwo", windows, flt, optimize=True).astype(inp.dtype)
+    out: np.ndarray = np.einsum("nhwcij,ijco->nhwo", windows, flt, optimize=True).astype(inp.dtype)
+    return out
 
 
 def reference(workload: WorkloadSpec) -> Callable[..., np.ndarray]:

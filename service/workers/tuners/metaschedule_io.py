@@ -13,11 +13,11 @@ from typing import Any
 
 import tvm
 import tvm_ffi
-from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
 from service.models import TargetSpec, Toolchain, Workload
 from service.workers.tuners.compute import prim_func
 from service.workers.tuners.trace_json import to_py

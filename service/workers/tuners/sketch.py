@@ -14,11 +14,11 @@ from typing import Any
 
 import tvm
 import tvm_ffi
-from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
 
+from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
 from service.models.config import MeasuredCandidate
 from service.workers.tuners.base import CandidateSink, TuneOutcome, TuningStopped, TuningTask
 from service.workers.tuners.build import make_builder

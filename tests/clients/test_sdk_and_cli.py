@@ -1,0 +1,84 @@
+"""The SDK and the CLI against a real API process (SQLite store), and MetaSchedule database exchange."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from kernelfleet import Client, InvalidRequest, ServiceUnavailable
+from kernelfleet.cli import app
+from kernelfleet.tvm_kernel import build_kernel
+from service.models import WorkloadSpec
+from service.workers.hardware import host_target
+from tests.helpers import TINY_DENSE, Fleet, free_port
+
+
+@pytest.fixture
+def api_url(tmp_path: Path) -> Iterator[str]:
+    fleet = Fleet(tmp_path / "fleet", {})
+    fleet.start_api()
+    yield fleet.url
+    fleet.stop()
+
+
+def test_sdk_errors_are_typed(api_url: str) -> None:
+    client = Client(api_url)
+    with pytest.raises(InvalidRequest) as err:
+        client.register_workload({"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]})
+    assert err.value.status == 422 and "K" in str(err.value.detail)
+    down = Client(f"http://127.0.0.1:{free_port()}", retries=2, backoff_s=0.05)
+    t0 = time.monotonic()
+    with pytest.raises(ServiceUnavailable):
+        down.jobs()
+    assert time.monotonic() - t0 < 5
+    assert not down.health()
+
+
+@pytest.mark.slow
+def test_metaschedule_import_best_and_export(api_url: str, tmp_path: Path) -> None:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from service.workers.tuners.build import make_builder
+    from service.workers.tuners.compute import prim_func
+
+    # an existing MetaSchedule JSON database, as a user would bring it
+    workload = WorkloadSpec.model_validate(TINY_DENSE)
+    mod = prim_func(workload, {"M": 8})
+    target = tvm.target.Target(host_target().tvm_target())
+    ms_dir = tmp_path / "ms"
+    ms.tune_tir(mod, target, str(ms_dir), max_trials_global=4, num_trials_per_iter=4, builder=make_builder(), seed=0)
+    assert (ms_dir / "database_tuning_record.json").exists()
+
+    client = Client(api_url)
+    wh = client.register_workload(TINY_DENSE).workload_hash
+    runner = CliRunner()
+    result = runner.invoke(app, ["import-metaschedule", str(ms_dir), "--url", api_url])
+    assert result.exit_code == 0, result.output
+    assert "imported" in result.output and "improved the store" in result.output
+
+    fp = client.register_target(host_target().model_dump(exclude={"toolchain"})).target_fingerprint
+    hit = runner.invoke(app, ["best", "--workload", wh, "--target", fp, "--shape", "M=8", "--url", api_url])
+    assert hit.exit_code == 0 and "imported config" in hit.output, hit.output
+    miss = runner.invoke(app, ["best", "--workload", wh, "--target", fp, "--shape", "M=9", "--url", api_url])
+    assert miss.exit_code == 1 and "miss" in miss.output
+
+    kernel = client.kernel(wh, fp, {"M": 8})
+    x, w = np.ones((8, 32), "float32"), np.arange(32 * 32, dtype="float32").reshape(32, 32) / 1024
+    np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-5)
+
+    out = tmp_path / "export"
+    exported = runner.invoke(app, ["export-metaschedule", str(out), "--workload", wh, "--url", api_url])
+    assert exported.exit_code == 0 and "wrote 1 records" in exported.output, exported.output
+    db = ms.database.JSONDatabase(work_dir=str(out))
+    record = db.query_tuning_record(mod, target, workload_name="main")
+    assert record is not None
+    stored = client.best(wh, fp, {"M": 8})
+    assert stored is not None
+    assert float(record.run_secs[0]) == pytest.approx(stored.latency_s)
+    assert build_kernel(stored.config)(x, w).shape == (8, 32)

@@ -38,7 +38,8 @@ def _wait_ready(client: Client, timeout_s: float = 120) -> dict[str, object]:
         if client.health():
             workers = client.workers()
             if workers:
-                return workers[0]
+                first: dict[str, object] = workers[0]
+                return first
         time.sleep(0.5)
     raise TimeoutError("the service did not come up; see the logs under the data dir")
 
@@ -52,9 +53,9 @@ def main(trials: int = 128, port: int = 8765, data_dir: Path | None = None) -> N
     settings = Settings(data_dir=data_dir)
     supervisor = Supervisor(settings, port=port, workers=1)
     console.print(f"[bold]KernelFleet demo[/] — embedded store and broker in {data_dir}")
-    supervisor.start()
+    admin_key = supervisor.start()
     try:
-        client = Client(f"http://127.0.0.1:{port}")
+        client = Client(f"http://127.0.0.1:{port}", api_key=admin_key)
         worker = _wait_ready(client)
         hw = worker["target"]
         assert isinstance(hw, dict)

@@ -122,12 +122,15 @@ class Supervisor:
         self.children.append(Child("beat", beat_argv(settings), logs / "beat.log"))
         self._stopping = False
 
-    def start(self) -> None:
+    def start(self) -> str | None:
+        """Start every part; returns the admin key when this start created the store's first one."""
         migrate(self.settings.resolved_database_url)  # once, before any child touches the store
+        admin_key = bootstrap_admin_key(self.settings)
         env_note = {"store": self.settings.resolved_database_url, "broker": self.settings.resolved_broker_url}
         log.info("starting %s with %s", [c.name for c in self.children], env_note)
         for child in self.children:
             child.start()
+        return admin_key
 
     def check(self) -> None:
         for child in self.children:
@@ -152,7 +155,9 @@ class Supervisor:
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, _terminate)
-        self.start()
+        admin_key = self.start()
+        if admin_key:
+            print(f"admin API key (shown once; also saved to {admin_key_path(self.settings)}): {admin_key}", flush=True)
         try:
             while True:
                 time.sleep(1)
@@ -163,7 +168,28 @@ class Supervisor:
             self.stop()
 
 
+def admin_key_path(settings: Settings) -> Path:
+    return settings.data_dir / "admin.key"
+
+
+def bootstrap_admin_key(settings: Settings) -> str | None:
+    """Create the first admin key of an empty store, save it next to the embedded data (mode 0600)."""
+    from service.store import keys
+    from service.store.db import session_scope
+
+    with session_scope(settings.resolved_database_url) as session:
+        created = keys.bootstrap_admin(session)
+    if created is None:
+        return None
+    path = admin_key_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(created.key + "\n")
+    return created.key
+
+
 def configure_logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("KERNELFLEET_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from service import logs
+
+    logs.configure()

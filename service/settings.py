@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     max_attempts: int = 3
     worker_queues: str | None = Field(default=None, description="comma-separated; default: the host's own queue")
     measure_timeout_s: int = 30
+    auth_enabled: bool = Field(default=True, description="require API keys on /v1 (off only for trusted local use)")
+    submit_rate_per_minute: float = Field(default=120, gt=0, description="job/workload submissions per key")
+    max_body_bytes: int = 1 << 20
     db_pool_timeout_s: float = 5.0
 
     @property

@@ -13,8 +13,10 @@ from typing import Any
 
 import httpx
 
-from service.launch import api_argv, beat_argv, worker_argv, worker_queues
+from kernelfleet import Client
+from service.launch import api_argv, beat_argv, bootstrap_admin_key, worker_argv, worker_queues
 from service.settings import Settings
+from service.store.db import migrate
 
 TINY_DENSE = {"op": "dense", "dims": {"N": 32, "K": 32}, "symbolic": ["M"]}
 
@@ -50,6 +52,7 @@ class Fleet:
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.port = free_port()
+        self.api_key: str | None = None
         (data_dir / "logs").mkdir(parents=True, exist_ok=True)
 
     @property
@@ -63,8 +66,13 @@ class Fleet:
         return proc
 
     def start_api(self) -> None:
+        migrate(self.settings.resolved_database_url)
+        self.api_key = bootstrap_admin_key(self.settings) or self.api_key
         self._spawn("api", api_argv("127.0.0.1", self.port))
         wait_for(lambda: self._ready(), 60, "the API to become ready")
+
+    def client(self, **kwargs: Any) -> Client:
+        return Client(self.url, api_key=self.api_key, **kwargs)
 
     def _ready(self) -> bool:
         try:

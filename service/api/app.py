@@ -11,7 +11,9 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service import __version__
-from service.api.routers import catalog, configs, health, jobs
+from service.api.limits import BodySizeLimit
+from service.api.routers import catalog, configs, health, jobs, keys, ops
+from service.settings import get_settings
 from service.store.db import migrate
 
 
@@ -28,7 +30,8 @@ def create_app(run_migrations: bool = True) -> FastAPI:
         description="Tune kernels for operator workloads and shape distributions; serve the best kernel per shape.",
         lifespan=lifespan,
     )
-    for module in (health, catalog, jobs, configs):
+    app.add_middleware(BodySizeLimit, max_bytes=get_settings().max_body_bytes)
+    for module in (health, ops, catalog, jobs, configs, keys):
         app.include_router(module.router)
 
     @app.exception_handler(OperationalError)

@@ -28,7 +28,7 @@ def _count(result: Any) -> int:
     return int(result.rowcount)
 
 
-def create_job(session: Session, spec: JobSpec, workload_hash: str) -> JobRow:
+def create_job(session: Session, spec: JobSpec, workload_hash: str, owner_key_id: str | None = None) -> JobRow:
     row = JobRow(
         id=str(uuid.uuid4()),
         kind=spec.kind,
@@ -41,6 +41,7 @@ def create_job(session: Session, spec: JobSpec, workload_hash: str) -> JobRow:
         tags=spec.tags,
         trials_total=spec.budget.trials,
         created_at=utcnow(),
+        owner_key_id=owner_key_id,
     )
     session.add(row)
     session.flush()

@@ -70,6 +70,7 @@ class JobRow(Base):
     lease: Mapped[str | None] = mapped_column(String(36))
     dispatched: Mapped[bool] = mapped_column(Boolean, default=False)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    owner_key_id: Mapped[str | None] = mapped_column(String(36), index=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
@@ -135,3 +136,16 @@ class WorkerRow(Base):
     target_fingerprint: Mapped[str] = mapped_column(String(64))
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class ApiKeyRow(Base):
+    """API keys are stored as SHA-256 hashes of 256-bit random secrets; the secret itself never is."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[dt.datetime | None]

@@ -23,4 +23,4 @@ def vendor_label() -> str:
 
 
 def measure_vendor(workload: WorkloadSpec, shape: Mapping[str, int]) -> float:
-    return median_seconds(reference(workload), *random_inputs(workload, shape))
+    return float(median_seconds(reference(workload), *random_inputs(workload, shape)))

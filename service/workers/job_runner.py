@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from kernelfleet.tvm_kernel import build_kernel
+from service.logs import for_job
 from service.models import ConfigRecord, JobState, TargetSpec, WorkloadSpec, shape_key
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
@@ -105,7 +106,7 @@ def run_job(job_id: str, worker: str, settings: Settings, tuners: Mapping[str, T
         except TuningStopped:
             return _stopped(job_id)
         except Exception as exc:
-            log.exception("job %s failed", job_id)
+            for_job(log, job_id).exception("job failed")
             detail = "".join(traceback.format_exception_only(exc)).strip()
             with session_scope() as s:
                 jobs.finish(s, job_id, lease, JobState.failed, f"{type(exc).__name__}: {detail}")
@@ -213,7 +214,7 @@ def _run_claimed(
                 baseline_latency_s=vendor,
             )
         if error:
-            log.warning("job %s shape %s: %s", job_id, key, error)
+            for_job(log, job_id).warning("shape %s: %s", key, error)
     with session_scope() as s:
         if produced == 0:
             jobs.finish(s, job_id, lease, JobState.failed, "no shape produced a verified config")

@@ -7,8 +7,9 @@ import os
 import socket
 from typing import Any
 
-from celery.signals import worker_ready
+from celery.signals import setup_logging, worker_ready
 
+from service.logs import for_job
 from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store.db import session_scope
@@ -31,7 +32,7 @@ def run_job(self: Any, job_id: str) -> str:
 
     settings = get_settings()
     outcome = run(job_id, worker_id(self.request.hostname), settings, {"sketch": SketchTuner()})
-    log.info("job %s: %s", job_id, outcome)
+    for_job(log, job_id).info("outcome: %s", outcome)
     if outcome == "busy":
         # A redelivered copy found the job running elsewhere. Acking it would leave no message should that
         # worker die, so check again once its heartbeat could have gone stale.
@@ -56,6 +57,14 @@ def reap() -> dict[str, list[str]]:
     if reaped.requeued or reaped.failed or sent:
         log.warning("reaper: requeued %s, failed %s, dispatched %s", reaped.requeued, reaped.failed, sent)
     return {"requeued": reaped.requeued, "failed": reaped.failed, "dispatched": sent}
+
+
+@setup_logging.connect
+def _logging(**_: Any) -> None:
+    """Our format (JSON with KERNELFLEET_LOG_FORMAT=json) instead of Celery's."""
+    from service import logs
+
+    logs.configure()
 
 
 @worker_ready.connect

@@ -20,7 +20,7 @@ TOOLCHAIN = {"tvm": "0.27.0.post1", "tuner_abi": "1"}
 
 @pytest.fixture
 def api(use_store: str) -> Iterator[TestClient]:
-    with TestClient(create_app(run_migrations=False)) as client:
+    with TestClient(create_app(run_migrations=False), headers=_key("admin")) as client:
         yield client
 
 
@@ -160,3 +160,105 @@ def test_import_keeps_only_better(api: TestClient) -> None:
     assert api.post("/v1/configs/import", json={"records": [slower]}).json() == {"imported": 1, "improved": 0}
     bad = {**rec, "shape": {"X": 1}}
     assert ["body", "records", 0] in _loc(api.post("/v1/configs/import", json={"records": [bad]}))
+
+
+def _key(*scopes: str) -> dict[str, str]:
+    from service.models.auth import Scope
+    from service.store import keys
+
+    with session_scope() as s:
+        created = keys.create(s, "test", [Scope(x) for x in scopes])
+    return {"Authorization": f"Bearer {created.key}"}
+
+
+def test_every_v1_route_needs_a_key(use_store: str) -> None:
+    with TestClient(create_app(run_migrations=False)) as anon:
+        schema = anon.get("/openapi.json").json()
+        for path, methods in schema["paths"].items():
+            if not path.startswith("/v1"):
+                continue
+            for method in methods:
+                url = path.replace("{workload_hash}", "x").replace("{job_id}", "x").replace("{fingerprint}", "x")
+                url = url.replace("{key_id}", "x")
+                assert anon.request(method.upper(), url).status_code == 401, (method, path)
+        assert anon.get("/v1/jobs", headers={"Authorization": "Bearer kf_wrong"}).status_code == 401
+        assert anon.get("/v1/jobs", headers={"Authorization": "Basic abc"}).status_code == 401
+        assert anon.get("/healthz").status_code == 200
+
+
+def test_scopes_and_ownership(use_store: str) -> None:
+    reader, submitter, other, admin = _key("read"), _key("submit", "read"), _key("submit"), _key("admin")
+    with TestClient(create_app(run_migrations=False)) as c:
+        assert c.get("/v1/jobs", headers=reader).status_code == 200
+        assert c.post("/v1/jobs", json=_job(), headers=reader).status_code == 403
+        job = c.post("/v1/jobs", json=_job(), headers=submitter).json()
+        assert c.post(f"/v1/jobs/{job['id']}/cancel", headers=other).status_code == 403
+        assert c.post(f"/v1/jobs/{job['id']}/cancel", headers=admin).json()["state"] == "cancelled"
+        assert c.get("/v1/keys", headers=submitter).status_code == 403
+        made = c.post("/v1/keys", json={"name": "bot", "scopes": ["read"]}, headers=admin)
+        assert made.status_code == 201
+        bot = {"Authorization": f"Bearer {made.json()['key']}"}
+        assert c.get("/v1/jobs", headers=bot).status_code == 200
+        assert made.json()["key"] not in c.get("/v1/keys", headers=admin).text
+        assert c.post(f"/v1/keys/{made.json()['id']}/revoke", headers=admin).json()["revoked_at"]
+        assert c.get("/v1/jobs", headers=bot).status_code == 401
+        assert ["body", "scopes", 0] in _loc(c.post("/v1/keys", json={"name": "x", "scopes": ["root"]}, headers=admin))
+
+
+def test_submit_rate_limit_and_body_size(use_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.api.state import submit_bucket
+    from service.settings import get_settings
+
+    monkeypatch.setenv("KERNELFLEET_SUBMIT_RATE_PER_MINUTE", "3")
+    monkeypatch.setenv("KERNELFLEET_MAX_BODY_BYTES", "4096")
+    get_settings.cache_clear()
+    submit_bucket.cache_clear()
+    try:
+        headers = _key("submit")
+        with TestClient(create_app(run_migrations=False)) as c:
+            codes = [c.post("/v1/workloads", json=DENSE, headers=headers).status_code for _ in range(5)]
+            assert codes[:3] == [201, 201, 201] and codes[3] == 429
+            limited = c.post("/v1/workloads", json=DENSE, headers=headers)
+            assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+            assert c.post("/v1/workloads", json=DENSE, headers=_key("submit")).status_code == 201  # per key
+            huge = {"kind": "explicit", "points": [{"shape": {"M": i}, "weight": 1} for i in range(1, 400)]}
+            assert c.post("/v1/jobs", json=_job(distribution=huge), headers=headers).status_code == 413
+    finally:
+        get_settings.cache_clear()
+        submit_bucket.cache_clear()
+
+
+def test_metrics_and_status(api: TestClient) -> None:
+    wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
+    api.post("/v1/jobs", json=_job())
+    api.get("/v1/configs/best", params={"workload": wh, "target": "f" * 32, "shape": "M=8"})
+    text = api.get("/metrics").text
+    for name in (
+        'kernelfleet_jobs{state="queued"}',
+        "kernelfleet_queue_depth",
+        "kernelfleet_lookup_seconds_bucket",
+        'kernelfleet_lookups_total{outcome="miss"}',
+        "kernelfleet_trials_per_second",
+    ):
+        assert name in text, name
+    status = api.get("/v1/status").json()
+    assert status["jobs"]["queued"] >= 1 and "cpu.znver4" in status["queues"]
+
+
+def test_json_logs_carry_the_job_id() -> None:
+    import json
+    import logging
+
+    from service.logs import JsonFormatter, for_job
+
+    record: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, r: logging.LogRecord) -> None:
+            record.append(JsonFormatter().format(r))
+
+    logger = logging.getLogger("kf-test-json")
+    logger.addHandler(Capture())
+    for_job(logger, "job-123").warning("shape %s failed", "M=8")
+    doc = json.loads(record[0])
+    assert doc["job_id"] == "job-123" and doc["msg"] == "shape M=8 failed" and doc["level"] == "WARNING"

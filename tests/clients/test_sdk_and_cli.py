@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from kernelfleet import Client, InvalidRequest, ServiceUnavailable
+from kernelfleet import Client, Forbidden, InvalidRequest, ServiceUnavailable, Unauthorized
 from kernelfleet.cli import app
 from kernelfleet.tvm_kernel import build_kernel
 from service.models import WorkloadSpec
@@ -19,15 +19,23 @@ from tests.helpers import TINY_DENSE, Fleet, free_port
 
 
 @pytest.fixture
-def api_url(tmp_path: Path) -> Iterator[str]:
+def api_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     fleet = Fleet(tmp_path / "fleet", {})
     fleet.start_api()
+    assert fleet.api_key
+    monkeypatch.setenv("KERNELFLEET_API_KEY", fleet.api_key)  # the SDK and the CLI pick it up
     yield fleet.url
     fleet.stop()
 
 
 def test_sdk_errors_are_typed(api_url: str) -> None:
+    with pytest.raises(Unauthorized):
+        Client(api_url, api_key="kf_not-a-key").jobs()
     client = Client(api_url)
+    reader = client.create_key("reader", ["read"])
+    with pytest.raises(Forbidden):
+        Client(api_url, api_key=reader["key"]).register_workload(TINY_DENSE)
+    assert Client(api_url, api_key=reader["key"]).jobs() == []
     with pytest.raises(InvalidRequest) as err:
         client.register_workload({"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]})
     assert err.value.status == 422 and "K" in str(err.value.detail)
@@ -37,6 +45,20 @@ def test_sdk_errors_are_typed(api_url: str) -> None:
         down.jobs()
     assert time.monotonic() - t0 < 5
     assert not down.health()
+
+
+def test_keys_cli(api_url: str) -> None:
+    runner = CliRunner()
+    made = runner.invoke(app, ["keys", "create", "ci-bot", "--scope", "submit", "--scope", "read", "--url", api_url])
+    assert made.exit_code == 0 and "key kf_" in made.output, made.output
+    key_id = made.output.split()[1]
+    listed = runner.invoke(app, ["keys", "list", "--url", api_url])
+    assert "ci-bot" in listed.output and "kf_" in listed.output  # the prefix only
+    secret = made.output.split("key ", 1)[1].split()[0]
+    assert secret not in listed.output
+    assert runner.invoke(app, ["keys", "revoke", key_id, "--url", api_url]).exit_code == 0
+    with pytest.raises(Unauthorized):
+        Client(api_url, api_key=secret, retries=0).jobs()
 
 
 @pytest.mark.slow

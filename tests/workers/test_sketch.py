@@ -58,3 +58,20 @@ def test_sink_can_stop_the_search(tmp_path: Path) -> None:
     with pytest.raises(TuningStopped):
         SketchTuner().tune(TuningTask(workload, {"M": 4}, host_target(), trials=32, work_dir=tmp_path), sink)
     assert 1 <= len(sink.candidates) < 32
+
+
+def test_crashing_and_hanging_candidates_fail_only_themselves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.faults import crash_or_hang_evaluator
+
+    monkeypatch.setenv("KF_TEST_FAULTS", str(tmp_path / "calls"))
+    workload = WorkloadSpec(op="dense", dims={"N": 16, "K": 16}, symbolic=["M"])
+    sink = ListSink()
+    task = TuningTask(
+        workload, {"M": 4}, host_target(), trials=9, work_dir=tmp_path / "wd", seed=0, measure_timeout_s=4
+    )
+    outcome = SketchTuner(run_evaluator=crash_or_hang_evaluator).tune(task, sink)
+    statuses = [c.status for c in sink.candidates]
+    assert "error" in statuses and "timeout" in statuses and "ok" in statuses, statuses
+    assert all(c.error for c in sink.candidates if c.status != "ok")
+    assert outcome.best_config is not None  # the search went on and kept the good ones
+    assert outcome.errors == statuses.count("error") + statuses.count("timeout")

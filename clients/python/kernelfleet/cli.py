@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,6 +30,16 @@ def _service() -> Any:
         console.print("[red]server commands need the service package (pip install kernelfleet-service)[/]")
         raise typer.Exit(2) from None
     return launch
+
+
+def _client(url: str | None) -> Client:
+    """A client with KERNELFLEET_API_KEY, or else the admin key a local standalone saved in its data dir."""
+    key = os.environ.get("KERNELFLEET_API_KEY")
+    if not key:
+        saved = Path(os.environ.get("KERNELFLEET_DATA_DIR", ".kernelfleet")) / "admin.key"
+        if saved.is_file():
+            key = saved.read_text().strip()
+    return Client(url, api_key=key)
 
 
 def _parse_kv(text: str) -> dict[str, int]:
@@ -95,10 +106,15 @@ def beat() -> None:
 def migrate() -> None:
     """Create or upgrade the store's schema."""
     _service()
+    from service.launch import admin_key_path, bootstrap_admin_key
+    from service.settings import get_settings
     from service.store.db import migrate as run
 
     run()
     console.print("schema is at the newest revision")
+    key = bootstrap_admin_key(get_settings())
+    if key:
+        console.print(f"admin API key (shown once; also saved to {admin_key_path(get_settings())}): {key}")
 
 
 @app.command()
@@ -118,7 +134,7 @@ def submit(
 ) -> None:
     """Submit a tuning job from a JSON spec and (by default) wait for it with a progress bar."""
     body = json.loads(spec.read_text())
-    with Client(url) as client:
+    with _client(url) as client:
         job = client.submit(
             body["workload"],
             body["target"],
@@ -155,7 +171,7 @@ def _print_job(job: Any) -> None:
 @app.command()
 def jobs(url: UrlOpt = None, state: str | None = None, limit: int = 20) -> None:
     """List recent jobs."""
-    with Client(url) as client:
+    with _client(url) as client:
         table = Table("id", "kind", "state", "progress", "created", "error")
         for j in client.jobs(state=state, limit=limit):
             table.add_row(
@@ -170,9 +186,23 @@ def jobs(url: UrlOpt = None, state: str | None = None, limit: int = 20) -> None:
 
 
 @app.command()
+def status(url: UrlOpt = None) -> None:
+    """Summarise the fleet: jobs by state, queue depths, throughput and workers."""
+    with _client(url) as client:
+        st = client.status()
+    console.print("jobs   " + "  ".join(f"{k} {v}" for k, v in st["jobs"].items()))
+    console.print("queues " + "  ".join(f"{k} {'?' if v is None else v}" for k, v in st["queues"].items()))
+    console.print(f"trials/s (5 min) {st['trials_per_second']:.2f}")
+    table = Table("worker", "queues", "last seen")
+    for w in st["workers"]:
+        table.add_row(w["name"], ",".join(w["queues"]), w["last_seen"][:19])
+    console.print(table)
+
+
+@app.command()
 def job(job_id: str, url: UrlOpt = None) -> None:
     """Show one job with its per-shape results."""
-    with Client(url) as client:
+    with _client(url) as client:
         _print_job(client.job(job_id))
 
 
@@ -184,7 +214,7 @@ def best(
     url: UrlOpt = None,
 ) -> None:
     """Look up the best config for one concrete shape."""
-    with Client(url) as client:
+    with _client(url) as client:
         rec = client.best(workload, target, _parse_kv(shape))
     if rec is None:
         console.print("[yellow]miss[/]: no tuned config; run the default kernel and submit a job for this shape")
@@ -205,7 +235,7 @@ def import_metaschedule(
     from service.models import Toolchain, Workload
     from service.workers.tuners.metaschedule_io import read_database
 
-    with Client(url) as client:
+    with _client(url) as client:
         workloads = [Workload(**w.model_dump()) for w in client.workloads()]
         records, skipped = read_database(work_dir, workloads, Toolchain(**local_toolchain()))
         result = client.import_configs(records) if records else {"imported": 0, "improved": 0}
@@ -227,9 +257,51 @@ def export_metaschedule(
     _service()
     from service.workers.tuners.metaschedule_io import write_database
 
-    with Client(url) as client:
+    with _client(url) as client:
         n = write_database(out_dir, client.configs(workload=workload, target=target))
     console.print(f"wrote {n} records to {out_dir}")
+
+
+keys_app = typer.Typer(no_args_is_help=True, help="API keys (needs an admin key).")
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create(
+    name: str,
+    scope: Annotated[list[str], typer.Option(help="read, telemetry, submit or admin; repeat for several")],
+    url: UrlOpt = None,
+) -> None:
+    """Create a key; its secret is printed once."""
+    with _client(url) as client:
+        created = client.create_key(name, scope)
+    console.print(f"id {created['id']}  scopes {','.join(created['scopes'])}")
+    console.print(f"key {created['key']}   (shown once; store it now)")
+
+
+@keys_app.command("list")
+def keys_list(url: UrlOpt = None) -> None:
+    """List keys (ids, names, prefixes, scopes; never secrets)."""
+    with _client(url) as client:
+        table = Table("id", "name", "prefix", "scopes", "created", "revoked")
+        for k in client.api_keys():
+            table.add_row(
+                k["id"],
+                k["name"],
+                k["prefix"],
+                ",".join(k["scopes"]),
+                k["created_at"][:19],
+                (k["revoked_at"] or "")[:19],
+            )
+        console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, url: UrlOpt = None) -> None:
+    """Revoke a key (effective on every API process within seconds)."""
+    with _client(url) as client:
+        revoked = client.revoke_key(key_id)
+    console.print(f"revoked {revoked['id']} ({revoked['name']})")
 
 
 def main() -> None:

@@ -10,7 +10,16 @@ from typing import Any
 
 import httpx
 
-from kernelfleet.errors import InvalidRequest, JobFailed, KernelFleetError, NotFound, ServiceUnavailable
+from kernelfleet.errors import (
+    Forbidden,
+    InvalidRequest,
+    JobFailed,
+    KernelFleetError,
+    NotFound,
+    RateLimited,
+    ServiceUnavailable,
+    Unauthorized,
+)
 from kernelfleet.models import BestConfig, Job, Target, Workload
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -40,10 +49,13 @@ class Client:
         retries: int = 3,
         backoff_s: float = 0.2,
         transport: httpx.BaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = (base_url or os.environ.get("KERNELFLEET_URL") or DEFAULT_URL).rstrip("/")
         self.retries, self.backoff_s = retries, backoff_s
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        key = api_key or os.environ.get("KERNELFLEET_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, headers=headers)
         self._kernels: dict[tuple[str, str, str], Any] = {}
 
     def close(self) -> None:
@@ -68,14 +80,13 @@ class Client:
                 if not idempotent or attempt == self.retries:
                     raise ServiceUnavailable(f"{method} {path} failed: {exc}") from exc
             else:
-                if (
-                    resp.status_code in (502, 503, 504)
-                    and (idempotent or resp.status_code == 503)
-                    and attempt < self.retries
-                ):
-                    pass
-                else:
+                retryable = resp.status_code in (429, 503) or (resp.status_code in (502, 504) and idempotent)
+                if not retryable or attempt == self.retries:
                     return self._check(resp)
+                after = resp.headers.get("Retry-After", "")
+                if after.isdigit():
+                    time.sleep(min(float(after), 30.0))
+                    continue
             time.sleep(self.backoff_s * (2**attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
@@ -92,6 +103,12 @@ class Client:
             raise InvalidRequest(message, resp.status_code, detail)
         if resp.status_code == 404:
             raise NotFound(message, resp.status_code, detail)
+        if resp.status_code == 401:
+            raise Unauthorized(message, resp.status_code, detail)
+        if resp.status_code == 403:
+            raise Forbidden(message, resp.status_code, detail)
+        if resp.status_code == 429:
+            raise RateLimited(message, resp.status_code, detail)
         if resp.status_code in (502, 503, 504):
             raise ServiceUnavailable(message, resp.status_code, detail)
         raise KernelFleetError(message, resp.status_code, detail)
@@ -115,6 +132,11 @@ class Client:
         body = dict(spec)
         body.setdefault("toolchain", local_toolchain())
         return Target.model_validate(self._request("POST", "/v1/targets", json=body).json())
+
+    def status(self) -> dict[str, Any]:
+        """Jobs by state, queue depths, trials per second and workers."""
+        result: dict[str, Any] = self._request("GET", "/v1/status").json()
+        return result
 
     def workers(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._request("GET", "/v1/workers").json()
@@ -202,6 +224,19 @@ class Client:
     def configs(self, *, workload: str | None = None, target: str | None = None) -> list[BestConfig]:
         params = {k: v for k, v in {"workload": workload, "target": target}.items() if v}
         return [BestConfig.model_validate(r) for r in self._request("GET", "/v1/configs", params=params).json()]
+
+    def create_key(self, name: str, scopes: list[str]) -> dict[str, Any]:
+        """Admin: a new API key; the returned `key` secret is shown only this once."""
+        result: dict[str, Any] = self._request("POST", "/v1/keys", json={"name": name, "scopes": scopes}).json()
+        return result
+
+    def api_keys(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/v1/keys").json()
+        return result
+
+    def revoke_key(self, key_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("POST", f"/v1/keys/{key_id}/revoke").json()
+        return result
 
     def import_configs(self, records: list[dict[str, Any]]) -> dict[str, int]:
         result: dict[str, int] = self._request("POST", "/v1/configs/import", json={"records": records}).json()

@@ -27,3 +27,15 @@ class ServiceUnavailable(KernelFleetError):
 
 class JobFailed(KernelFleetError):
     pass
+
+
+class Unauthorized(KernelFleetError):
+    """401: no API key, or an invalid or revoked one (set KERNELFLEET_API_KEY)."""
+
+
+class Forbidden(KernelFleetError):
+    """403: the API key lacks the scope this call needs."""
+
+
+class RateLimited(KernelFleetError):
+    """429 after all retries."""

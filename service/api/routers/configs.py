@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
+from service.api.auth import AdminKey, ReadKey
 from service.api.deps import SessionDep, unprocessable
+from service.api.routers.ops import observe_lookup
 from service.models import ConfigMiss, ConfigRecord, TargetSpec, parse_shape_key
 from service.models.config import BatchLookup, BatchLookupResult, ImportRequest, ImportResult, LookupKey
 from service.store import catalog, configs
@@ -42,30 +45,39 @@ def _lookup(session: Session, key: LookupKey, loc: list[str | int]) -> ConfigRec
 @router.get("/best", responses=_MISS, summary="The best config for one concrete shape")
 def best_config(
     session: SessionDep,
+    _: ReadKey,
     workload: str = Query(min_length=1, max_length=64, description="workload hash"),
     target: str = Query(min_length=1, max_length=64, description="target fingerprint (includes toolchain)"),
     shape: str = Query(
         min_length=3, max_length=200, description="concrete shape, e.g. M=61 or B=2,M=61", examples=["M=61"]
     ),
 ) -> ConfigRecord:
+    started = time.perf_counter()
     try:
         parsed = parse_shape_key(shape)
     except ValueError as exc:
         unprocessable(["query", "shape"], str(exc))
     result = _lookup(session, LookupKey(workload=workload, target=target, shape=parsed), ["query"])
+    missed = isinstance(result, ConfigMiss)
+    observe_lookup("best", started, hits=int(not missed), misses=int(missed))
     if isinstance(result, ConfigMiss):
         return JSONResponse(result.model_dump(), status_code=404)  # type: ignore[return-value]
     return result
 
 
 @router.post("/best/batch", summary="Best configs for many keys at once (misses carry their fallback)")
-def best_configs_batch(body: BatchLookup, session: SessionDep) -> BatchLookupResult:
-    return BatchLookupResult(results=[_lookup(session, k, ["body", "keys", i]) for i, k in enumerate(body.keys)])
+def best_configs_batch(body: BatchLookup, session: SessionDep, _: ReadKey) -> BatchLookupResult:
+    started = time.perf_counter()
+    results = [_lookup(session, k, ["body", "keys", i]) for i, k in enumerate(body.keys)]
+    misses = sum(isinstance(r, ConfigMiss) for r in results)
+    observe_lookup("batch", started, hits=len(results) - misses, misses=misses)
+    return BatchLookupResult(results=results)
 
 
 @router.get("", summary="List best configs, e.g. to export them")
 def list_configs(
     session: SessionDep,
+    _: ReadKey,
     workload: str | None = Query(None, max_length=64),
     target: str | None = Query(None, max_length=64),
     limit: int = Query(1000, ge=1, le=10_000),
@@ -74,7 +86,7 @@ def list_configs(
 
 
 @router.post("/import", summary="Bring configs measured elsewhere (e.g. a MetaSchedule database) into the store")
-def import_configs(body: ImportRequest, session: SessionDep) -> ImportResult:
+def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> ImportResult:
     improved = 0
     for i, rec in enumerate(body.records):
         workload = catalog.get_workload(session, rec.workload_hash)

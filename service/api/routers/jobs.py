@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import BaseModel
 
+from service.api.auth import ReadKey, SubmitKey
 from service.api.deps import SessionDep, not_found, unprocessable
+from service.api.limits import enforce
+from service.api.state import submit_bucket
 from service.models import JobSpec, JobState, JobView, WorkloadSpec
+from service.models.auth import Scope
 from service.models.distribution import dims_of
 from service.models.job import KIND_TARGETS, JobList
 from service.store import catalog, jobs
@@ -43,7 +47,8 @@ def _validate(spec: JobSpec, workload: WorkloadSpec) -> None:
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, summary="Submit a tuning job")
-def submit_job(spec: JobSpec, session: SessionDep, response: Response) -> JobView:
+def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: SubmitKey) -> JobView:
+    enforce(submit_bucket(), who.id, "submissions")
     if isinstance(spec.workload, str):
         workload = catalog.get_workload(session, spec.workload)
         if workload is None:
@@ -51,7 +56,7 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response) -> JobVie
     else:
         workload = catalog.put_workload(session, spec.workload)
     _validate(spec, workload)
-    row = jobs.create_job(session, spec, workload.workload_hash)
+    row = jobs.create_job(session, spec, workload.workload_hash, owner_key_id=who.id)
     session.commit()  # the job is durable before its message exists: the reaper re-sends undispatched jobs
     try:
         dispatch(row.id, row.queue)
@@ -63,7 +68,7 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response) -> JobVie
 
 
 @router.get("/{job_id}", summary="State, progress and per-shape results of a job")
-def get_job(job_id: str, session: SessionDep) -> JobView:
+def get_job(job_id: str, session: SessionDep, _: ReadKey) -> JobView:
     row = jobs.get_row(session, job_id)
     return jobs.view(session, row) if row else not_found(f"job {job_id} not found")
 
@@ -71,28 +76,30 @@ def get_job(job_id: str, session: SessionDep) -> JobView:
 @router.get("", summary="List jobs, newest first")
 def list_jobs(
     session: SessionDep,
+    _: ReadKey,
     state: JobState | None = None,
     kind: str | None = Query(None, max_length=32),
     workload: str | None = Query(None, max_length=64),
     limit: int = Query(50, ge=1, le=500),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=1_000_000),
 ) -> JobList:
     rows, total = jobs.list_rows(session, state, kind, workload, limit, offset)
     return JobList(jobs=[jobs.view(session, r) for r in rows], total=total)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
-def cancel_job(job_id: str, session: SessionDep) -> JobView:
-    if jobs.request_cancel(session, job_id) is None:
-        not_found(f"job {job_id} not found")
-    row = jobs.get_row(session, job_id)
-    assert row is not None
+def cancel_job(job_id: str, session: SessionDep, who: SubmitKey) -> JobView:
+    row = jobs.get_row(session, job_id) or not_found(f"job {job_id} not found")
+    if row.owner_key_id != who.id and Scope.admin not in who.scopes:
+        raise HTTPException(403, "only the key that submitted a job, or an admin key, can cancel it")
+    jobs.request_cancel(session, job_id)
+    session.flush()
     return jobs.view(session, row)
 
 
 @router.get("/{job_id}/candidates", summary="Measured candidates of a job")
 def list_candidates(
-    job_id: str, session: SessionDep, limit: int = Query(100, ge=1, le=10_000), offset: int = Query(0, ge=0)
+    job_id: str, session: SessionDep, _: ReadKey, limit: int = Query(100, ge=1, le=10_000), offset: int = Query(0, ge=0, le=1_000_000)
 ) -> list[CandidateView]:
     if jobs.get_row(session, job_id) is None:
         not_found(f"job {job_id} not found")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import tvm
@@ -71,7 +72,13 @@ def _make_recorder(sink: CandidateSink) -> Any:
 
 
 class SketchTuner:
+    """`run_evaluator` replaces MetaSchedule's timing function inside the measuring process
+    (`LocalRunner(f_run_evaluator=...)`); it must be importable by name. The fault tests use it."""
+
     name = "sketch"
+
+    def __init__(self, run_evaluator: Callable[..., list[float]] | None = None) -> None:
+        self.run_evaluator = run_evaluator
 
     def tune(self, task: TuningTask, sink: CandidateSink) -> TuneOutcome:
         mod = prim_func(task.workload, task.shape)
@@ -94,6 +101,7 @@ class SketchTuner:
         runner = ms.runner.LocalRunner(
             timeout_sec=task.measure_timeout_s,
             evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=50),
+            f_run_evaluator=self.run_evaluator,
         )
         try:
             database = ms.tune_tir(

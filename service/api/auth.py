@@ -1,0 +1,91 @@
+"""Authentication (API keys) and authorization (scopes), as FastAPI dependencies."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException
+
+from service.models.auth import ApiKeyView, Scope
+from service.settings import get_settings
+from service.store import keys
+from service.store.db import session_scope
+
+_CACHE_TTL_S = 10.0  # a revoked key stops working within this long on every API process
+_cache: dict[str, tuple[float, ApiKeyView | None]] = {}
+_cache_lock = threading.Lock()
+
+
+def _lookup(secret: str) -> ApiKeyView | None:
+    now = time.monotonic()
+    digest = keys.hash_key(secret)
+    with _cache_lock:
+        hit = _cache.get(digest)
+    if hit and now - hit[0] < _CACHE_TTL_S:
+        return hit[1]
+    with session_scope() as session:
+        principal = keys.authenticate(session, secret)
+    with _cache_lock:
+        if len(_cache) > 10_000:
+            _cache.clear()
+        _cache[digest] = (now, principal)
+    return principal
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+ANONYMOUS_ADMIN = ApiKeyView(
+    id="auth-disabled",
+    name="auth disabled",
+    prefix="",
+    scopes=[Scope.admin],
+    created_at=dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+    revoked_at=None,
+)
+
+
+def principal(
+    authorization: Annotated[str | None, Header(description="Bearer <API key>")] = None,
+    x_api_key: Annotated[str | None, Header(description="the API key, as an alternative header")] = None,
+) -> ApiKeyView:
+    if not get_settings().auth_enabled:
+        return ANONYMOUS_ADMIN
+    secret = x_api_key
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not value:
+            raise HTTPException(401, "Authorization must be 'Bearer <API key>'", {"WWW-Authenticate": "Bearer"})
+        secret = value.strip()
+    if not secret:
+        raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
+    found = _lookup(secret)
+    if found is None:
+        raise HTTPException(401, "invalid or revoked API key", {"WWW-Authenticate": "Bearer"})
+    return found
+
+
+Principal = Annotated[ApiKeyView, Depends(principal)]
+
+
+def require(scope: Scope) -> Callable[[ApiKeyView], ApiKeyView]:
+    """A dependency that admits keys holding `scope` (or admin)."""
+
+    def check(who: Principal) -> ApiKeyView:
+        if scope not in who.scopes and Scope.admin not in who.scopes:
+            raise HTTPException(403, f"this API key lacks the '{scope.value}' scope")
+        return who
+
+    return check
+
+
+ReadKey = Annotated[ApiKeyView, Depends(require(Scope.read))]
+SubmitKey = Annotated[ApiKeyView, Depends(require(Scope.submit))]
+TelemetryKey = Annotated[ApiKeyView, Depends(require(Scope.telemetry))]
+AdminKey = Annotated[ApiKeyView, Depends(require(Scope.admin))]

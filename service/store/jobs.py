@@ -170,6 +170,11 @@ def plan_shapes(session: Session, job_id: str, planned: Sequence[PlannedShape]) 
     return rows
 
 
+def count_shapes(session: Session, job_id: str, state: JobState) -> int:
+    q = select(func.count()).where(JobShapeRow.job_id == job_id, JobShapeRow.state == state.value)
+    return session.scalar(q) or 0
+
+
 def update_shape(session: Session, job_id: str, key: str, **values: object) -> None:
     session.execute(
         update(JobShapeRow).where(JobShapeRow.job_id == job_id, JobShapeRow.shape_key == key).values(**values)

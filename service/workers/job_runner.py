@@ -158,7 +158,6 @@ def _run_claimed(
         todo = [(r.shape_key, dict(r.shape), r.trials) for r in shape_rows if r.state != JobState.succeeded.value]
         jobs.reset_unfinished_progress(s, job_id)
 
-    produced = 0
     for key, shape, trials in todo:
         if hb.lost.is_set():
             raise TuningStopped("stopped by the job")
@@ -199,7 +198,6 @@ def _run_claimed(
                             },
                         ),
                     )
-                produced += 1
         else:
             error = f"all {outcome.measured} candidates failed"
         vendor = baseline.measure_vendor(workload, shape)
@@ -216,7 +214,8 @@ def _run_claimed(
         if error:
             for_job(log, job_id).warning("shape %s: %s", key, error)
     with session_scope() as s:
-        if produced == 0:
+        # counted from the store, so shapes finished by an earlier attempt of a resumed job count too
+        if not jobs.count_shapes(s, job_id, JobState.succeeded):
             jobs.finish(s, job_id, lease, JobState.failed, "no shape produced a verified config")
             return "failed"
         jobs.finish(s, job_id, lease, JobState.succeeded)

@@ -235,3 +235,16 @@ def test_redis_restart_loses_no_job(fleet_factory, pg_url: str, private_redis: P
     private_redis.restart()  # again, while the worker runs a job
     for job_id in ids:
         assert client.wait(job_id, timeout_s=300, poll_s=0.5).state == "succeeded"
+
+
+def test_cancel_stops_a_running_job(fleet_factory) -> None:  # type: ignore[no-untyped-def]
+    fleet = fleet_factory(KERNELFLEET_HEARTBEAT_INTERVAL_S="1")
+    fleet.start_api()
+    fleet.start_worker("w1")
+    client = fleet.client()
+    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 96, "max_shapes": 1})
+    wait_for(lambda: _running_with_progress(client, job.id), 180, "the job to be mid-run", poll_s=0.1)
+    assert client.cancel(job.id).state == "running"  # a running job stops at its next heartbeat
+    done = client.wait(job.id, timeout_s=120, poll_s=0.5, raise_on_failure=False)
+    assert done.state == "cancelled" and done.trials_done < 96
+    assert "outcome: cancelled" in fleet.log("w1")

@@ -99,7 +99,11 @@ def cancel_job(job_id: str, session: SessionDep, who: SubmitKey) -> JobView:
 
 @router.get("/{job_id}/candidates", summary="Measured candidates of a job")
 def list_candidates(
-    job_id: str, session: SessionDep, _: ReadKey, limit: int = Query(100, ge=1, le=10_000), offset: int = Query(0, ge=0, le=1_000_000)
+    job_id: str,
+    session: SessionDep,
+    _: ReadKey,
+    limit: int = Query(100, ge=1, le=10_000),
+    offset: int = Query(0, ge=0, le=1_000_000),
 ) -> list[CandidateView]:
     if jobs.get_row(session, job_id) is None:
         not_found(f"job {job_id} not found")

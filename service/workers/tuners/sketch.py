@@ -71,6 +71,15 @@ def _make_recorder(sink: CandidateSink) -> Any:
     return _Recorder()
 
 
+def _drop_unnamed_ms_handlers() -> None:
+    """MetaSchedule rebuilds its logging config from the names of its logger's handlers and crashes on an
+    unnamed one (`None.format`), e.g. a capture handler a host application or pytest attached."""
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(ms_logger.handlers):
+        if handler.get_name() is None:
+            ms_logger.removeHandler(handler)
+
+
 class SketchTuner:
     """`run_evaluator` replaces MetaSchedule's timing function inside the measuring process
     (`LocalRunner(f_run_evaluator=...)`); it must be importable by name. The fault tests use it."""
@@ -103,6 +112,7 @@ class SketchTuner:
             evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=50),
             f_run_evaluator=self.run_evaluator,
         )
+        _drop_unnamed_ms_handlers()
         try:
             database = ms.tune_tir(
                 mod,

@@ -10,9 +10,10 @@ import pytest
 
 from service.workers.tuners.ukernel.combine import (
     DispatchTable,
+    Interval,
     Piece,
+    Shape,
     TileCost,
-    assign_rows,
     combine,
     intervals,
     sample_ms,
@@ -79,62 +80,55 @@ def test_padding_ratio_and_partial_pieces() -> None:
     programs = combine([U48, U13], 128)
     p50 = programs[49]  # 4×13 = 52 rows cost 57.2, beats 48+13 (62.3) and 96
     assert p50.pieces == (Piece("u13", 50, 4),)
-    assert (p50.padded_rows, p50.padding_ratio) == (52, pytest.approx(2 / 52))
+    assert p50.padded_rows == 52
+    assert p50.padding_ratio == pytest.approx(2 / 52)
     p100 = programs[99]  # 48 + 4×13 = 100 exactly: 48 + 57.2 = 105.2 beats 2×48 + 13 (110.3) and 8×13 (114.4)
     assert p100.pieces == (Piece("u48", 48, 1), Piece("u13", 52, 4))
-    assert (p100.cost, p100.padding_ratio) == (pytest.approx(105.2), 0.0)
+    assert p100.cost == pytest.approx(105.2)
+    assert p100.padding_ratio == 0.0
     # 101: 2×48 + 1×13 = 109 rows for 110.3 beats 48 + 5×13 (119.5) and 8×13 (114.4); the u13 piece is partial
     p101 = programs[100]
     assert p101.pieces == (Piece("u48", 96, 2), Piece("u13", 5, 1))
     assert p101.cost == pytest.approx(110.3)
-    assert (p101.padded_rows, p101.padding_ratio) == (109, pytest.approx(8 / 109))
+    assert p101.padded_rows == 109
+    assert p101.padding_ratio == pytest.approx(8 / 109)
 
 
 def test_per_call_overhead_merges_pieces() -> None:
-    # A fixed 100-unit launch cost per piece: one padded piece always beats two exact ones.
-    u48 = TileCost.from_measurements("u48", 48, {48: 148.0, 480: 580.0})
-    u13 = TileCost.from_measurements("u13", 13, {13: 114.3, 130: 243.0})
-    p61 = combine([u48, u13], 64)[60]
-    assert len(p61.pieces) == 1
+    # 20 units per call: 48 + 13 costs 62.3 + 40 = 102.3, one padded 5×13 piece 71.5 + 20 = 91.5.
+    p61 = combine([U48, U13], 64, piece_overhead_s=20.0)[60]
+    assert p61.pieces == (Piece("u13", 61, 5),)
+    assert p61.cost == pytest.approx(91.5)
 
 
-def _brute_force(costs: list[TileCost], s: int) -> float:
-    """Cheapest multiset of pieces by exhaustion over tile counts per uKernel (tiny s only)."""
+def test_one_piece_per_ukernel_even_when_splitting_looks_cheaper() -> None:
+    # Concave cost (a cheap first tile): 2×(1 tile) = 2.0 would beat 1×(2 tiles) = 3.0 if splits were allowed.
+    concave = TileCost.from_measurements("u", 4, {4: 1.0, 8: 3.0, 16: 5.0})
+    p8 = combine([concave], 8)[7]
+    assert p8.pieces == (Piece("u", 8, 2),)
+    assert p8.cost == pytest.approx(3.0)
+
+
+def _brute_force(costs: list[TileCost], s: int, overhead: float = 0.0) -> float:
+    """Cheapest program by exhaustion: every tile count (0 = unused) for every uKernel (tiny s only)."""
     best = math.inf
-    ranges = [range(0, math.ceil(s / c.mt) + 1) for c in costs]
-    for counts in itertools.product(*ranges):
-        cap = sum(n * c.mt for n, c in zip(counts, costs, strict=True))
-        if cap < s or sum(counts) == 0:
-            continue
-        # pieces per uKernel may be split in several; with per-tile costs one piece per uKernel is
-        # enough unless splitting is cheaper, so try every split into up to 3 pieces
-        for splits in itertools.product(*[_splits(n) for n in counts]):
-            if sum(len(sp) for sp in splits) > s:
-                continue
-            total = sum(c(t * c.mt) for c, sp in zip(costs, splits, strict=True) for t in sp)
-            best = min(best, total)
+    for counts in itertools.product(*[range(math.ceil(s / c.mt) + 1) for c in costs]):
+        if sum(n * c.mt for n, c in zip(counts, costs, strict=True)) >= s and any(counts):
+            best = min(best, sum(c(n * c.mt) + overhead for n, c in zip(counts, costs, strict=True) if n))
     return best
-
-
-def _splits(n: int) -> list[tuple[int, ...]]:
-    if n == 0:
-        return [()]
-    out = [(n,)]
-    out += [(a, n - a) for a in range(1, n // 2 + 1)]
-    out += [(a, b, n - a - b) for a in range(1, n) for b in range(a, n - a) if n - a - b >= b]
-    return out
 
 
 def test_dp_matches_brute_force_on_random_costs() -> None:
     rng = np.random.default_rng(7)
-    for _ in range(5):
+    for _ in range(6):
         costs = []
         for uid, mt in (("a", 5), ("b", 3), ("c", 1)):
             ms = {mt * t: float(rng.uniform(0.5, 2.0) * (t + rng.uniform(0, 2))) for t in (1, 2, 4)}
             costs.append(TileCost.from_measurements(uid, mt, ms))
-        programs = combine(costs, 12)
+        programs = combine(costs, 14, piece_overhead_s=0.1)
         for p in programs:
-            assert p.cost == pytest.approx(_brute_force(costs, p.S))
+            assert p.cost == pytest.approx(_brute_force(costs, p.S, overhead=0.1))
+            assert len({pc.ukernel_id for pc in p.pieces}) == len(p.pieces)
             assert sum(pc.rows for pc in p.pieces) == p.S
             assert all(1 <= pc.rows <= pc.tiles * {"a": 5, "b": 3, "c": 1}[pc.ukernel_id] for pc in p.pieces)
 
@@ -151,19 +145,31 @@ def test_dispatch_table_reproduces_every_program() -> None:
     for p in programs:
         assert table.lookup(p.S) == p.pieces == again.lookup(p.S)
     iv61 = next(iv for iv in ivs if iv.lo <= 61 <= iv.hi)
-    assert iv61.shape == (("u48", 1), ("u13", 1))
+    assert iv61.shape == Shape((("u48", 1),), "u13")
+    # 52 = 4×13 exactly (57.2 < 62.3 for 48 + 13); 62 is cheapest as 5×13 (71.5 < 76.6 for 48 + 2×13)
+    assert (iv61.lo, iv61.hi) == (53, 61)
     for bad in (0, 301):
         with pytest.raises(KeyError):
             table.lookup(bad)
 
 
-def test_assign_rows_sheds_excess_from_the_end() -> None:
+def test_shape_expands_to_full_pieces_plus_a_remainder() -> None:
     mts = {"a": 8, "b": 3}
-    assert assign_rows((("a", 2), ("b", 1)), 17, mts) == (Piece("a", 16, 2), Piece("b", 1, 1))
-    assert assign_rows((("a", 2), ("b", 1)), 19, mts) == (Piece("a", 16, 2), Piece("b", 3, 1))
-    assert assign_rows((("a", 2), ("b", 1)), 15, mts) == (Piece("a", 14, 2), Piece("b", 1, 1))
+    shape = Shape((("a", 2),), "b")
+    assert shape.expand(17, mts) == (Piece("a", 16, 2), Piece("b", 1, 1))
+    assert shape.expand(19, mts) == (Piece("a", 16, 2), Piece("b", 3, 1))
+    assert shape.expand(23, mts) == (Piece("a", 16, 2), Piece("b", 7, 3))
+    assert Shape((), "a").expand(5, mts) == (Piece("a", 5, 1),)
+    assert Shape.from_list(shape.to_list()) == shape
     with pytest.raises(ValueError):
-        assign_rows((("a", 1),), 9, mts)
+        shape.expand(16, mts)
+
+
+def test_one_ukernel_is_one_interval() -> None:
+    programs = combine([linear("u6", 6, 1.0)], 100)
+    assert intervals(programs) == [Interval(1, 100, Shape((), "u6"))]
+    assert programs[12].pieces == (Piece("u6", 13, 3),)
+    assert programs[12].padding_ratio == pytest.approx(5 / 18)
 
 
 def test_combine_rejects_bad_input() -> None:

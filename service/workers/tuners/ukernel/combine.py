@@ -1,14 +1,14 @@
 """FTuner's combination step: cover S rows with pieces, each run by one uKernel, at the least predicted cost.
 
 A piece of r rows on a uKernel with M-tile mt computes ceil(r/mt) tiles (the last one padded), so
-its cost is the uKernel's cost at that many tiles. For every S in 1..S_max a dynamic program over S
-finds the cheapest multiset of pieces, e.g. 61 = 48 + 13 on an mt=48 and an mt=13 uKernel instead
-of padding 61 to 96 (../shared/research/anchors.md §1). Per-uKernel costs come from latencies
-measured at a few M and interpolated linearly in the number of M-tiles.
+its cost is the uKernel's cost at that many tiles. For every S in 1..S_max a dynamic program finds
+the cheapest set of pieces, at most one per uKernel, e.g. 61 = 48 + 13 on an mt=48 and an mt=13
+uKernel instead of padding 61 to 96 (../shared/research/anchors.md §1). Per-uKernel costs come
+from latencies measured at a few M and interpolated linearly in the number of M-tiles.
 
-Programs are stored as data: `intervals` compresses runs of S that use the same pieces (same
-uKernels, same tile counts) into a dispatch table looked up with bisect; the rows of each piece are
-then a fixed function of S (`assign_rows`), so the table reproduces every program exactly.
+Programs are stored as data: `intervals` compresses runs of S with the same `Shape` (the same full
+pieces plus a remainder piece on the same uKernel) into a dispatch table looked up with bisect;
+expanding the shape at S gives back exactly the optimiser's program.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from typing import Any, Protocol
 import numpy as np
 
 _REL_TIE = 1e-9  # costs this close are equal; then fewer pieces, then less padding wins
-
-Shape = tuple[tuple[str, int], ...]  # ((ukernel_id, tiles), ...) in canonical order
 
 
 @dataclass(frozen=True)
@@ -94,8 +92,39 @@ class Piece:
 
 
 @dataclass(frozen=True)
+class Shape:
+    """A program as a function of S: full pieces of fixed tile counts, then one remainder piece on
+    `remainder` that takes the rows left, S − Σ fixed rows, padded up to its M-tile.
+
+    Consecutive S whose optimal programs share a Shape form one dispatch interval: e.g. 53..61 as
+    48 + (S−48) on an mt=13 uKernel, or all of 1..S_max on one uKernel when a single piece wins.
+    """
+
+    fixed: tuple[tuple[str, int], ...]  # (ukernel_id, tiles), largest M-tile first
+    remainder: str
+
+    def fixed_rows(self, mts: Mapping[str, int]) -> int:
+        return sum(tiles * mts[uid] for uid, tiles in self.fixed)
+
+    def expand(self, S: int, mts: Mapping[str, int]) -> tuple[Piece, ...]:
+        rest = S - self.fixed_rows(mts)
+        if rest < 1:
+            raise ValueError(f"{self} needs S > {self.fixed_rows(mts)}, got {S}")
+        full = tuple(Piece(uid, tiles * mts[uid], tiles) for uid, tiles in self.fixed)
+        return (*full, Piece(self.remainder, rest, math.ceil(rest / mts[self.remainder])))
+
+    def to_list(self) -> list[Any]:
+        return [[[uid, tiles] for uid, tiles in self.fixed], self.remainder]
+
+    @classmethod
+    def from_list(cls, data: Sequence[Any]) -> Shape:
+        return cls(tuple((str(uid), int(tiles)) for uid, tiles in data[0]), str(data[1]))
+
+
+@dataclass(frozen=True)
 class Program:
     S: int
+    shape: Shape
     pieces: tuple[Piece, ...]
     cost: float
     mts: Mapping[str, int] = field(repr=False, compare=False)
@@ -109,35 +138,28 @@ class Program:
         """Share of the computed rows that are padding: (padded − S) / padded."""
         return (self.padded_rows - self.S) / self.padded_rows
 
-    @property
-    def shape(self) -> Shape:
-        return tuple((p.ukernel_id, p.tiles) for p in self.pieces)
+
+def _shape_of(tiles: Sequence[tuple[str, int]], mts: Mapping[str, int], order: Mapping[str, int]) -> Shape:
+    """Canonical Shape of a multiset of (uKernel, tiles) pieces: the piece on the smallest M-tile is the
+    remainder (the finest granularity absorbs what is left), the rest are full, largest M-tile first."""
+    ranked = sorted(tiles, key=lambda p: (-mts[p[0]], order[p[0]], -p[1]))
+    return Shape(tuple(ranked[:-1]), ranked[-1][0])
 
 
-def assign_rows(shape: Shape, S: int, mts: Mapping[str, int]) -> tuple[Piece, ...]:
-    """Rows per piece for S: every piece full except the excess, shed from the last pieces first.
+def combine(costs: Sequence[TileCost], s_max: int, piece_overhead_s: float = 0.0) -> list[Program]:
+    """The cheapest program for every S in 1..s_max (list index S−1), each uKernel used at most once.
 
-    Any split with the same tile counts costs the same, so this fixed rule is what makes a dispatch
-    interval (one shape, many S) reproduce the optimiser's program for every S in it.
-    """
-    caps = [tiles * mts[uid] for uid, tiles in shape]
-    excess = sum(caps) - S
-    if excess < 0 or len(shape) > S:
-        raise ValueError(f"shape {shape} cannot hold S={S}")
-    rows = list(caps)
-    for i in range(len(rows) - 1, -1, -1):
-        shed = min(excess, rows[i] - 1)  # each piece keeps at least one row
-        rows[i] -= shed
-        excess -= shed
-    return tuple(Piece(uid, r, tiles) for (uid, tiles), r in zip(shape, rows, strict=True))
+    A 0/1 knapsack over the uKernels in order: best_u[S] = min(best_{u−1}[S], min over r ≤ S of
+    best_{u−1}[S−r] + cost_u(r) + piece_overhead_s), vectorised over r. One piece per uKernel (as in
+    FTuner's 61 = 48 + 13) bounds the calls per shape, and it keeps the optimiser from splitting one
+    uKernel's rows into several calls to exploit wiggles in interpolated costs: measured, such splits
+    were slower than one call. `piece_overhead_s` is the caller's cost per extra call (dispatch and
+    argument marshalling), which the per-kernel timings do not include.
 
-
-def combine(costs: Sequence[TileCost], s_max: int) -> list[Program]:
-    """The cheapest program for every S in 1..s_max (list index S−1).
-
-    best[S] = min over uKernels u and piece sizes r ≤ S of best[S−r] + cost_u(r), vectorised over r.
-    Ties (within 1e-9 relative) go to fewer pieces, then fewer padded rows, then the earlier uKernel
-    in `costs`, so the result is deterministic.
+    Ties (within 1e-9 relative) go to fewer pieces, then fewer padded rows, then earlier uKernels in
+    `costs`, so the result is deterministic. An optimum so tie-broken pads less than one tile of any
+    of its pieces (else dropping that tile is no dearer and pads less), so the remainder piece can
+    absorb all the padding and the program is exactly its Shape expanded at S.
     """
     if not costs or s_max < 1:
         raise ValueError("need at least one uKernel and s_max ≥ 1")
@@ -145,40 +167,52 @@ def combine(costs: Sequence[TileCost], s_max: int) -> list[Program]:
     if len(set(ids)) != len(ids):
         raise ValueError("uKernel ids must be distinct")
     mts = {c.ukernel_id: c.mt for c in costs}
-    rows = np.arange(1, s_max + 1)
-    piece_tiles = [np.ceil(rows / c.mt).astype(np.int64) for c in costs]
-    piece_cost = [c.curve(int(t[-1]))[t] for c, t in zip(costs, piece_tiles, strict=True)]  # index r−1
-    piece_pad = [t * c.mt for c, t in zip(costs, piece_tiles, strict=True)]
+    order = {uid: i for i, uid in enumerate(ids)}
+    curves = {c.ukernel_id: c.curve(math.ceil(s_max / c.mt)) for c in costs}
+    rows = np.arange(0, s_max + 1)  # piece sizes r, with r = 0 meaning "uKernel unused"
 
-    best = np.zeros(s_max + 1)
+    best = np.full(s_max + 1, np.inf)
+    best[0] = 0.0
     count = np.zeros(s_max + 1, dtype=np.int64)
     padded = np.zeros(s_max + 1, dtype=np.int64)
-    choice = np.zeros((s_max + 1, 2), dtype=np.int64)  # (uKernel index, r)
-    for s in range(1, s_max + 1):
-        prev = slice(s - 1, None, -1)  # best[s−r] for r = 1..s
-        cand_cost = np.concatenate([best[prev] + pc[:s] for pc in piece_cost])
-        cand_count = np.tile(count[prev] + 1, len(costs))
-        cand_pad = np.concatenate([padded[prev] + pp[:s] for pp in piece_pad])
-        low = cand_cost.min()
-        tied = np.flatnonzero(cand_cost <= low + abs(low) * _REL_TIE)
-        pick = tied[np.lexsort((tied, cand_pad[tied], cand_count[tied]))[0]]
-        u, r = divmod(int(pick), s)
-        best[s], count[s], padded[s] = cand_cost[pick], cand_count[pick], cand_pad[pick]
-        choice[s] = (u, r + 1)
+    choice = np.zeros((len(costs), s_max + 1), dtype=np.int64)  # rows given to uKernel u at S
+    for u, c in enumerate(costs):
+        tiles = -(-rows // c.mt)
+        piece_cost = curves[c.ukernel_id][tiles] + np.where(rows > 0, piece_overhead_s, 0.0)
+        piece_pad = tiles * c.mt
+        used = (rows > 0).astype(np.int64)
+        new_best, new_count, new_padded = best.copy(), count.copy(), padded.copy()
+        for s in range(1, s_max + 1):
+            prev = slice(s, None, -1)  # layer u−1 at S − r for r = 0..s
+            cand_cost = best[prev] + piece_cost[: s + 1]
+            low = cand_cost.min()
+            tied = np.flatnonzero(cand_cost <= low + abs(low) * _REL_TIE)
+            cand_count = count[prev][tied] + used[tied]
+            cand_pad = padded[prev][tied] + piece_pad[tied]
+            r = int(tied[np.lexsort((tied, cand_pad, cand_count))[0]])
+            new_best[s], new_count[s], new_padded[s] = (
+                cand_cost[r],
+                count[s - r] + used[r],
+                padded[s - r] + piece_pad[r],
+            )
+            choice[u, s] = r
+        best, count, padded = new_best, new_count, new_padded
 
     programs: list[Program] = []
-    order = {uid: i for i, uid in enumerate(ids)}
     for s in range(1, s_max + 1):
-        tiles: dict[str, list[int]] = {}
+        pieces_tiles: list[tuple[str, int]] = []
         rest = s
-        while rest:
-            u, r = (int(v) for v in choice[rest])
-            tiles.setdefault(ids[u], []).append(math.ceil(r / costs[u].mt))
-            rest -= r
-        shape: Shape = tuple(
-            (uid, t) for uid in sorted(tiles, key=order.__getitem__) for t in sorted(tiles[uid], reverse=True)
-        )
-        programs.append(Program(S=s, pieces=assign_rows(shape, s, mts), cost=float(best[s]), mts=mts))
+        for u in range(len(costs) - 1, -1, -1):
+            r = int(choice[u, rest])
+            if r:
+                pieces_tiles.append((ids[u], math.ceil(r / costs[u].mt)))
+                rest -= r
+        shape = _shape_of(pieces_tiles, mts, order)
+        pieces = shape.expand(s, mts)
+        # Priced from the expanded pieces: equal to best[s] by the argument above (and never dearer,
+        # since expansion can only drop whole padded tiles and costs do not fall with fewer tiles).
+        cost = float(sum(curves[p.ukernel_id][p.tiles] + piece_overhead_s for p in pieces))
+        programs.append(Program(S=s, shape=shape, pieces=pieces, cost=cost, mts=mts))
     return programs
 
 
@@ -202,7 +236,7 @@ def intervals(programs: Sequence[Program]) -> list[Interval]:
 
 @dataclass(frozen=True)
 class DispatchTable:
-    """Shape → program lookup, stored as plain data (FTuner's inst_id_disp_map, compressed to intervals)."""
+    """S → program lookup, stored as plain data (FTuner's inst_id_disp_map, compressed to intervals)."""
 
     intervals: tuple[Interval, ...]
     mts: Mapping[str, int]
@@ -217,19 +251,14 @@ class DispatchTable:
         i = bisect.bisect_right([iv.lo for iv in self.intervals], S) - 1
         if i < 0 or self.intervals[i].hi < S:
             raise KeyError(f"S={S} is outside the table ({self.intervals[0].lo}..{self.intervals[-1].hi})")
-        return assign_rows(self.intervals[i].shape, S, self.mts)
+        return self.intervals[i].shape.expand(S, self.mts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "mts": dict(self.mts),
-            "intervals": [[iv.lo, iv.hi, [[uid, t] for uid, t in iv.shape]] for iv in self.intervals],
-        }
+        return {"mts": dict(self.mts), "intervals": [[iv.lo, iv.hi, iv.shape.to_list()] for iv in self.intervals]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DispatchTable:
-        ivs = tuple(
-            Interval(int(lo), int(hi), tuple((str(u), int(t)) for u, t in sh)) for lo, hi, sh in data["intervals"]
-        )
+        ivs = tuple(Interval(int(lo), int(hi), Shape.from_list(shape)) for lo, hi, shape in data["intervals"])
         return cls(ivs, {str(k): int(v) for k, v in data["mts"].items()})
 
 

@@ -80,7 +80,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
 
 
 def _is_aligned(a: np.ndarray) -> bool:
-    return bool(a.flags.c_contiguous) and a.ctypes.data % ALIGN == 0
+    """Whether the kernel may use `a`'s memory as is (numpy refuses DLPack export of read-only arrays)."""
+    return bool(a.flags.c_contiguous and a.flags.writeable) and a.ctypes.data % ALIGN == 0
 
 
 def _tvm() -> Any:
@@ -247,10 +248,10 @@ def build_ukernel(
     """
     vec = vec or math.gcd(nt, 16)
     tvm = _tvm()
-    from tvm.driver import build as tvm_build  # a runtime.Module; tvm.compile's Executable cannot export
-
     mod = schedule_ukernel(N, K, mt, nt, kt, vec, dtype)
-    module = tvm_build(mod, target=tvm.target.Target(dict(target)))
+    # tirx.build gives a runtime.Module, which exports to a .so (tvm.compile's Executable does not);
+    # tvm.driver.build does the same but is deprecated in 0.27.
+    module = tvm.tirx.build(mod, target=tvm.target.Target(dict(target)))
     return UKernel(module, UKernelSpec(N=N, K=K, mt=mt, nt=nt, kt=kt, vec=vec, target=dict(target), dtype=dtype))
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException
+from starlette.concurrency import run_in_threadpool
 
 from service.models.auth import ApiKeyView, Scope
 from service.settings import get_settings
@@ -20,20 +21,23 @@ _cache: dict[str, tuple[float, ApiKeyView | None]] = {}
 _cache_lock = threading.Lock()
 
 
-def _lookup(secret: str) -> ApiKeyView | None:
-    now = time.monotonic()
-    digest = keys.hash_key(secret)
+def _cached(digest: str) -> tuple[bool, ApiKeyView | None]:
     with _cache_lock:
         hit = _cache.get(digest)
-    if hit and now - hit[0] < _CACHE_TTL_S:
-        return hit[1]
+    if hit and time.monotonic() - hit[0] < _CACHE_TTL_S:
+        return True, hit[1]
+    return False, None
+
+
+def _load(secret: str, digest: str) -> ApiKeyView | None:
     with session_scope() as session:
-        principal = keys.authenticate(session, secret)
+        found = keys.authenticate(session, secret)
     with _cache_lock:
         if len(_cache) > 10_000:
             _cache.clear()
-        _cache[digest] = (now, principal)
-    return principal
+        _cache[digest] = (time.monotonic(), found)
+    return found
+
 
 
 def clear_cache() -> None:
@@ -51,7 +55,7 @@ ANONYMOUS_ADMIN = ApiKeyView(
 )
 
 
-def principal(
+async def principal(
     authorization: Annotated[str | None, Header(description="Bearer <API key>")] = None,
     x_api_key: Annotated[str | None, Header(description="the API key, as an alternative header")] = None,
 ) -> ApiKeyView:
@@ -65,7 +69,11 @@ def principal(
         secret = value.strip()
     if not secret:
         raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
-    found = _lookup(secret)
+    # async, so a cached key costs no thread-pool hop; only a cache miss goes to the store
+    digest = keys.hash_key(secret)
+    hit, found = _cached(digest)
+    if not hit:
+        found = await run_in_threadpool(_load, secret, digest)
     if found is None:
         raise HTTPException(401, "invalid or revoked API key", {"WWW-Authenticate": "Bearer"})
     return found
@@ -74,10 +82,10 @@ def principal(
 Principal = Annotated[ApiKeyView, Depends(principal)]
 
 
-def require(scope: Scope) -> Callable[[ApiKeyView], ApiKeyView]:
+def require(scope: Scope) -> Callable[[ApiKeyView], Awaitable[ApiKeyView]]:
     """A dependency that admits keys holding `scope` (or admin)."""
 
-    def check(who: Principal) -> ApiKeyView:
+    async def check(who: Principal) -> ApiKeyView:
         if scope not in who.scopes and Scope.admin not in who.scopes:
             raise HTTPException(403, f"this API key lacks the '{scope.value}' scope")
         return who

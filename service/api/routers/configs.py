@@ -6,8 +6,9 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import AdminKey, ReadKey
 from service.api.deps import SessionDep, unprocessable
@@ -15,6 +16,7 @@ from service.api.routers.ops import observe_lookup
 from service.models import ConfigMiss, ConfigRecord, TargetSpec, parse_shape_key
 from service.models.config import BatchLookup, BatchLookupResult, ImportRequest, ImportResult, LookupKey
 from service.store import catalog, configs
+from service.store.db import session_scope
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -24,6 +26,9 @@ _MISS: dict[int | str, dict[str, Any]] = {
 
 
 def _lookup(session: Session, key: LookupKey, loc: list[str | int]) -> ConfigRecord | ConfigMiss:
+    found = configs.get_best(session, key.workload, key.target, key.shape)
+    if found is not None:  # a stored record implies a registered workload and a valid shape: one query
+        return found
     workload = catalog.get_workload(session, key.workload)
     if workload is None:
         unprocessable([*loc, "workload"], f"workload {key.workload} is not registered")
@@ -31,9 +36,6 @@ def _lookup(session: Session, key: LookupKey, loc: list[str | int]) -> ConfigRec
         workload.bind(key.shape)
     except ValueError as exc:
         unprocessable([*loc, "shape"], str(exc))
-    found = configs.get_best(session, key.workload, key.target, key.shape)
-    if found is not None:
-        return found
     return ConfigMiss(
         detail="no tuned config for this workload, target and shape",
         workload_hash=key.workload,
@@ -42,27 +44,31 @@ def _lookup(session: Session, key: LookupKey, loc: list[str | int]) -> ConfigRec
     )
 
 
-@router.get("/best", responses=_MISS, summary="The best config for one concrete shape")
-def best_config(
-    session: SessionDep,
+def _lookup_once(key: LookupKey) -> ConfigRecord | ConfigMiss:
+    with session_scope() as session:
+        return _lookup(session, key, ["query"])
+
+
+@router.get("/best", response_model=ConfigRecord, responses=_MISS, summary="The best config for one concrete shape")
+async def best_config(
     _: ReadKey,
     workload: str = Query(min_length=1, max_length=64, description="workload hash"),
     target: str = Query(min_length=1, max_length=64, description="target fingerprint (includes toolchain)"),
     shape: str = Query(
         min_length=3, max_length=200, description="concrete shape, e.g. M=61 or B=2,M=61", examples=["M=61"]
     ),
-) -> ConfigRecord:
+) -> Response:
+    # The hot path of inference hosts: one hop to the thread pool for the store, and the record serialised
+    # once (FastAPI would otherwise validate the returned model again).
     started = time.perf_counter()
     try:
         parsed = parse_shape_key(shape)
     except ValueError as exc:
         unprocessable(["query", "shape"], str(exc))
-    result = _lookup(session, LookupKey(workload=workload, target=target, shape=parsed), ["query"])
+    result = await run_in_threadpool(_lookup_once, LookupKey(workload=workload, target=target, shape=parsed))
     missed = isinstance(result, ConfigMiss)
     observe_lookup("best", started, hits=int(not missed), misses=int(missed))
-    if isinstance(result, ConfigMiss):
-        return JSONResponse(result.model_dump(), status_code=404)  # type: ignore[return-value]
-    return result
+    return Response(result.model_dump_json(), status_code=404 if missed else 200, media_type="application/json")
 
 
 @router.post("/best/batch", summary="Best configs for many keys at once (misses carry their fallback)")

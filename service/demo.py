@@ -44,7 +44,7 @@ def _wait_ready(client: Client, timeout_s: float = 120) -> dict[str, object]:
     raise TimeoutError("the service did not come up; see the logs under the data dir")
 
 
-def main(trials: int = 128, port: int = 8765, data_dir: Path | None = None) -> None:
+def main(trials: int = 256, port: int = 8765, data_dir: Path | None = None) -> None:
     console = Console()
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kernelfleet-demo-"))
     os.environ["KERNELFLEET_DATA_DIR"] = str(data_dir)

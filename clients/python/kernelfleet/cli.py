@@ -118,7 +118,7 @@ def migrate() -> None:
 
 
 @app.command()
-def demo(trials: int = 128, port: int = 8765) -> None:
+def demo(trials: int = 256, port: int = 8765) -> None:
     """Start everything on the embedded default, tune a BERT-base dense layer, print the results, stop."""
     _service()
     from service.demo import main

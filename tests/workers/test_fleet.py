@@ -248,3 +248,25 @@ def test_cancel_stops_a_running_job(fleet_factory) -> None:  # type: ignore[no-u
     done = client.wait(job.id, timeout_s=120, poll_s=0.5, raise_on_failure=False)
     assert done.state == "cancelled" and done.trials_done < 96
     assert "outcome: cancelled" in fleet.log("w1")
+
+
+def test_job_accepted_while_the_broker_is_down_is_dispatched_later(  # type: ignore[no-untyped-def]
+    fleet_factory, pg_url: str, private_redis: PrivateRedis
+) -> None:
+    fleet = fleet_factory(
+        KERNELFLEET_DATABASE_URL=pg_url, KERNELFLEET_BROKER_URL=private_redis.url, KERNELFLEET_REAP_INTERVAL_S="2"
+    )
+    fleet.start_api()
+    client = fleet.client()
+    hw = __import__("service.workers.hardware", fromlist=["host_target"]).host_target()
+    target = {"kind": "llvm", "mcpu": hw.mcpu, "num_cores": hw.num_cores}
+    private_redis.stop()  # the broker is gone: the API must still accept and keep the job
+    job = client.submit(
+        TINY_DENSE, target, {"kind": "explicit", "points": [{"shape": {"M": 4}}]}, budget={"trials": 4, "max_shapes": 1}
+    )
+    assert job.state == "queued"
+    private_redis.start()
+    fleet.start_beat()  # the reaper publishes jobs whose message was never sent
+    fleet.start_worker("w1")
+    assert client.wait(job.id, timeout_s=300, poll_s=0.5).state == "succeeded"
+    assert f"dispatched ['{job.id}']" in fleet.log("w1")  # it went through the reaper, not a lucky publish

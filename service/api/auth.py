@@ -39,7 +39,6 @@ def _load(secret: str, digest: str) -> ApiKeyView | None:
     return found
 
 
-
 def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()

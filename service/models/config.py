@@ -8,8 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-CONFIG_FORMAT_TRACE = "metaschedule-trace"
-
 
 @dataclass(frozen=True)
 class MeasuredCandidate:

@@ -54,11 +54,5 @@ def announce_worker(session: Session, name: str, queues: list[str], target: Targ
     put_target(session, target)
 
 
-def touch_worker(session: Session, name: str) -> None:
-    row = session.get(WorkerRow, name)
-    if row is not None:
-        row.last_seen = utcnow()
-
-
 def list_workers(session: Session) -> list[WorkerRow]:
     return list(session.scalars(select(WorkerRow).order_by(WorkerRow.last_seen.desc())))

@@ -302,10 +302,6 @@ def list_rows(
     return rows, total
 
 
-def active_count(session: Session) -> int:
-    return session.scalar(select(func.count()).where(JobRow.state.in_(_ACTIVE))) or 0
-
-
 def candidates(session: Session, job_id: str, limit: int, offset: int) -> list[CandidateRow]:
     q = select(CandidateRow).where(CandidateRow.job_id == job_id).order_by(CandidateRow.id)
     return list(session.scalars(q.limit(limit).offset(offset)))

@@ -20,9 +20,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
 from service.models import TargetSpec, Toolchain, Workload
 from service.workers.tuners.compute import prim_func
-from service.workers.tuners.trace_json import to_py
-
-_FAILED_RUN_SECS = 1e9
+from service.workers.tuners.trace_json import FAILED_RUN_SECS, to_py
 
 
 def _shapes(mod: tvm.IRModule) -> list[tuple[int, ...]]:
@@ -73,7 +71,7 @@ def read_database(
     for rec in db.get_all_tuning_records():
         mod = rec.workload.mod
         secs = [float(s) for s in (rec.run_secs or [])]
-        if not secs or sum(secs) / len(secs) >= _FAILED_RUN_SECS:
+        if not secs or sum(secs) / len(secs) >= FAILED_RUN_SECS:
             skipped.append("a failed measurement")
             continue
         shash = str(tvm_ffi.structural_hash(mod))

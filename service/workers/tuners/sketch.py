@@ -24,12 +24,9 @@ from service.models.config import MeasuredCandidate
 from service.workers.tuners.base import CandidateSink, TuneOutcome, TuningStopped, TuningTask
 from service.workers.tuners.build import make_builder
 from service.workers.tuners.compute import prim_func
-from service.workers.tuners.trace_json import to_py
+from service.workers.tuners.trace_json import FAILED_RUN_SECS, to_py
 
 log = logging.getLogger(__name__)
-
-# MetaSchedule stores failed candidates with this run time.
-_FAILED_RUN_SECS = 1e9
 
 
 def _batch_size(trials: int) -> int:
@@ -54,7 +51,7 @@ def _make_recorder(sink: CandidateSink) -> Any:
                 error = build.error_msg or (run.error_msg if run is not None else "not run")
                 secs = [float(s) for s in (run.run_secs or [])] if run is not None and not error else []
                 latency = sum(secs) / len(secs) if secs else None
-                if latency is not None and latency >= _FAILED_RUN_SECS:
+                if latency is not None and latency >= FAILED_RUN_SECS:
                     error, latency = "measurement failed", None
                 batch.append(
                     MeasuredCandidate(
@@ -71,7 +68,7 @@ def _make_recorder(sink: CandidateSink) -> Any:
     return _Recorder()
 
 
-def _drop_unnamed_ms_handlers() -> None:
+def drop_unnamed_ms_handlers() -> None:
     """MetaSchedule rebuilds its logging config from the names of its logger's handlers and crashes on an
     unnamed one (`None.format`), e.g. a capture handler a host application or pytest attached."""
     ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
@@ -112,7 +109,7 @@ class SketchTuner:
             evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=50),
             f_run_evaluator=self.run_evaluator,
         )
-        _drop_unnamed_ms_handlers()
+        drop_unnamed_ms_handlers()
         try:
             database = ms.tune_tir(
                 mod,
@@ -138,7 +135,7 @@ class SketchTuner:
         if record is None or not record.run_secs:
             return TuneOutcome(None, None, counts["measured"], counts["errors"])
         latency = sum(float(s) for s in record.run_secs) / len(record.run_secs)
-        if latency >= _FAILED_RUN_SECS:
+        if latency >= FAILED_RUN_SECS:
             return TuneOutcome(None, None, counts["measured"], counts["errors"])
         config = {
             "format": CONFIG_FORMAT_TRACE,

@@ -6,6 +6,9 @@ from typing import Any
 
 import tvm
 
+# MetaSchedule stores failed candidates with this run time (1e10 s in its databases).
+FAILED_RUN_SECS = 1e9
+
 
 def to_py(obj: Any) -> Any:
     if obj is None or isinstance(obj, str | bool | int | float):

@@ -20,8 +20,6 @@ from service.models import JobState, JobView, ShapeResult, TargetSpec, shape_key
 from service.models.job import Budget, JobSpec
 from service.store.tables import CandidateRow, JobRow, JobShapeRow, utcnow
 
-_ACTIVE = (JobState.queued.value, JobState.running.value)
-
 
 def _count(result: Any) -> int:
     """Rows an UPDATE matched (every transition here is one conditional UPDATE)."""

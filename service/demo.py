@@ -59,7 +59,7 @@ def main(trials: int = 256, port: int = 8765, data_dir: Path | None = None) -> N
         worker = _wait_ready(client)
         hw = worker["target"]
         assert isinstance(hw, dict)
-        target = {"kind": hw["kind"], "mcpu": hw["mcpu"], "num_cores": hw["num_cores"]}
+        target = {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
         console.print(f"worker {worker['name']} tunes for {target}")
         job = client.submit(
             WORKLOAD, target, DISTRIBUTION, kind="sketch", budget={"trials": trials, "max_shapes": 4, "seed": 0}

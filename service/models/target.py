@@ -38,7 +38,12 @@ class TargetSpec(BaseModel):
     mcpu: str | None = Field(default=None, pattern=_NAME.pattern, description="LLVM CPU model (llvm targets)")
     arch: str | None = Field(default=None, pattern=_NAME.pattern, description="GPU arch or accelerator config")
     num_cores: int = Field(default=1, ge=1, le=1024)
-    features: list[str] = Field(default_factory=list, max_length=64)
+    features: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="LLVM features on top of mcpu's; '-name' switches one off (e.g. '-avx512f' where a "
+        "hypervisor hides AVX-512)",
+    )
     toolchain: Toolchain | None = Field(default=None, description="filled in by the worker when omitted on jobs")
 
     @model_validator(mode="after")
@@ -57,7 +62,10 @@ class TargetSpec(BaseModel):
     def queue(self) -> str:
         """The Celery queue whose workers run on exactly this hardware."""
         if self.kind == "llvm":
-            return f"cpu.{self.mcpu}"
+            # a CPU model with some ISA extensions switched off (e.g. AVX-512 hidden by a hypervisor)
+            # is other hardware: its workers must not take jobs compiled for the full model
+            disabled = "".join(f".no-{f[1:]}" for f in self.features if f.startswith("-"))
+            return f"cpu.{self.mcpu}{disabled}"
         if self.kind == "cuda":
             return f"gpu.{self.arch}"
         return "firesim"
@@ -80,7 +88,7 @@ class TargetSpec(BaseModel):
         if self.kind == "llvm":
             out: dict[str, object] = {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.num_cores}
             if self.features:
-                out["mattr"] = [f"+{f}" for f in self.features]
+                out["mattr"] = [f if f.startswith("-") else f"+{f}" for f in self.features]
             return out
         if self.kind == "cuda":
             return {"kind": "cuda", "arch": self.arch}

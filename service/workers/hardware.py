@@ -29,12 +29,36 @@ def toolchain() -> Toolchain:
     return Toolchain(tvm=tvm.__version__)
 
 
+# ISA extensions whose absence changes the code LLVM may emit; switching one off switches off what
+# depends on it (-avx512f takes every AVX-512 subset with it)
+_CHECKED_EXTENSIONS = ("avx512f", "avx2", "fma", "avx")
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags Linux reports for this host (empty where /proc/cpuinfo has none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 @functools.cache
 def host_target() -> TargetSpec:
-    """The llvm target of this host, `mcpu` included (without it LLVM emits SSE2-only code)."""
+    """The llvm target of this host: `mcpu` (without it LLVM emits SSE2-only code) minus the extensions
+    that model implies but this CPU does not expose. A VM may report znver4 yet hide AVX-512, and code
+    compiled for plain znver4 then dies with SIGILL."""
+    import tvm
     from tvm.target import codegen
 
-    return TargetSpec(kind="llvm", mcpu=codegen.llvm_get_system_cpu(), num_cores=usable_cores(), toolchain=toolchain())
+    mcpu = codegen.llvm_get_system_cpu()
+    flags = cpu_flags()
+    implied = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})))
+    disabled = [f"-{ext}" for ext in _CHECKED_EXTENSIONS if flags and ext in implied and ext not in flags]
+    return TargetSpec(kind="llvm", mcpu=mcpu, num_cores=usable_cores(), features=disabled, toolchain=toolchain())
 
 
 def mismatch(target: TargetSpec) -> str | None:
@@ -44,6 +68,8 @@ def mismatch(target: TargetSpec) -> str | None:
         return f"this worker tunes llvm targets on {host.mcpu}; the job asks for a {target.kind} target"
     if target.mcpu != host.mcpu:
         return f"job target mcpu={target.mcpu} but this worker's CPU is {host.mcpu}"
+    if target.features != host.features:
+        return f"job target features {target.features} but this worker's CPU has {host.features}"
     if target.num_cores > host.num_cores:
         return f"job target has {target.num_cores} cores but this worker has {host.num_cores}"
     return None

@@ -36,7 +36,7 @@ def fleet_factory(tmp_path: Path) -> Iterator[object]:
 
 def _target(client: Client) -> dict[str, object]:
     hw = wait_for(lambda: client.workers(), 90, "a worker to announce itself")[0]["target"]
-    return {"kind": "llvm", "mcpu": hw["mcpu"], "num_cores": hw["num_cores"]}
+    return {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
 
 
 def _running_with_progress(client: Client, job_id: str) -> Job | None:
@@ -219,7 +219,7 @@ def test_redis_restart_loses_no_job(fleet_factory, pg_url: str, private_redis: P
     fleet.start_api()
     client = fleet.client()
     hw = __import__("service.workers.hardware", fromlist=["host_target"]).host_target()
-    target = {"kind": "llvm", "mcpu": hw.mcpu, "num_cores": hw.num_cores}
+    target = hw.model_dump(exclude={"toolchain", "arch"})
     ids = [
         client.submit(
             TINY_DENSE,
@@ -259,7 +259,7 @@ def test_job_accepted_while_the_broker_is_down_is_dispatched_later(  # type: ign
     fleet.start_api()
     client = fleet.client()
     hw = __import__("service.workers.hardware", fromlist=["host_target"]).host_target()
-    target = {"kind": "llvm", "mcpu": hw.mcpu, "num_cores": hw.num_cores}
+    target = hw.model_dump(exclude={"toolchain", "arch"})
     private_redis.stop()  # the broker is gone: the API must still accept and keep the job
     job = client.submit(
         TINY_DENSE, target, {"kind": "explicit", "points": [{"shape": {"M": 4}}]}, budget={"trials": 4, "max_shapes": 1}

@@ -18,7 +18,7 @@ import numpy as np
 CONFIG_FORMAT_TRACE = "metaschedule-trace"
 
 
-def _tvm() -> Any:
+def import_tvm() -> Any:
     # TVM defaults to half the logical CPUs (it assumes hyper-threading); kernels are tuned for all cores.
     os.environ.setdefault(
         "TVM_NUM_THREADS",
@@ -41,7 +41,7 @@ class Kernel:
     """A compiled kernel: call it with numpy inputs, get the numpy output."""
 
     def __init__(self, executable: Any, target: Mapping[str, Any], params: Sequence[TensorInfo]) -> None:
-        tvm = _tvm()
+        tvm = import_tvm()
         self._tvm = tvm
         self._exe = executable
         self._fn = executable["main"]
@@ -95,7 +95,7 @@ def build_kernel(config: Mapping[str, Any]) -> Kernel:
     """Replay a stored MetaSchedule trace on its module and compile it."""
     if config.get("format") != CONFIG_FORMAT_TRACE:
         raise ValueError(f"unsupported config format {config.get('format')!r}")
-    tvm = _tvm()
+    tvm = import_tvm()
     import tvm_ffi
     from tvm import s_tir
 

@@ -15,6 +15,7 @@ from service.workers.tuners.ukernel.combine import (
     Shape,
     TileCost,
     combine,
+    dispatch_table,
     intervals,
     sample_ms,
 )
@@ -139,7 +140,7 @@ def test_dispatch_table_reproduces_every_program() -> None:
     assert ivs[0].lo == 1 and ivs[-1].hi == 300
     assert all(a.hi + 1 == b.lo and a.shape != b.shape for a, b in itertools.pairwise(ivs))
     assert len(ivs) < 300 / 3  # runs of S share a shape
-    table = DispatchTable.from_programs(programs)
+    table = dispatch_table(programs)
     again = DispatchTable.from_dict(table.to_dict())
     assert again == table
     for p in programs:
@@ -148,9 +149,13 @@ def test_dispatch_table_reproduces_every_program() -> None:
     assert iv61.shape == Shape((("u48", 1),), "u13")
     # 52 = 4×13 exactly (57.2 < 62.3 for 48 + 13); 62 is cheapest as 5×13 (71.5 < 76.6 for 48 + 2×13)
     assert (iv61.lo, iv61.hi) == (53, 61)
-    for bad in (0, 301):
-        with pytest.raises(KeyError):
-            table.lookup(bad)
+    with pytest.raises(KeyError):
+        table.lookup(0)
+    # beyond the tuned range the last shape extends: its remainder uKernel takes the extra rows
+    last = ivs[-1].shape
+    for s in (301, 389, 1000):
+        pieces = table.lookup(s)
+        assert pieces == last.expand(s, table.mts) and sum(p.rows for p in pieces) == s
 
 
 def test_shape_expands_to_full_pieces_plus_a_remainder() -> None:

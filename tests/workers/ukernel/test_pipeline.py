@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from service.workers.hardware import host_target
-from service.workers.tuners.ukernel.combine import DispatchTable, TileCost, combine, run_program, sample_ms
+from service.workers.tuners.ukernel.combine import (
+    DispatchTable,
+    TileCost,
+    combine,
+    dispatch_table,
+    run_program,
+    sample_ms,
+)
 from service.workers.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, spearman
 from service.workers.tuners.ukernel.hardware_model import HardwareModel
 from service.workers.tuners.ukernel.kernel import aligned_empty, build_ukernel
@@ -34,7 +41,7 @@ def test_rules_to_dispatch_table_runs_correctly() -> None:
         assert abs(dietcode_predict(f_mk, m0, uk.spec.mt, uk.spec.nt, N, hw.cores) - t0) < 1e-12
 
     programs = combine(costs, S_MAX)
-    table = DispatchTable.from_dict(DispatchTable.from_programs(programs).to_dict())  # as stored
+    table = DispatchTable.from_dict(dispatch_table(programs).to_dict())  # as stored
     rng = np.random.default_rng(11)
     w = rng.standard_normal((N, K), dtype=np.float32)
     packed = {uid: uk.pack_weight(w) for uid, uk in kernels.items()}  # one packing per distinct nt

@@ -13,13 +13,27 @@ expanding the shape at S gives back exactly the optimiser's program.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import numpy as np
+
+from kernelfleet.dispatch import DispatchTable, Interval, Piece, Shape, run_program
+
+__all__ = [
+    "DispatchTable",
+    "Interval",
+    "Piece",
+    "Program",
+    "Shape",
+    "TileCost",
+    "combine",
+    "dispatch_table",
+    "intervals",
+    "run_program",
+    "sample_ms",
+]
 
 _REL_TIE = 1e-9  # costs this close are equal; then fewer pieces, then less padding wins
 
@@ -82,43 +96,6 @@ def sample_ms(mt: int, s_max: int, points: int = 6) -> list[int]:
     top = max(1, math.ceil(s_max / mt))
     tiles = sorted({max(1, round(top ** (i / max(points - 1, 1)))) for i in range(points)} | {1, top})
     return [t * mt for t in tiles]
-
-
-@dataclass(frozen=True)
-class Piece:
-    ukernel_id: str
-    rows: int
-    tiles: int
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A program as a function of S: full pieces of fixed tile counts, then one remainder piece on
-    `remainder` that takes the rows left, S − Σ fixed rows, padded up to its M-tile.
-
-    Consecutive S whose optimal programs share a Shape form one dispatch interval: e.g. 53..61 as
-    48 + (S−48) on an mt=13 uKernel, or all of 1..S_max on one uKernel when a single piece wins.
-    """
-
-    fixed: tuple[tuple[str, int], ...]  # (ukernel_id, tiles), largest M-tile first
-    remainder: str
-
-    def fixed_rows(self, mts: Mapping[str, int]) -> int:
-        return sum(tiles * mts[uid] for uid, tiles in self.fixed)
-
-    def expand(self, S: int, mts: Mapping[str, int]) -> tuple[Piece, ...]:
-        rest = S - self.fixed_rows(mts)
-        if rest < 1:
-            raise ValueError(f"{self} needs S > {self.fixed_rows(mts)}, got {S}")
-        full = tuple(Piece(uid, tiles * mts[uid], tiles) for uid, tiles in self.fixed)
-        return (*full, Piece(self.remainder, rest, math.ceil(rest / mts[self.remainder])))
-
-    def to_list(self) -> list[Any]:
-        return [[[uid, tiles] for uid, tiles in self.fixed], self.remainder]
-
-    @classmethod
-    def from_list(cls, data: Sequence[Any]) -> Shape:
-        return cls(tuple((str(uid), int(tiles)) for uid, tiles in data[0]), str(data[1]))
 
 
 @dataclass(frozen=True)
@@ -216,13 +193,6 @@ def combine(costs: Sequence[TileCost], s_max: int, piece_overhead_s: float = 0.0
     return programs
 
 
-@dataclass(frozen=True)
-class Interval:
-    lo: int
-    hi: int
-    shape: Shape
-
-
 def intervals(programs: Sequence[Program]) -> list[Interval]:
     """Runs of consecutive S whose programs have the same shape, in order of S."""
     out: list[Interval] = []
@@ -234,52 +204,8 @@ def intervals(programs: Sequence[Program]) -> list[Interval]:
     return out
 
 
-@dataclass(frozen=True)
-class DispatchTable:
-    """S → program lookup, stored as plain data (FTuner's inst_id_disp_map, compressed to intervals)."""
-
-    intervals: tuple[Interval, ...]
-    mts: Mapping[str, int]
-
-    @classmethod
-    def from_programs(cls, programs: Sequence[Program]) -> DispatchTable:
-        if not programs:
-            raise ValueError("no programs")
-        return cls(tuple(intervals(programs)), dict(programs[0].mts))
-
-    def lookup(self, S: int) -> tuple[Piece, ...]:
-        i = bisect.bisect_right([iv.lo for iv in self.intervals], S) - 1
-        if i < 0 or self.intervals[i].hi < S:
-            raise KeyError(f"S={S} is outside the table ({self.intervals[0].lo}..{self.intervals[-1].hi})")
-        return self.intervals[i].shape.expand(S, self.mts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mts": dict(self.mts), "intervals": [[iv.lo, iv.hi, iv.shape.to_list()] for iv in self.intervals]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DispatchTable:
-        ivs = tuple(Interval(int(lo), int(hi), Shape.from_list(shape)) for lo, hi, shape in data["intervals"])
-        return cls(ivs, {str(k): int(v) for k, v in data["mts"].items()})
-
-
-class RowKernel(Protocol):
-    """What `run_program` needs from a uKernel (kernel.UKernel satisfies it)."""
-
-    def __call__(self, x: np.ndarray, packed_w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray: ...
-
-
-def run_program(
-    pieces: Sequence[Piece],
-    kernels: Mapping[str, RowKernel],
-    packed: Mapping[str, np.ndarray],
-    x: np.ndarray,
-    out: np.ndarray,
-) -> np.ndarray:
-    """Run each piece on its rows of X, writing the matching rows of `out` in place."""
-    start = 0
-    for p in pieces:
-        kernels[p.ukernel_id](x[start : start + p.rows], packed[p.ukernel_id], out[start : start + p.rows])
-        start += p.rows
-    if start != x.shape[0]:
-        raise ValueError(f"pieces cover {start} rows, X has {x.shape[0]}")
-    return out
+def dispatch_table(programs: Sequence[Program]) -> DispatchTable:
+    """The programs for 1..S_max as a dispatch table (runs of equal Shape compressed to intervals)."""
+    if not programs:
+        raise ValueError("no programs")
+    return DispatchTable(tuple(intervals(programs)), dict(programs[0].mts))

@@ -1,0 +1,120 @@
+"""Per-shape programs over uKernels, as plain data: which uKernel runs which rows of X for a given S.
+
+A program for S rows is a few pieces, each run by one shape-generic uKernel on its own rows, e.g.
+61 = 48 + 13 rows on an mt=48 and an mt=13 uKernel (FTuner's combination). Consecutive S whose
+programs have the same `Shape` (the same full pieces plus a remainder piece on the same uKernel)
+form one interval, so a dispatch table covering 1..S_max is a short sorted list looked up with
+bisect. The service computes the table (service/workers/tuners/ukernel/combine.py); inference
+hosts only read it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Piece:
+    ukernel_id: str
+    rows: int
+    tiles: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A program as a function of S: full pieces of fixed tile counts, then one remainder piece on
+    `remainder` that takes the rows left, S − Σ fixed rows, padded up to its M-tile.
+
+    Consecutive S whose optimal programs share a Shape form one dispatch interval: e.g. 53..61 as
+    48 + (S−48) on an mt=13 uKernel, or all of 1..S_max on one uKernel when a single piece wins.
+    """
+
+    fixed: tuple[tuple[str, int], ...]  # (ukernel_id, tiles), largest M-tile first
+    remainder: str
+
+    def fixed_rows(self, mts: Mapping[str, int]) -> int:
+        return sum(tiles * mts[uid] for uid, tiles in self.fixed)
+
+    def expand(self, S: int, mts: Mapping[str, int]) -> tuple[Piece, ...]:
+        rest = S - self.fixed_rows(mts)
+        if rest < 1:
+            raise ValueError(f"{self} needs S > {self.fixed_rows(mts)}, got {S}")
+        full = tuple(Piece(uid, tiles * mts[uid], tiles) for uid, tiles in self.fixed)
+        return (*full, Piece(self.remainder, rest, math.ceil(rest / mts[self.remainder])))
+
+    def to_list(self) -> list[Any]:
+        return [[[uid, tiles] for uid, tiles in self.fixed], self.remainder]
+
+    @classmethod
+    def from_list(cls, data: Sequence[Any]) -> Shape:
+        return cls(tuple((str(uid), int(tiles)) for uid, tiles in data[0]), str(data[1]))
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: int
+    hi: int
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class DispatchTable:
+    """S → program lookup, stored as plain data (FTuner's inst_id_disp_map, compressed to intervals)."""
+
+    intervals: tuple[Interval, ...]
+    mts: Mapping[str, int]
+
+    @property
+    def s_max(self) -> int:
+        return self.intervals[-1].hi
+
+    def lookup(self, S: int) -> tuple[Piece, ...]:
+        """The program for S rows. Beyond the tuned range the last interval's shape extends: its
+        remainder piece is shape-generic, so it takes every extra row (padded to its M-tile)."""
+        if self.intervals[0].lo > S:
+            raise KeyError(f"S={S} is below the table ({self.intervals[0].lo}..{self.s_max})")
+        i = bisect.bisect_right(self._starts, S) - 1
+        if self.intervals[i].hi < S and i != len(self.intervals) - 1:
+            raise KeyError(f"S={S} falls in a gap of the table")
+        return self.intervals[i].shape.expand(S, self.mts)
+
+    @property
+    def _starts(self) -> list[int]:
+        return [iv.lo for iv in self.intervals]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mts": dict(self.mts), "intervals": [[iv.lo, iv.hi, iv.shape.to_list()] for iv in self.intervals]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DispatchTable:
+        ivs = tuple(Interval(int(lo), int(hi), Shape.from_list(shape)) for lo, hi, shape in data["intervals"])
+        return cls(ivs, {str(k): int(v) for k, v in data["mts"].items()})
+
+
+class RowKernel(Protocol):
+    """What `run_program` needs from a uKernel (kernel.UKernel satisfies it)."""
+
+    def __call__(self, x: np.ndarray, packed_w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray: ...
+
+
+def run_program(
+    pieces: Sequence[Piece],
+    kernels: Mapping[str, RowKernel],
+    packed: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Run each piece on its rows of X, writing the matching rows of `out` in place."""
+    start = 0
+    for p in pieces:
+        kernels[p.ukernel_id](x[start : start + p.rows], packed[p.ukernel_id], out[start : start + p.rows])
+        start += p.rows
+    if start != x.shape[0]:
+        raise ValueError(f"pieces cover {start} rows, X has {x.shape[0]}")
+    return out

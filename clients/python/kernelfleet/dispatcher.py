@@ -1,0 +1,186 @@
+"""Per-shape dispatch at inference time: Y = X·Wᵀ for whatever number of rows X has, no network.
+
+A `Dispatcher` holds a dispatch table (which uKernels run which rows for each S) and the loaded
+uKernels. Calling it picks the program for S = X.shape[0] from a per-S memo (a dict lookup after the
+first call for that S), finds W's packed copies by identity, and runs the pieces. Shapes the fleet
+never tuned still get a program: the table extends past its last interval (see DispatchTable.lookup).
+
+Exact-shape kernels (from `sketch` jobs, measured faster than the table's program for that S) take
+precedence for their S. With no table at all (service unreachable and nothing cached) the dispatcher
+runs numpy and counts every call as a fallback, so the fleet can see what it missed.
+
+`usage()` returns what ran per S (calls, kernel seconds, fallbacks): the raw material for telemetry.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernelfleet.dispatch import DispatchTable, Piece
+from kernelfleet.ukernel import ALIGN, UKernel, aligned_empty, is_aligned
+
+ExactKernel = Callable[[np.ndarray, np.ndarray], np.ndarray]
+_FALLBACK: tuple[Piece, ...] = ()  # memo value for "no program: numpy"
+MAX_TRACKED_SHAPES = 4096  # usage memory bound: S values beyond it are counted under S = -1
+
+
+@dataclass
+class ShapeUsage:
+    calls: int = 0
+    seconds: float = 0.0
+    fallbacks: int = 0
+
+
+class _Packed:
+    """W packed once per distinct nt (as TVM tensors sharing the packed memory), kept while W lives:
+    weights are long-lived in inference, and packing costs far more than a call."""
+
+    def __init__(self, w: np.ndarray, kernels: Mapping[str, UKernel]) -> None:
+        self.ref = weakref.ref(w)
+        by_nt: dict[int, np.ndarray] = {}
+        self.by_kernel: dict[str, Any] = {}
+        for uid, k in kernels.items():
+            if k.spec.nt not in by_nt:
+                by_nt[k.spec.nt] = k.pack_weight(w)
+            self.by_kernel[uid] = k.device_weight(by_nt[k.spec.nt])
+        self.arrays = list(by_nt.values())  # keeps the memory the TVM tensors point at alive
+
+
+class Dispatcher:
+    """Runs dense Y = X·Wᵀ (X[S, K], W[N, K]) for any S with the program chosen for S."""
+
+    def __init__(
+        self,
+        table: DispatchTable | None,
+        kernels: Mapping[str, UKernel],
+        *,
+        N: int,
+        K: int,
+        exact: Mapping[int, ExactKernel] | None = None,
+        source: str = "local",
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        if table is not None:
+            missing = set(table.mts) - set(kernels)
+            if missing:
+                raise ValueError(f"the dispatch table uses uKernels that were not loaded: {sorted(missing)}")
+        self.table = table
+        self.kernels = dict(kernels)
+        self.N, self.K = N, K
+        self.exact = dict(exact or {})
+        self.source = source  # "service", "cache", "fallback" or "local": where the table came from
+        self.meta = dict(meta or {})
+        self._programs: dict[int, tuple[Piece, ...]] = {}
+        self._packed: dict[int, _Packed] = {}
+        self._usage: dict[int, ShapeUsage] = {}
+        self._lock = threading.Lock()
+        self.dtype = np.dtype(next(iter(self.kernels.values())).spec.dtype if self.kernels else "float32")
+        self._rows_aligned = (K * self.dtype.itemsize) % ALIGN == 0 and (N * self.dtype.itemsize) % ALIGN == 0
+
+    @property
+    def fallback(self) -> bool:
+        return self.table is None
+
+    def program(self, S: int) -> tuple[Piece, ...]:
+        """The pieces that run S rows; empty when S runs on an exact kernel or numpy."""
+        pieces = self._programs.get(S)
+        if pieces is None:
+            pieces = _FALLBACK if self.table is None or S in self.exact else self.table.lookup(S)
+            self._programs[S] = pieces
+        return pieces
+
+    def prepare(self, w: np.ndarray) -> None:
+        """Pack W for every uKernel now instead of on the first call that uses it."""
+        self._packed_for(w)
+
+    def _packed_for(self, w: np.ndarray) -> _Packed:
+        entry = self._packed.get(id(w))
+        if entry is not None and entry.ref() is w:
+            return entry
+        if w.shape != (self.N, self.K):
+            raise ValueError(f"W must be [{self.N}, {self.K}], got {list(w.shape)}")
+        entry = _Packed(w, self.kernels)
+        with self._lock:
+            self._packed = {k: v for k, v in self._packed.items() if v.ref() is not None}  # drop dead weights
+            self._packed[id(w)] = entry
+        return entry
+
+    def _raw_packed(self, w: np.ndarray, uid: str) -> np.ndarray:
+        entry = self._packed_for(w)
+        nt = self.kernels[uid].spec.nt
+        return next(a for a in entry.arrays if a.shape[2] == nt)
+
+    def __call__(self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if x.ndim != 2 or x.shape[1] != self.K or x.shape[0] < 1:
+            raise ValueError(f"X must be [S≥1, {self.K}], got {list(x.shape)}")
+        S = x.shape[0]
+        pieces = self.program(S)
+        start = time.perf_counter()
+        if pieces:
+            if x.dtype != self.dtype:
+                raise ValueError(f"X must be {self.dtype}, got {x.dtype}")
+            packed = self._packed_for(w).by_kernel
+            x = _aligned(x)  # one copy here rather than one per piece inside the kernels
+            y = out if out is not None and is_aligned(out) else aligned_empty((S, self.N), self.dtype.name)
+            row = 0
+            for p in pieces:
+                # every piece starts on a 64-byte boundary when K and N rows are multiples of 64 bytes;
+                # otherwise the checked call copies the slice
+                end = row + p.rows
+                if self._rows_aligned:
+                    self.kernels[p.ukernel_id].run_aligned(x[row:end], packed[p.ukernel_id], y[row:end])
+                else:
+                    self.kernels[p.ukernel_id](x[row:end], self._raw_packed(w, p.ukernel_id), y[row:end])
+                row = end
+            if out is None:
+                out = y
+            elif y is not out:
+                out = _copy_into(out, y)
+            fell_back = False
+        elif S in self.exact:
+            y = self.exact[S](x, w)
+            out = y if out is None else _copy_into(out, y)
+            fell_back = False
+        else:
+            y = x @ w.T
+            out = y if out is None else _copy_into(out, y)
+            fell_back = True
+        self._record(S, time.perf_counter() - start, fell_back)
+        return out
+
+    def _record(self, S: int, seconds: float, fell_back: bool) -> None:
+        usage = self._usage.get(S)
+        if usage is None:
+            key = S if len(self._usage) < MAX_TRACKED_SHAPES else -1
+            usage = self._usage.setdefault(key, ShapeUsage())
+        usage.calls += 1
+        usage.seconds += seconds
+        usage.fallbacks += fell_back
+
+    def usage(self, reset: bool = False) -> dict[int, ShapeUsage]:
+        """Calls, kernel seconds and fallbacks per S since the last reset."""
+        with self._lock:
+            snapshot = {s: ShapeUsage(u.calls, u.seconds, u.fallbacks) for s, u in self._usage.items()}
+            if reset:
+                self._usage = {}
+        return snapshot
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    if is_aligned(a):
+        return a
+    out = aligned_empty(a.shape, a.dtype.name)
+    out[...] = a
+    return out
+
+
+def _copy_into(out: np.ndarray, y: np.ndarray) -> np.ndarray:
+    out[...] = y
+    return out

@@ -1,0 +1,252 @@
+"""The `ukernel` tuner: one tuning run covers every value 1..S_max of a dense layer's dynamic M.
+
+FTuner's pipeline, with DietCode's cost model (../shared/research/anchors.md §1–2):
+  1. the hardware model and rules propose a few micro-kernel tiles, no search (`rules`);
+  2. each is compiled once as a shape-generic binary (`kernel`) and timed at a few M only;
+  3. the combination DP picks, for every S, the pieces that cover S rows at the least predicted
+     cost (`combine`) and the result is compressed into a dispatch table;
+  4. for the heaviest shapes of the distribution, every uKernel is measured as a single-piece program
+     and its measured time is compared with DietCode's prediction and FTuner's SIA score (Spearman
+     ρ), and the chosen program is measured as the inference host will run it (the SDK dispatcher).
+
+Free of Celery and the store: the job runner drives it, the benchmarks call it directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from kernelfleet.dispatch import DispatchTable
+from kernelfleet.dispatcher import Dispatcher
+from service.models import TargetSpec, WorkloadSpec
+from service.workers.tuners.base import TuningStopped
+from service.workers.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
+from service.workers.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
+from service.workers.tuners.ukernel.hardware_model import HardwareModel
+from service.workers.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
+from service.workers.tuners.ukernel.rules import dense_candidates
+
+MAX_UKERNELS = 8
+MAX_S = 4096
+
+
+def check_workload(workload: WorkloadSpec) -> str | None:
+    """Why `ukernel` jobs cannot tune this workload, or None: dense without bias, float32, dynamic M only."""
+    if workload.op != "dense" or workload.attrs.get("bias"):
+        return "ukernel jobs tune dense layers without bias (op 'dense')"
+    if workload.symbolic != ["M"]:
+        return f"ukernel jobs need exactly one dynamic dimension, M; this workload has {workload.symbolic}"
+    if workload.dtype != "float32":
+        return f"ukernel jobs support float32, not {workload.dtype}"
+    return None
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    workload: WorkloadSpec
+    s_max: int
+    validate: Sequence[int]  # shapes to measure, heaviest first
+    target: TargetSpec
+    max_ukernels: int
+    work_dir: Path
+    representative_m: int = 64  # where the rules judge padding and parallelism
+    hardware: HardwareModel | None = None  # default: read from this host
+    measure_points: int = 5
+    min_repeat_ms: int = 10
+
+
+class RangeSink(Protocol):
+    def on_validated(self, S: int, measured: int) -> None: ...
+
+    def should_stop(self) -> bool: ...
+
+
+@dataclass
+class RangeOutcome:
+    table: DispatchTable
+    kernels: dict[str, UKernel]
+    artifacts: dict[str, UKernelArtifact]
+    predicted_s: list[float]  # predicted seconds of the chosen program at S = 1..s_max
+    measured_s: dict[int, float]  # measured seconds of the chosen program at the validated S
+    validation: dict[str, Any]
+    candidates: list[dict[str, Any]]
+    errors: int
+    seconds: float
+    hardware: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def padding_ratio(self) -> float:
+        """Padded rows over useful rows, summed over 1..s_max: how much the programs over-compute."""
+        mts = self.table.mts
+        padded = sum(p.tiles * mts[p.ukernel_id] for s in range(1, self.table.s_max + 1) for p in self.table.lookup(s))
+        useful = self.table.s_max * (self.table.s_max + 1) // 2
+        return padded / useful - 1.0
+
+
+def _dims(workload: WorkloadSpec) -> tuple[int, int]:
+    return workload.dims["N"], workload.dims["K"]
+
+
+def measure_call_overhead(kernel: UKernel, repeat: int = 200) -> float:
+    """Seconds one extra piece costs beyond its kernel time: the Python call, DLPack wrapping, the FFI hop."""
+    spec = kernel.spec
+    x, out = aligned_empty((spec.mt, spec.K)), aligned_empty((spec.mt, spec.N))
+    x[...] = 0.0
+    w = kernel.pack_weight(np.zeros((spec.N, spec.K), np.float32))
+    kernel(x, w, out)
+    start = time.perf_counter()
+    for _ in range(repeat):
+        kernel(x, w, out)
+    python_path = (time.perf_counter() - start) / repeat
+    return max(0.0, python_path - kernel.time(spec.mt, repeat=3, min_repeat_ms=5))
+
+
+def time_dispatcher(dispatcher: Dispatcher, S: int, seed: int = 0, min_seconds: float = 0.02) -> float:
+    """Median seconds per call of the dispatcher at S rows, as an inference host calls it."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((S, dispatcher.K), dtype=np.float32)
+    w = rng.standard_normal((dispatcher.N, dispatcher.K), dtype=np.float32)
+    out = np.empty((S, dispatcher.N), np.float32)
+    dispatcher(x, w, out)
+    samples: list[float] = []
+    deadline = time.perf_counter() + min_seconds
+    while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 1000):
+        start = time.perf_counter()
+        dispatcher(x, w, out)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+class UKernelTuner:
+    name = "ukernel"
+
+    def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
+        began = time.perf_counter()
+        if not 1 <= task.s_max <= MAX_S:
+            raise ValueError(f"s_max must be in 1..{MAX_S}, got {task.s_max}")
+        problem = check_workload(task.workload)
+        if problem:
+            raise ValueError(problem)
+        N, K = _dims(task.workload)
+        hw = task.hardware or HardwareModel.from_host()
+        proposals = dense_candidates(
+            hw,
+            N,
+            K,
+            representative_m=task.representative_m,
+            top_k=min(task.max_ukernels, MAX_UKERNELS),
+            distinct_mt=True,
+        )
+        if not proposals:
+            raise ValueError(f"no uKernel tile passes the hardware rules for N={N}, K={K} on {hw.name}")
+        target = task.target.tvm_target()
+        kernels: dict[str, UKernel] = {}
+        artifacts: dict[str, UKernelArtifact] = {}
+        costs: list[TileCost] = []
+        candidates: list[dict[str, Any]] = []
+        errors = 0
+        for c in proposals:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            uid = f"mt{c.mt}_nt{c.nt}_kt{c.kt}"
+            record: dict[str, Any] = {"id": uid, "tile": list(c.tile), "score": c.score, "reasons": list(c.reasons)}
+            candidates.append(record)
+            try:
+                kernel = build_ukernel(N, K, c.mt, c.nt, c.kt, target)
+                timer = functools.partial(kernel.time, repeat=3, min_repeat_ms=task.min_repeat_ms)
+                cost = TileCost.measure(uid, c.mt, timer, sample_ms(c.mt, task.s_max, task.measure_points))
+            except Exception as exc:  # a tile the compiler rejects is recorded, the others go on
+                errors += 1
+                record["error"] = f"{type(exc).__name__}: {exc}"
+                continue
+            record["measured"] = {str(t * c.mt): s for t, s in zip(cost.tiles, cost.seconds, strict=True)}
+            kernels[uid] = kernel
+            costs.append(cost)
+            artifacts[uid] = kernel.export(task.work_dir / "artifacts")
+        if not costs:
+            raise RuntimeError(f"all {len(proposals)} uKernels failed to build or run")
+
+        overhead = statistics.median(measure_call_overhead(k) for k in kernels.values())
+        programs = combine(costs, task.s_max, piece_overhead_s=overhead)
+        used = {p.ukernel_id for prog in programs for p in prog.pieces}
+        # ship only the uKernels some program uses
+        costs = [c for c in costs if c.ukernel_id in used]
+        kernels = {uid: k for uid, k in kernels.items() if uid in used}
+        artifacts = {uid: a for uid, a in artifacts.items() if uid in used}
+        programs = combine(costs, task.s_max, piece_overhead_s=overhead)  # same programs, unused ids gone
+        table = dispatch_table(programs)
+        predicted = [prog.cost for prog in programs]
+        dispatcher = Dispatcher(table, kernels, N=N, K=K)
+        validation = self._validate(task, hw, kernels, costs, dispatcher, predicted, sink)
+        validation["piece_overhead_s"] = overhead
+        measured = {int(s): v["chosen_measured_s"] for s, v in validation["shapes"].items()}
+        return RangeOutcome(
+            table=table,
+            kernels=kernels,
+            artifacts=artifacts,
+            predicted_s=predicted,
+            measured_s=measured,
+            validation=validation,
+            candidates=candidates,
+            errors=errors,
+            seconds=time.perf_counter() - began,
+            hardware=hw.to_dict(),
+        )
+
+    @staticmethod
+    def _validate(
+        task: RangeTask,
+        hw: HardwareModel,
+        kernels: dict[str, UKernel],
+        costs: list[TileCost],
+        dispatcher: Dispatcher,
+        predicted: list[float],
+        sink: RangeSink,
+    ) -> dict[str, Any]:
+        """Measure every uKernel alone and the chosen program at the heaviest shapes; rank correlations."""
+        N, K = _dims(task.workload)
+        shapes: dict[str, Any] = {}
+        rho_dc: list[float] = []
+        rho_sia: list[float] = []
+        for S in task.validate:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            measured, dietcode, sia = {}, {}, {}
+            sia_scores = dict(rank_sia([(k.spec.mt, k.spec.nt) for k in kernels.values()], S, N, K, hw.cores))
+            for cost in costs:
+                spec = kernels[cost.ukernel_id].spec
+                m0 = cost.tiles[-1] * spec.mt
+                f_mk = f_mk_from_measurement(cost.seconds[-1], m0, spec.mt, spec.nt, N, hw.cores)
+                dietcode[cost.ukernel_id] = dietcode_predict(f_mk, S, spec.mt, spec.nt, N, hw.cores)
+                sia[cost.ukernel_id] = sia_scores[(spec.mt, spec.nt)]
+                measured[cost.ukernel_id] = kernels[cost.ukernel_id].time(S, repeat=3, min_repeat_ms=task.min_repeat_ms)
+            ids = list(measured)
+            entry: dict[str, Any] = {
+                "measured_s": measured,
+                "dietcode_s": dietcode,
+                "sia_score": sia,
+                "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
+                "chosen_measured_s": time_dispatcher(dispatcher, S),
+                "chosen_predicted_s": predicted[S - 1],
+            }
+            if len(ids) >= 2:
+                entry["rho_dietcode"] = spearman([dietcode[i] for i in ids], [measured[i] for i in ids])
+                entry["rho_sia"] = spearman([-sia[i] for i in ids], [measured[i] for i in ids])
+                rho_dc += [entry["rho_dietcode"]] if not math.isnan(entry["rho_dietcode"]) else []
+                rho_sia += [entry["rho_sia"]] if not math.isnan(entry["rho_sia"]) else []
+            shapes[str(S)] = entry
+            sink.on_validated(S, len(ids) + 1)
+        return {
+            "shapes": shapes,
+            "rho_dietcode_mean": statistics.fmean(rho_dc) if rho_dc else None,
+            "rho_sia_mean": statistics.fmean(rho_sia) if rho_sia else None,
+        }

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint typecheck bench bench-env standalone clean
+.PHONY: install demo test test-fast lint typecheck bench bench-dynamic bench-env standalone clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,9 @@ bench-env: .venv-bench/.installed
 
 bench: .venv-bench/.installed
 	.venv-bench/bin/python bench/sketch_vs_vendor.py
+
+bench-dynamic: .venv-bench/.installed
+	.venv-bench/bin/python bench/dynamic_bert.py
 
 clean:
 	rm -rf $(VENV) .venv-bench .kernelfleet .pytest_cache .mypy_cache .ruff_cache

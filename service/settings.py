@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     submit_rate_per_minute: float = Field(default=120, gt=0, description="job/workload submissions per key")
     max_body_bytes: int = 1 << 20
     db_pool_timeout_s: float = 5.0
+    signing_key: str | None = Field(
+        default=None, description="base64 Ed25519 seed that signs artifacts; default: $DATA_DIR/signing.key"
+    )
 
     @property
     def resolved_database_url(self) -> str:

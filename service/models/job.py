@@ -12,10 +12,28 @@ from service.models.distribution import ShapeDistribution
 from service.models.target import TargetSpec
 from service.models.workload import WorkloadSpec
 
-JobKind = Literal["sketch"]
+JobKind = Literal["sketch", "ukernel"]
 
 # Which target kinds each job kind can tune; the API rejects other pairs up front.
-KIND_TARGETS: dict[str, frozenset[str]] = {"sketch": frozenset({"llvm"})}
+KIND_TARGETS: dict[str, frozenset[str]] = {"sketch": frozenset({"llvm"}), "ukernel": frozenset({"llvm"})}
+
+UKERNEL_MAX_S = 4096  # the largest dynamic-dimension value a ukernel job tunes (tables extend beyond it)
+
+
+def kind_problem(kind: str, workload: WorkloadSpec, distribution: ShapeDistribution) -> tuple[str, str] | None:
+    """(field, why) when a job of `kind` cannot tune this workload and distribution, else None."""
+    if kind != "ukernel":
+        return None
+    if workload.op != "dense" or workload.attrs.get("bias"):
+        return "workload", "ukernel jobs tune dense layers without bias (op 'dense')"
+    if workload.symbolic != ["M"]:
+        return "workload", f"ukernel jobs need exactly one dynamic dimension, M; this workload has {workload.symbolic}"
+    if workload.dtype != "float32":
+        return "workload", f"ukernel jobs support float32, not {workload.dtype}"
+    s_max = max(shape["M"] for shape, _ in distribution.support())
+    if s_max > UKERNEL_MAX_S:
+        return "distribution", f"ukernel jobs tune M up to {UKERNEL_MAX_S}; the distribution reaches {s_max}"
+    return None
 
 
 class JobState(enum.StrEnum):
@@ -33,8 +51,15 @@ class JobState(enum.StrEnum):
 class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    trials: int = Field(default=64, ge=1, le=100_000, description="measured candidates across all shapes")
-    max_shapes: int = Field(default=4, ge=1, le=128, description="hot shapes tuned, by FLOPs × weight")
+    trials: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="sketch: measured candidates across all shapes; ukernel: uKernels built and measured (≤ 8 used)",
+    )
+    max_shapes: int = Field(
+        default=4, ge=1, le=128, description="sketch: hot shapes tuned; ukernel: hot shapes measured to validate"
+    )
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
 
 

@@ -1,11 +1,12 @@
-"""SQLAlchemy 2 tables: workloads, targets, jobs, per-shape job progress, candidates, best configs, workers."""
+"""SQLAlchemy 2 tables: workloads, targets, jobs, per-shape job progress, candidates, best configs, dispatch
+tables, artifacts, workers, API keys."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Dialect, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Dialect, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -124,6 +125,41 @@ class BestConfigRow(Base):
     job_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class DispatchTableRow(Base):
+    """A `ukernel` job's dispatch table. Every published table is kept; lookups serve the newest."""
+
+    __tablename__ = "dispatch_tables"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_hash: Mapped[str] = mapped_column(String(64))
+    target_fingerprint: Mapped[str] = mapped_column(String(64))
+    dim: Mapped[str] = mapped_column(String(64))
+    s_max: Mapped[int]
+    table: Mapped[dict[str, Any]]
+    ukernels: Mapped[list[Any]]
+    predicted: Mapped[list[Any]]
+    measured: Mapped[dict[str, Any]]
+    validation: Mapped[dict[str, Any]]
+    job_id: Mapped[str | None] = mapped_column(String(36))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index("ix_dispatch_tables_key", "workload_hash", "target_fingerprint", "id"),)
+
+
+class ArtifactRow(Base):
+    """A compiled library, content-addressed: the key is the sha256 of `data`, so a row never changes."""
+
+    __tablename__ = "artifacts"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target_fingerprint: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(32))
+    spec: Mapped[dict[str, Any]]
+    size_bytes: Mapped[int]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    signature: Mapped[str | None] = mapped_column(String(200))
+    job_id: Mapped[str | None] = mapped_column(String(36))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class WorkerRow(Base):

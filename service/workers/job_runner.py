@@ -25,8 +25,10 @@ from service.settings import Settings
 from service.store import catalog, configs, jobs
 from service.store.db import session_scope
 from service.workers import baseline, hardware, planning
+from service.workers.range_job import run_range
 from service.workers.tuners.base import Tuner, TuningStopped, TuningTask
 from service.workers.tuners.compute import random_inputs, reference, tolerance
+from service.workers.tuners.ukernel.tuner import UKernelTuner
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,10 @@ def _verify(config: Mapping[str, object], workload: WorkloadSpec, shape: dict[st
     return None if err <= limit else f"tuned kernel disagrees with numpy: max abs error {err:.3g} > {limit:.3g}"
 
 
-def run_job(job_id: str, worker: str, settings: Settings, tuners: Mapping[str, Tuner]) -> str:
+Tuners = Mapping[str, Tuner | UKernelTuner]
+
+
+def run_job(job_id: str, worker: str, settings: Settings, tuners: Tuners) -> str:
     """Claim and run a job; returns what happened: succeeded, failed, cancelled, lost-lease, busy (another live
     worker runs it) or skipped (nothing left to do)."""
     with session_scope() as s:
@@ -128,9 +133,7 @@ def _fail(job_id: str, lease: str, reason: str) -> str:
     return "failed"
 
 
-def _run_claimed(
-    job_id: str, lease: str, worker: str, hb: Heartbeat, settings: Settings, tuners: Mapping[str, Tuner]
-) -> str:
+def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: Settings, tuners: Tuners) -> str:
     with session_scope() as s:
         row = jobs.get_row(s, job_id)
         assert row is not None
@@ -150,6 +153,8 @@ def _run_claimed(
     target = target.with_toolchain(local)
     fingerprint = target.fingerprint
     distribution = TypeAdapter(ShapeDistribution).validate_python(dist)
+    if isinstance(tuner, UKernelTuner):
+        return run_range(job_id, lease, worker, hb.lost, settings, tuner, workload, target, distribution, budget)
     planned = planning.plan(workload, distribution, budget["trials"], budget["max_shapes"])
     with session_scope() as s:
         catalog.put_target(s, target)

@@ -27,11 +27,14 @@ def worker_id(node: str | None = None) -> str:
 
 @app.task(name=RUN_JOB, bind=True)
 def run_job(self: Any, job_id: str) -> str:
+    from service.workers.job_runner import Tuners
     from service.workers.job_runner import run_job as run
     from service.workers.tuners.sketch import SketchTuner
+    from service.workers.tuners.ukernel.tuner import UKernelTuner
 
     settings = get_settings()
-    outcome = run(job_id, worker_id(self.request.hostname), settings, {"sketch": SketchTuner()})
+    tuners: Tuners = {"sketch": SketchTuner(), "ukernel": UKernelTuner()}
+    outcome = run(job_id, worker_id(self.request.hostname), settings, tuners)
     for_job(log, job_id).info("outcome: %s", outcome)
     if outcome == "busy":
         # A redelivered copy found the job running elsewhere. Acking it would leave no message should that

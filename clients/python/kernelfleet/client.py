@@ -6,7 +6,8 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -20,7 +21,10 @@ from kernelfleet.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from kernelfleet.models import BestConfig, Job, Target, Workload
+from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload
+
+if TYPE_CHECKING:
+    from kernelfleet.dispatcher import Dispatcher
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -241,6 +245,39 @@ class Client:
     def import_configs(self, records: list[dict[str, Any]]) -> dict[str, int]:
         result: dict[str, int] = self._request("POST", "/v1/configs/import", json={"records": records}).json()
         return result
+
+    # -- dispatch tables ------------------------------------------------------------------------
+    def dispatch_doc(
+        self, workload: str, target: str, etag: str | None = None
+    ) -> tuple[DispatchDoc, str | None] | None:
+        """The newest dispatch table and its ETag; None when `etag` is still current (HTTP 304)."""
+        headers = {"If-None-Match": etag} if etag else {}
+        resp = self._request("GET", "/v1/dispatch", params={"workload": workload, "target": target}, headers=headers)
+        if resp.status_code == 304:
+            return None
+        return DispatchDoc.model_validate(resp.json()), resp.headers.get("ETag")
+
+    def artifact(self, sha256: str) -> bytes:
+        """An artifact's bytes, unverified: `kernelfleet.signing.verify_artifact` before loading them."""
+        return self._request("GET", f"/v1/artifacts/{sha256}").content
+
+    def signing_key(self) -> str:
+        """The service's Ed25519 public key (base64) that signs artifacts."""
+        return str(self._request("GET", "/v1/signing-key").json()["public_key"])
+
+    def dispatcher(
+        self, workload: str, target: str, *, cache_dir: Path | None = None, trusted_key: str | None = None
+    ) -> Dispatcher:
+        """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
+
+        Fetched once (revalidated by ETag), artifacts verified by hash and signature; falls back to the disk
+        cache when the service is down and to numpy when nothing is cached. `trusted_key` pins the signing key
+        (default: $KERNELFLEET_TRUSTED_KEY, else the key this service presented first, kept in the cache).
+        """
+        from kernelfleet.dispatch_cache import load_dispatcher
+
+        key = trusted_key or os.environ.get("KERNELFLEET_TRUSTED_KEY")
+        return load_dispatcher(self, workload, target, cache_dir, key)
 
     def kernel(self, workload: str, target: str, shape: Mapping[str, int]) -> Any:
         """A callable kernel built from the stored best config (needs TVM); NotFound on a miss."""

@@ -61,12 +61,14 @@ class Dispatcher:
         table: DispatchTable | None,
         kernels: Mapping[str, UKernel],
         *,
-        N: int,
-        K: int,
+        N: int | None,
+        K: int | None,
         exact: Mapping[int, ExactKernel] | None = None,
         source: str = "local",
         meta: Mapping[str, Any] | None = None,
     ) -> None:
+        if table is not None and (N is None or K is None):
+            raise ValueError("a dispatcher with a table needs N and K")
         if table is not None:
             missing = set(table.mts) - set(kernels)
             if missing:
@@ -82,7 +84,8 @@ class Dispatcher:
         self._usage: dict[int, ShapeUsage] = {}
         self._lock = threading.Lock()
         self.dtype = np.dtype(next(iter(self.kernels.values())).spec.dtype if self.kernels else "float32")
-        self._rows_aligned = (K * self.dtype.itemsize) % ALIGN == 0 and (N * self.dtype.itemsize) % ALIGN == 0
+        row_bytes = [(d or 0) * self.dtype.itemsize for d in (K, N)]
+        self._rows_aligned = all(b % ALIGN == 0 for b in row_bytes)
 
     @property
     def fallback(self) -> bool:
@@ -118,8 +121,8 @@ class Dispatcher:
         return next(a for a in entry.arrays if a.shape[2] == nt)
 
     def __call__(self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        if x.ndim != 2 or x.shape[1] != self.K or x.shape[0] < 1:
-            raise ValueError(f"X must be [S≥1, {self.K}], got {list(x.shape)}")
+        if x.ndim != 2 or x.shape[0] < 1 or (self.K is not None and x.shape[1] != self.K):
+            raise ValueError(f"X must be [S≥1, {self.K or 'K'}], got {list(x.shape)}")
         S = x.shape[0]
         pieces = self.program(S)
         start = time.perf_counter()
@@ -128,7 +131,7 @@ class Dispatcher:
                 raise ValueError(f"X must be {self.dtype}, got {x.dtype}")
             packed = self._packed_for(w).by_kernel
             x = _aligned(x)  # one copy here rather than one per piece inside the kernels
-            y = out if out is not None and is_aligned(out) else aligned_empty((S, self.N), self.dtype.name)
+            y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self.dtype.name)
             row = 0
             for p in pieces:
                 # every piece starts on a 64-byte boundary when K and N rows are multiples of 64 bytes;
@@ -184,3 +187,22 @@ def _aligned(a: np.ndarray) -> np.ndarray:
 def _copy_into(out: np.ndarray, y: np.ndarray) -> np.ndarray:
     out[...] = y
     return out
+
+
+def dispatch_overhead_s(dispatcher: Dispatcher, S: int, w: np.ndarray, calls: int = 20000, rounds: int = 5) -> float:
+    """Median seconds per call of what a call adds before its kernels run: choosing the program for S,
+    finding W's packed copies and the usage bookkeeping (warm: after the first call for S and W)."""
+    dispatcher.program(S)
+    if dispatcher.kernels:
+        dispatcher.prepare(w)
+    per_call = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            pieces = dispatcher.program(S)
+            if pieces:
+                dispatcher._packed_for(w)
+            dispatcher._record(S, 0.0, False)
+        per_call.append((time.perf_counter() - start) / calls)
+    dispatcher.usage(reset=True)
+    return sorted(per_call)[len(per_call) // 2]

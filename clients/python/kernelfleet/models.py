@@ -74,3 +74,35 @@ class Target(_Wire):
     target_fingerprint: str
     kind: str
     toolchain: dict[str, str] | None = None
+
+
+class UKernelRef(_Wire):
+    id: str
+    sha256: str
+    spec: dict[str, Any]
+    size_bytes: int
+    signature: str | None = None
+
+
+class ExactOverride(_Wire):
+    S: int
+    latency_s: float
+    table_latency_s: float | None = None
+    config: dict[str, Any]
+
+
+class DispatchDoc(_Wire):
+    """A dispatch table as served by GET /v1/dispatch."""
+
+    workload_hash: str
+    target_fingerprint: str
+    dim: str
+    s_max: int
+    table: dict[str, Any]
+    ukernels: list[UKernelRef]
+    predicted_latency_s: list[float]
+    measured_latency_s: dict[str, float]
+    overrides: list[ExactOverride] = []
+    validation: dict[str, Any] = {}
+    job_id: str | None = None
+    created_at: dt.datetime

@@ -14,7 +14,7 @@ from service.api.state import submit_bucket
 from service.models import JobSpec, JobState, JobView, WorkloadSpec
 from service.models.auth import Scope
 from service.models.distribution import dims_of
-from service.models.job import KIND_TARGETS, JobList
+from service.models.job import KIND_TARGETS, JobList, kind_problem
 from service.store import catalog, jobs
 from service.workers.celery_app import dispatch
 
@@ -44,6 +44,9 @@ def _validate(spec: JobSpec, workload: WorkloadSpec) -> None:
             workload.bind(shape)
         except ValueError as exc:
             unprocessable(["body", "distribution"], str(exc))
+    problem = kind_problem(spec.kind, workload, spec.distribution)
+    if problem:
+        unprocessable(["body", problem[0]], problem[1])
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, summary="Submit a tuning job")

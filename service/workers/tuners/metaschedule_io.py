@@ -55,6 +55,7 @@ def _target_spec(target: tvm.target.Target, toolchain: Toolchain) -> TargetSpec:
             kind="llvm",
             mcpu=str(exported.get("mcpu") or ""),
             num_cores=int(exported.get("num-cores", 1)),
+            features=[f.removeprefix("+") for f in exported.get("mattr", ())],
             toolchain=toolchain,
         )
     return TargetSpec(kind="cuda", arch=str(exported.get("arch")), toolchain=toolchain)

@@ -28,6 +28,8 @@ import numpy as np
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
 from service.models import TargetSpec, WorkloadSpec
+from service.models.distribution import Explicit, ShapePoint
+from service.models.job import UKERNEL_MAX_S, kind_problem
 from service.workers.tuners.base import TuningStopped
 from service.workers.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.workers.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
@@ -36,18 +38,6 @@ from service.workers.tuners.ukernel.kernel import UKernel, UKernelArtifact, alig
 from service.workers.tuners.ukernel.rules import dense_candidates
 
 MAX_UKERNELS = 8
-MAX_S = 4096
-
-
-def check_workload(workload: WorkloadSpec) -> str | None:
-    """Why `ukernel` jobs cannot tune this workload, or None: dense without bias, float32, dynamic M only."""
-    if workload.op != "dense" or workload.attrs.get("bias"):
-        return "ukernel jobs tune dense layers without bias (op 'dense')"
-    if workload.symbolic != ["M"]:
-        return f"ukernel jobs need exactly one dynamic dimension, M; this workload has {workload.symbolic}"
-    if workload.dtype != "float32":
-        return f"ukernel jobs support float32, not {workload.dtype}"
-    return None
 
 
 @dataclass(frozen=True)
@@ -110,12 +100,12 @@ def measure_call_overhead(kernel: UKernel, repeat: int = 200) -> float:
     return max(0.0, python_path - kernel.time(spec.mt, repeat=3, min_repeat_ms=5))
 
 
-def time_dispatcher(dispatcher: Dispatcher, S: int, seed: int = 0, min_seconds: float = 0.02) -> float:
+def time_dispatcher(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0, min_seconds: float = 0.02) -> float:
     """Median seconds per call of the dispatcher at S rows, as an inference host calls it."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((S, dispatcher.K), dtype=np.float32)
-    w = rng.standard_normal((dispatcher.N, dispatcher.K), dtype=np.float32)
-    out = np.empty((S, dispatcher.N), np.float32)
+    x = rng.standard_normal((S, K), dtype=np.float32)
+    w = rng.standard_normal((N, K), dtype=np.float32)
+    out = aligned_empty((S, N))
     dispatcher(x, w, out)
     samples: list[float] = []
     deadline = time.perf_counter() + min_seconds
@@ -131,11 +121,11 @@ class UKernelTuner:
 
     def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
         began = time.perf_counter()
-        if not 1 <= task.s_max <= MAX_S:
-            raise ValueError(f"s_max must be in 1..{MAX_S}, got {task.s_max}")
-        problem = check_workload(task.workload)
+        if not 1 <= task.s_max <= UKERNEL_MAX_S:
+            raise ValueError(f"s_max must be in 1..{UKERNEL_MAX_S}, got {task.s_max}")
+        problem = kind_problem("ukernel", task.workload, Explicit(points=[ShapePoint(shape={"M": task.s_max})]))
         if problem:
-            raise ValueError(problem)
+            raise ValueError(problem[1])
         N, K = _dims(task.workload)
         hw = task.hardware or HardwareModel.from_host()
         proposals = dense_candidates(
@@ -235,7 +225,7 @@ class UKernelTuner:
                 "dietcode_s": dietcode,
                 "sia_score": sia,
                 "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
-                "chosen_measured_s": time_dispatcher(dispatcher, S),
+                "chosen_measured_s": time_dispatcher(dispatcher, N, K, S),
                 "chosen_predicted_s": predicted[S - 1],
             }
             if len(ids) >= 2:

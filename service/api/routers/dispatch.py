@@ -1,0 +1,71 @@
+"""Dispatch tables, the artifacts they name, and the key that signs those artifacts.
+
+Inference hosts fetch a dispatch document once and revalidate it with `If-None-Match`: an unchanged
+table costs a 304 with no body. Artifacts are immutable (content-addressed), so they may be cached
+forever; the SDK still checks their hash and signature before loading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from fastapi import APIRouter, Header, Path, Query
+from fastapi.responses import Response
+
+from service import signing
+from service.api.auth import ReadKey
+from service.api.deps import SessionDep, not_found
+from service.models.dispatch import SHA256_PATTERN, DispatchDoc
+from service.settings import get_settings
+from service.store import dispatch as dispatch_store
+
+router = APIRouter(prefix="/v1", tags=["dispatch"])
+
+_HEX = r"^[0-9a-f]{1,64}$"
+
+
+@router.get(
+    "/dispatch",
+    response_model=DispatchDoc,
+    responses={304: {"description": "the table is unchanged since the ETag in If-None-Match"}},
+    summary="The newest dispatch table of a workload on a target, with exact-shape overrides",
+)
+def get_dispatch(
+    session: SessionDep,
+    _: ReadKey,
+    workload: str = Query(pattern=_HEX, description="workload hash"),
+    target: str = Query(pattern=_HEX, description="target fingerprint (includes toolchain)"),
+    if_none_match: str | None = Header(default=None, max_length=200),
+) -> Response:
+    row = dispatch_store.latest(session, workload, target)
+    if row is None:
+        not_found(f"no dispatch table for workload {workload} on target {target}; submit a ukernel job")
+    body = dispatch_store.document(session, row).model_dump_json()
+    etag = f'"{hashlib.sha256(body.encode()).hexdigest()[:32]}"'
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+@router.get(
+    "/artifacts/{sha256}",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}},
+    summary="A compiled artifact by the sha256 of its bytes, with the service's signature",
+)
+def get_artifact(session: SessionDep, _: ReadKey, sha256: str = Path(pattern=SHA256_PATTERN)) -> Response:
+    row = dispatch_store.get_artifact(session, sha256)
+    if row is None:
+        not_found(f"artifact {sha256} not found")
+    headers = {
+        "X-KernelFleet-Signature": row.signature or "",
+        "X-KernelFleet-Target": row.target_fingerprint,
+        "Cache-Control": "public, max-age=31536000, immutable",
+    }
+    return Response(row.data, media_type="application/octet-stream", headers=headers)
+
+
+@router.get("/signing-key", summary="The Ed25519 public key artifacts are signed with (base64)")
+def signing_key(_: ReadKey) -> dict[str, str]:
+    return {"algorithm": "ed25519", "public_key": signing.public_key_b64(get_settings())}

@@ -1,0 +1,144 @@
+"""Dispatch tables and the content-addressed artifacts they name.
+
+A `ukernel` job publishes its artifacts and table in one transaction, so a table never names an
+artifact the store lacks. Tables are appended, never replaced: lookups serve the newest for a
+(workload, target fingerprint), and older ones stay for audit. Exact-shape configs from `sketch`
+jobs are merged in at read time where they were measured faster than the table's program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models.dispatch import DispatchDoc, ExactOverride, UKernelRef
+from service.models.shape import parse_shape_key
+from service.store.tables import ArtifactRow, BestConfigRow, DispatchTableRow
+
+
+@dataclass(frozen=True)
+class NewArtifact:
+    ukernel_id: str
+    sha256: str
+    spec: dict[str, Any]
+    data: bytes
+    signature: str | None
+
+
+def put_artifact(session: Session, artifact: NewArtifact, target_fingerprint: str, job_id: str | None) -> None:
+    """Store an artifact unless its content is already there (same sha256: same bytes)."""
+    if session.get(ArtifactRow, artifact.sha256) is None:
+        session.add(
+            ArtifactRow(
+                sha256=artifact.sha256,
+                target_fingerprint=target_fingerprint,
+                kind="ukernel",
+                spec=artifact.spec,
+                size_bytes=len(artifact.data),
+                data=artifact.data,
+                signature=artifact.signature,
+                job_id=job_id,
+            )
+        )
+        session.flush()
+
+
+def get_artifact(session: Session, sha256: str) -> ArtifactRow | None:
+    return session.get(ArtifactRow, sha256)
+
+
+def publish(
+    session: Session,
+    *,
+    workload_hash: str,
+    target_fingerprint: str,
+    dim: str,
+    table: Mapping[str, Any],
+    artifacts: Sequence[NewArtifact],
+    predicted: Sequence[float],
+    measured: Mapping[int, float],
+    validation: Mapping[str, Any],
+    job_id: str | None,
+) -> DispatchTableRow:
+    for artifact in artifacts:
+        put_artifact(session, artifact, target_fingerprint, job_id)
+    row = DispatchTableRow(
+        workload_hash=workload_hash,
+        target_fingerprint=target_fingerprint,
+        dim=dim,
+        s_max=len(predicted),
+        table=dict(table),
+        ukernels=[{"id": a.ukernel_id, "sha256": a.sha256} for a in artifacts],
+        predicted=list(predicted),
+        measured={str(s): t for s, t in measured.items()},
+        validation=dict(validation),
+        job_id=job_id,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def latest(session: Session, workload_hash: str, target_fingerprint: str) -> DispatchTableRow | None:
+    stmt = (
+        select(DispatchTableRow)
+        .where(
+            DispatchTableRow.workload_hash == workload_hash,
+            DispatchTableRow.target_fingerprint == target_fingerprint,
+        )
+        .order_by(DispatchTableRow.id.desc())
+        .limit(1)
+    )
+    return session.scalars(stmt).first()
+
+
+def _table_latency(row: DispatchTableRow, S: int) -> float | None:
+    if str(S) in row.measured:
+        return float(row.measured[str(S)])
+    return float(row.predicted[S - 1]) if 1 <= S <= len(row.predicted) else None
+
+
+def _overrides(session: Session, row: DispatchTableRow) -> list[ExactOverride]:
+    """Exact-shape configs of this workload and target faster than the table's program at their S."""
+    stmt = select(BestConfigRow).where(
+        BestConfigRow.workload_hash == row.workload_hash,
+        BestConfigRow.target_fingerprint == row.target_fingerprint,
+    )
+    out = []
+    for best in session.scalars(stmt):
+        shape = parse_shape_key(best.shape_key)
+        if set(shape) != {row.dim}:
+            continue
+        S = shape[row.dim]
+        ours = _table_latency(row, S)
+        if ours is None or best.latency_s < ours:
+            out.append(ExactOverride(S=S, latency_s=best.latency_s, table_latency_s=ours, config=best.config))
+    return sorted(out, key=lambda o: o.S)
+
+
+def document(session: Session, row: DispatchTableRow) -> DispatchDoc:
+    refs = []
+    for u in row.ukernels:
+        art = session.get(ArtifactRow, u["sha256"])
+        assert art is not None, "published tables only name stored artifacts"
+        refs.append(
+            UKernelRef(id=u["id"], sha256=art.sha256, spec=art.spec, size_bytes=art.size_bytes, signature=art.signature)
+        )
+    return DispatchDoc(
+        workload_hash=row.workload_hash,
+        target_fingerprint=row.target_fingerprint,
+        dim=row.dim,
+        s_max=row.s_max,
+        table=row.table,
+        ukernels=refs,
+        predicted_latency_s=row.predicted,
+        measured_latency_s=row.measured,
+        overrides=_overrides(session, row),
+        validation=row.validation,
+        job_id=row.job_id,
+        created_at=row.created_at,
+    )

@@ -1,0 +1,110 @@
+"""The SDK dispatcher on locally built uKernels: programs per S, exact overrides, numpy fallback, overhead."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from kernelfleet.dispatch import DispatchTable, Interval, Shape
+from kernelfleet.dispatch_cache import DispatchCache
+from kernelfleet.dispatcher import Dispatcher, dispatch_overhead_s
+from kernelfleet.signing import UntrustedArtifact, artifact_message, verify_artifact
+from kernelfleet.ukernel import UKernel
+from service.workers.hardware import host_target
+from service.workers.tuners.ukernel.kernel import build_ukernel
+
+N, K = 64, 32
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, UKernel]:
+    target = host_target().tvm_target()
+    return {"a": build_ukernel(N, K, 4, 32, 4, target), "b": build_ukernel(N, K, 3, 16, 4, target)}
+
+
+@pytest.fixture
+def table() -> DispatchTable:
+    # 1..3 on b; 4..8 on a; 9..20 as 8 rows on a plus the rest on b (and beyond 20 the same shape extends)
+    return DispatchTable(
+        (Interval(1, 3, Shape((), "b")), Interval(4, 8, Shape((), "a")), Interval(9, 20, Shape((("a", 2),), "b"))),
+        {"a": 4, "b": 3},
+    )
+
+
+def test_every_shape_runs_its_program_including_unseen_ones(kernels: dict[str, UKernel], table: DispatchTable) -> None:
+    d = Dispatcher(table, kernels, N=N, K=K)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((N, K)).astype("float32")
+    for s in [*range(1, 21), 23, 64, 131]:
+        x = rng.standard_normal((s, K)).astype("float32")[:, :]  # numpy's own (usually unaligned) memory
+        np.testing.assert_allclose(d(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"S={s}")
+        out = np.empty((s, N), np.float32)  # a caller's output buffer, aligned or not
+        assert d(x, w, out) is out
+        np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-4)
+    assert [p.ukernel_id for p in d.program(131)] == ["a", "b"] and sum(p.rows for p in d.program(131)) == 131
+    usage = d.usage(reset=True)
+    assert usage[131].calls == 2 and usage[131].fallbacks == 0 and usage[131].seconds > 0
+    assert d.usage() == {}
+    with pytest.raises(ValueError, match="X must be"):
+        d(np.zeros((3, K + 1), np.float32), w)
+
+
+def test_exact_kernels_win_their_shape_and_no_table_means_numpy(
+    kernels: dict[str, UKernel], table: DispatchTable
+) -> None:
+    calls: list[int] = []
+
+    def exact(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        calls.append(x.shape[0])
+        return x @ w.T
+
+    d = Dispatcher(table, kernels, N=N, K=K, exact={7: exact})
+    x, w = np.ones((7, K), np.float32), np.ones((N, K), np.float32)
+    np.testing.assert_allclose(d(x, w), x @ w.T)
+    assert calls == [7] and d.program(7) == ()
+
+    fallback = Dispatcher(None, {}, N=None, K=None, source="fallback")
+    np.testing.assert_allclose(fallback(x, w), x @ w.T)
+    assert fallback.fallback and fallback.usage()[7].fallbacks == 1
+    with pytest.raises(ValueError, match="not loaded"):
+        Dispatcher(table, {"a": kernels["a"]}, N=N, K=K)
+
+
+def test_dispatch_overhead_is_a_few_microseconds(kernels: dict[str, UKernel], table: DispatchTable) -> None:
+    d = Dispatcher(table, kernels, N=N, K=K)
+    w = np.ones((N, K), np.float32)
+    overhead = dispatch_overhead_s(d, 61, w, calls=5000)
+    assert overhead < 5e-6, f"{overhead * 1e6:.2f} µs per call"
+
+
+def test_artifacts_verify_by_hash_and_signature(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    data = b"\x7fELF pretend library"
+    sha = hashlib.sha256(data).hexdigest()
+    signature = base64.b64encode(key.sign(artifact_message(sha, "f" * 32))).decode()
+    verify_artifact(data, sha, "f" * 32, signature, public)
+    for bad in [
+        (data + b"x", sha, "f" * 32, signature),  # other bytes
+        (data, sha, "e" * 32, signature),  # signed for other hardware
+        (data, sha, "f" * 32, None),  # unsigned
+        (data, sha, "f" * 32, base64.b64encode(b"\0" * 64).decode()),  # forged
+    ]:
+        with pytest.raises(UntrustedArtifact):
+            verify_artifact(*bad, public)
+
+
+def test_cache_names_cannot_leave_the_cache_directory(tmp_path: Path) -> None:
+    cache = DispatchCache(tmp_path)
+    for bad in ["../../etc/passwd", "ABC", "a/b", "x" * 65, ""]:
+        with pytest.raises(ValueError):
+            cache.artifact_path(bad)
+        with pytest.raises(ValueError):
+            cache.read_doc(bad, "ab")
+    assert cache.read_doc("ab", "cd") is None

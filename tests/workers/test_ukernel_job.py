@@ -1,0 +1,123 @@
+"""A `ukernel` job through the real fleet (API, Celery worker, PostgreSQL, Redis), then the SDK dispatcher:
+fetched with ETag revalidation, verified, run on every shape including unseen ones, and kept running from
+its cache or numpy when the service is gone."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from kernelfleet import Client
+from kernelfleet.signing import UntrustedArtifact
+from tests.helpers import Fleet, wait_for
+
+pytestmark = pytest.mark.slow
+
+N, K, S_MAX = 64, 48, 40
+DENSE = {"op": "dense", "dims": {"N": N, "K": K}, "symbolic": ["M"]}
+DIST = {"kind": "uniform", "dim": "M", "low": 1, "high": S_MAX}
+UNSEEN = [S_MAX + 1, 53, 97, 131]  # beyond the tuned range: the table's last interval extends
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path / "fleet", {"KERNELFLEET_DATABASE_URL": pg_url, "KERNELFLEET_BROKER_URL": redis_url})
+    yield fleet
+    fleet.stop()
+
+
+def _target(client: Client) -> dict[str, object]:
+    hw = wait_for(lambda: client.workers(), 90, "a worker to announce itself")[0]["target"]
+    return {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
+
+
+def _check_all_shapes(dispatcher, shapes: list[int]) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((N, K)).astype("float32")
+    for s in shapes:
+        x = rng.standard_normal((s, K)).astype("float32")
+        np.testing.assert_allclose(dispatcher(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"S={s}")
+
+
+def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fleet, tmp_path: Path) -> None:
+    fleet.start_api()
+    fleet.start_worker("w1")
+    client = fleet.client()
+    job = client.submit(DENSE, _target(client), DIST, kind="ukernel", budget={"trials": 3, "max_shapes": 2})
+    done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+    assert done.state == "succeeded" and done.trials_done == done.trials_total > 0
+    for s in done.shapes:  # the validated hot shapes carry measured program latency and the vendor baseline
+        assert s.state == "succeeded" and s.best_latency_s and s.baseline_latency_s
+    assert done.target_fingerprint is not None
+    workload, target = done.workload_hash, done.target_fingerprint
+
+    doc_and_etag = client.dispatch_doc(workload, target)
+    assert doc_and_etag is not None
+    doc, etag = doc_and_etag
+    assert doc.s_max == S_MAX and doc.job_id == job.id and len(doc.predicted_latency_s) == S_MAX
+    assert doc.ukernels and all(u.signature for u in doc.ukernels)
+    assert {"rho_dietcode_mean", "tuning_seconds", "padding_ratio"} <= set(doc.validation)
+    assert client.dispatch_doc(workload, target, etag=etag) is None  # unchanged: 304
+
+    cache = tmp_path / "cache"
+    dispatcher = client.dispatcher(workload, target, cache_dir=cache)
+    assert dispatcher.source == "service" and not dispatcher.fallback
+    _check_all_shapes(dispatcher, [*range(1, S_MAX + 1), *UNSEEN])
+    assert sum(u.fallbacks for u in dispatcher.usage().values()) == 0
+
+    # a tampered artifact in the cache is refused, and so is a key other than the pinned one
+    # (replaced, never rewritten in place: this process has the library mapped, and so would any host)
+    library = cache / "artifacts" / f"{doc.ukernels[0].sha256}.so"
+    good = library.read_bytes()
+    library.unlink()
+    library.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(UntrustedArtifact):
+        client.dispatcher(workload, target, cache_dir=cache)
+    library.unlink()
+    library.write_bytes(good)
+    stranger = base64.b64encode(
+        Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    ).decode()
+    with pytest.raises(UntrustedArtifact):
+        client.dispatcher(workload, target, cache_dir=tmp_path / "other-cache", trusted_key=stranger)
+
+    # the service goes away: the cached table keeps serving; with no cache, numpy and counted misses
+    fleet.kill("api")
+    offline = fleet.client(retries=0, timeout=2)
+    cached = offline.dispatcher(workload, target, cache_dir=cache)
+    assert cached.source == "cache" and not cached.fallback
+    _check_all_shapes(cached, [1, 17, S_MAX, *UNSEEN])
+    bare = offline.dispatcher(workload, target, cache_dir=tmp_path / "empty-cache")
+    assert bare.source == "fallback" and bare.fallback
+    _check_all_shapes(bare, [5, 61])
+    usage = bare.usage()
+    assert usage[5].fallbacks == usage[5].calls == 1 and usage[61].fallbacks == 1
+
+
+def test_ukernel_jobs_reject_workloads_they_cannot_tune(fleet: Fleet) -> None:
+    fleet.start_api()
+    client = fleet.client()
+    target = {"kind": "llvm", "mcpu": "znver4", "num_cores": 2}
+    for workload, field in [
+        ({**DENSE, "attrs": {"bias": True}}, "workload"),
+        ({"op": "batch_matmul", "dims": {"B": 12, "N": 64, "K": 64}, "symbolic": ["M"]}, "workload"),
+    ]:
+        resp = client._http.post(
+            "/v1/jobs", json={"kind": "ukernel", "workload": workload, "target": target, "distribution": DIST}
+        )
+        assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", field], resp.text
+    far = {"kind": "explicit", "points": [{"shape": {"M": 5000}}]}
+    resp = client._http.post(
+        "/v1/jobs", json={"kind": "ukernel", "workload": DENSE, "target": target, "distribution": far}
+    )
+    assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", "distribution"], resp.text
+    missing = client._http.get("/v1/dispatch", params={"workload": "ab" * 16, "target": "cd" * 16})
+    assert missing.status_code == 404 and "ukernel job" in missing.json()["detail"]
+    assert client._http.get("/v1/artifacts/../../etc/passwd").status_code == 404
+    assert client._http.get("/v1/artifacts/" + "z" * 64).status_code == 422

@@ -6,7 +6,21 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Dialect, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Date,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -160,6 +174,41 @@ class ArtifactRow(Base):
     signature: Mapped[str | None] = mapped_column(String(200))
     job_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class TelemetryBatchRow(Base):
+    """Batches already counted, by the id their sender chose: a resent batch is recognised and ignored."""
+
+    __tablename__ = "telemetry_batches"
+    batch_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    key_id: Mapped[str | None] = mapped_column(String(36))
+    host: Mapped[str] = mapped_column(String(200))
+    records: Mapped[int]
+    received_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class UsageDayRow(Base):
+    """The fleet's kernel time per UTC day and (workload, target, shape), summed over telemetry batches."""
+
+    __tablename__ = "fleet_usage"
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    workload_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target_fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    shape_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    kernel_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    fallbacks: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class FleetRunRow(Base):
+    """One daily tuning run; the day is the key, so a day runs once however many beats fire."""
+
+    __tablename__ = "fleet_runs"
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    report: Mapped[dict[str, Any]]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None]
 
 
 class WorkerRow(Base):

@@ -11,6 +11,7 @@ hosts only read it.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ class DispatchTable:
             raise KeyError(f"S={S} falls in a gap of the table")
         return self.intervals[i].shape.expand(S, self.mts)
 
-    @property
+    @functools.cached_property
     def _starts(self) -> list[int]:
         return [iv.lo for iv in self.intervals]
 

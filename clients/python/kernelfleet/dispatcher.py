@@ -99,8 +99,15 @@ class Dispatcher:
             self._programs[S] = pieces
         return pieces
 
-    def prepare(self, w: np.ndarray) -> None:
-        """Pack W for every uKernel now instead of on the first call that uses it."""
+    def prepare(self, w: np.ndarray, *, refresh: bool = False) -> None:
+        """Pack W for every uKernel now instead of on the first call that uses it.
+
+        Packed copies are found by W's identity, so weights are treated as immutable: after changing W
+        in place, call `prepare(w, refresh=True)` (or pass a new array), or calls keep the old values.
+        """
+        if refresh:
+            with self._lock:
+                self._packed.pop(id(w), None)
         self._packed_for(w)
 
     def _packed_for(self, w: np.ndarray) -> _Packed:
@@ -131,6 +138,8 @@ class Dispatcher:
                 raise ValueError(f"X must be {self.dtype}, got {x.dtype}")
             packed = self._packed_for(w).by_kernel
             x = _aligned(x)  # one copy here rather than one per piece inside the kernels
+            if out is not None and (out.shape != (S, w.shape[0]) or out.dtype != self.dtype):
+                raise ValueError(f"out must be {self.dtype}[{S}, {w.shape[0]}], got {out.dtype}{list(out.shape)}")
             y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self.dtype.name)
             row = 0
             for p in pieces:
@@ -195,14 +204,18 @@ def dispatch_overhead_s(dispatcher: Dispatcher, S: int, w: np.ndarray, calls: in
     dispatcher.program(S)
     if dispatcher.kernels:
         dispatcher.prepare(w)
+    real_usage = dispatcher._usage  # the probe's own calls must not reach telemetry
+    dispatcher._usage = {}
     per_call = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            pieces = dispatcher.program(S)
-            if pieces:
-                dispatcher._packed_for(w)
-            dispatcher._record(S, 0.0, False)
-        per_call.append((time.perf_counter() - start) / calls)
-    dispatcher.usage(reset=True)
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(calls):
+                pieces = dispatcher.program(S)
+                if pieces:
+                    dispatcher._packed_for(w)
+                dispatcher._record(S, 0.0, False)
+            per_call.append((time.perf_counter() - start) / calls)
+    finally:
+        dispatcher._usage = real_usage
     return sorted(per_call)[len(per_call) // 2]

@@ -123,7 +123,9 @@ def _shape_of(tiles: Sequence[tuple[str, int]], mts: Mapping[str, int], order: M
     return Shape(tuple(ranked[:-1]), ranked[-1][0])
 
 
-def combine(costs: Sequence[TileCost], s_max: int, piece_overhead_s: float = 0.0) -> list[Program]:
+def combine(
+    costs: Sequence[TileCost], s_max: int, piece_overhead_s: float = 0.0, rel_tie: float = _REL_TIE
+) -> list[Program]:
     """The cheapest program for every S in 1..s_max (list index S−1), each uKernel used at most once.
 
     A 0/1 knapsack over the uKernels in order: best_u[S] = min(best_{u−1}[S], min over r ≤ S of
@@ -133,10 +135,11 @@ def combine(costs: Sequence[TileCost], s_max: int, piece_overhead_s: float = 0.0
     were slower than one call. `piece_overhead_s` is the caller's cost per extra call (dispatch and
     argument marshalling), which the per-kernel timings do not include.
 
-    Ties (within 1e-9 relative) go to fewer pieces, then fewer padded rows, then earlier uKernels in
-    `costs`, so the result is deterministic. An optimum so tie-broken pads less than one tile of any
-    of its pieces (else dropping that tile is no dearer and pads less), so the remainder piece can
-    absorb all the padding and the program is exactly its Shape expanded at S.
+    Ties (costs within `rel_tie` relative; the timing noise is a good value) go to fewer pieces, then fewer
+    padded rows, then earlier uKernels in `costs`, so the result is deterministic. An optimum so
+    tie-broken pads less than one tile of any of its pieces (else dropping that tile is no dearer and
+    pads less), so the remainder piece can absorb all the padding and the program is exactly its Shape
+    expanded at S.
     """
     if not costs or s_max < 1:
         raise ValueError("need at least one uKernel and s_max ≥ 1")
@@ -163,7 +166,7 @@ def combine(costs: Sequence[TileCost], s_max: int, piece_overhead_s: float = 0.0
             prev = slice(s, None, -1)  # layer u−1 at S − r for r = 0..s
             cand_cost = best[prev] + piece_cost[: s + 1]
             low = cand_cost.min()
-            tied = np.flatnonzero(cand_cost <= low + abs(low) * _REL_TIE)
+            tied = np.flatnonzero(cand_cost <= low + abs(low) * rel_tie)
             cand_count = count[prev][tied] + used[tied]
             cand_pad = padded[prev][tied] + piece_pad[tied]
             r = int(tied[np.lexsort((tied, cand_pad, cand_count))[0]])

@@ -77,13 +77,13 @@ def schedule_ukernel(N: int, K: int, mt: int, nt: int, kt: int, vec: int, dtype:
     jo, ji = sch.split(j, [None, nt])
     ko, ki = sch.split(k, [None, kt])
     jv_o, jv = sch.split(ji, [None, vec])
-    sch.reorder(io, jo, ko, ki, ii, jv_o, jv)
+    sch.reorder(jo, io, ko, ki, ii, jv_o, jv)
     sch.vectorize(jv)
     for loop in (ii, ki, jv_o):
         sch.unroll(loop)
-    sch.reverse_compute_at(ycopy, jo)
+    sch.reverse_compute_at(ycopy, io)
     sch.vectorize(sch.split(sch.get_loops(ycopy)[-1], [None, vec])[1])
-    tasks = sch.fuse(io, jo)
+    tasks = sch.fuse(jo, io)
     sch.parallel(tasks)
     if xpad is not None:
         sch.compute_at(xpad, tasks)  # pad one mt×K X panel per task, not all of X up front

@@ -54,6 +54,11 @@ class RangeTask:
     min_repeat_ms: int = 10
 
 
+# Timings on a shared machine vary by several percent run to run; a multi-piece program must beat a
+# simpler one by more than that, or the DP would chase noise into fragmented tables.
+NOISE_TIE = 0.03
+
+
 class RangeSink(Protocol):
     def on_validated(self, S: int, measured: int) -> None: ...
 
@@ -166,13 +171,15 @@ class UKernelTuner:
             raise RuntimeError(f"all {len(proposals)} uKernels failed to build or run")
 
         overhead = statistics.median(measure_call_overhead(k) for k in kernels.values())
-        programs = combine(costs, task.s_max, piece_overhead_s=overhead)
+        programs = combine(costs, task.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE)
         used = {p.ukernel_id for prog in programs for p in prog.pieces}
         # ship only the uKernels some program uses
         costs = [c for c in costs if c.ukernel_id in used]
         kernels = {uid: k for uid, k in kernels.items() if uid in used}
         artifacts = {uid: a for uid, a in artifacts.items() if uid in used}
-        programs = combine(costs, task.s_max, piece_overhead_s=overhead)  # same programs, unused ids gone
+        programs = combine(
+            costs, task.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE
+        )  # same programs, unused ids gone
         table = dispatch_table(programs)
         predicted = [prog.cost for prog in programs]
         dispatcher = Dispatcher(table, kernels, N=N, K=K)

@@ -1,0 +1,138 @@
+"""Fleet telemetry, usage, daily tuning runs and their reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from service.models.shape import MAX_DIM
+
+MAX_RECORDS_PER_BATCH = 10_000
+
+Reason = Literal["untuned", "fallback", "older-toolchain", "drift"]
+
+
+class TelemetryRecord(BaseModel):
+    """What one inference host ran for one (workload, target, concrete shape) since its last report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload_hash: str = Field(pattern=r"^[0-9a-f]{1,64}$")
+    target_fingerprint: str = Field(pattern=r"^[0-9a-f]{1,64}$")
+    shape: dict[str, int] = Field(min_length=1, max_length=8)
+    calls: int = Field(ge=0, le=10**12)
+    kernel_seconds: float = Field(ge=0, le=1e9, allow_inf_nan=False)
+    fallbacks: int = Field(default=0, ge=0, le=10**12, description="calls that ran the default kernel (a miss)")
+    day: dt.date | None = Field(default=None, description="UTC day the calls happened; default: the day received")
+
+    @field_validator("shape")
+    @classmethod
+    def _sizes(cls, shape: dict[str, int]) -> dict[str, int]:
+        for name, value in shape.items():
+            if not 1 <= value <= MAX_DIM or not name.isidentifier():
+                raise ValueError(f"bad shape item {name}={value}")
+        return shape
+
+
+class TelemetryBatch(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "batch_id": "0b5f3c1e-8f0e-4a59-9d7c-6a1f2b3c4d5e",
+                    "host": "inference-17",
+                    "records": [
+                        {
+                            "workload_hash": "52a36ef24bd6a82eab95d4c1f0e3a7b2",
+                            "target_fingerprint": "9f1c0e2d3b4a59687766554433221100",
+                            "shape": {"M": 61},
+                            "calls": 1200,
+                            "kernel_seconds": 0.81,
+                            "fallbacks": 0,
+                        }
+                    ],
+                }
+            ]
+        },
+    )
+
+    batch_id: uuid.UUID = Field(description="chosen by the sender; resending the same batch changes nothing")
+    host: str = Field(default="", max_length=200)
+    records: list[TelemetryRecord] = Field(min_length=1, max_length=MAX_RECORDS_PER_BATCH)
+
+
+class TelemetryAck(BaseModel):
+    batch_id: uuid.UUID
+    accepted: int
+    duplicate: bool
+
+
+class UsageRow(BaseModel):
+    workload_hash: str
+    target_fingerprint: str
+    shape: dict[str, int]
+    calls: int
+    kernel_seconds: float
+    fallbacks: int
+    share: float = Field(description="share of the fleet's kernel time in the window")
+
+
+class UsageView(BaseModel):
+    since: dt.date
+    until: dt.date
+    total_seconds: float
+    rows: list[UsageRow]
+
+
+class FleetCandidate(BaseModel):
+    """A tuning task the daily run considered: one workload on one target, and why."""
+
+    workload_hash: str
+    target_fingerprint: str
+    queue: str
+    kind: str
+    reasons: list[Reason]
+    shapes: dict[str, float] = Field(description="shape key → observed kernel seconds per day")
+    observed_s_per_day: float
+    predicted_gain: float = Field(description="expected share of that time saved by tuning")
+    expected_saving_s_per_day: float
+    stalled: bool = False
+    trials: int = 0
+    job_id: str | None = None
+
+
+class Regression(BaseModel):
+    workload_hash: str
+    target_fingerprint: str
+    shape: str
+    stored_s: float
+    measured_s: float
+
+
+class FleetReport(BaseModel):
+    day: dt.date
+    state: Literal["running", "done", "failed"]
+    created_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    window_days: int = 0
+    fleet_seconds_per_day: float = 0.0
+    budget: dict[str, int] = Field(default_factory=dict, description="trials per hardware class")
+    spent: dict[str, int] = Field(default_factory=dict)
+    candidates: list[FleetCandidate] = Field(default_factory=list)
+    expected_saving_s_per_day: float = 0.0
+    realized: dict[str, Any] = Field(
+        default_factory=dict, description="earlier runs' finished jobs: fleet time saved per day vs tuning seconds"
+    )
+    regressions: list[Regression] = Field(default_factory=list)
+    remeasured: int = 0
+    error: str | None = None
+
+
+class FleetRunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    day: dt.date | None = Field(default=None, description="the UTC day to run for; default today")

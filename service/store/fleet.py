@@ -1,0 +1,150 @@
+"""Fleet telemetry (idempotent batches summed per day), usage queries, and daily-run bookkeeping."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from service.models import shape_key
+from service.models.fleet import FleetReport, TelemetryBatch
+from service.store.tables import FleetRunRow, TelemetryBatchRow, UsageDayRow, utcnow
+
+
+def _insert(session: Session) -> Any:
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+
+
+def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: dt.date) -> bool:
+    """Add a batch to the daily sums; False (and no change) when this batch id was counted before.
+
+    The batch id row and the sums are written in one transaction, and the id is claimed with
+    INSERT … ON CONFLICT DO NOTHING, so a batch resent concurrently is still counted once.
+    """
+    batches = cast(Table, TelemetryBatchRow.__table__)
+    claim = (
+        _insert(session)(batches)
+        .values(
+            batch_id=str(batch.batch_id),
+            key_id=key_id,
+            host=batch.host,
+            records=len(batch.records),
+            received_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["batch_id"])
+        .returning(batches.c.batch_id)
+    )
+    if session.execute(claim).first() is None:
+        return False
+    sums: dict[tuple[dt.date, str, str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0])
+    for r in batch.records:
+        acc = sums[(r.day or today, r.workload_hash, r.target_fingerprint, shape_key(r.shape))]
+        acc[0] += r.calls
+        acc[1] += r.kernel_seconds
+        acc[2] += r.fallbacks
+    usage = cast(Table, UsageDayRow.__table__)
+    for (day, wh, fp, key), (calls, seconds, fallbacks) in sorted(sums.items()):
+        stmt = _insert(session)(usage).values(
+            day=day,
+            workload_hash=wh,
+            target_fingerprint=fp,
+            shape_key=key,
+            calls=int(calls),
+            kernel_seconds=seconds,
+            fallbacks=int(fallbacks),
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["day", "workload_hash", "target_fingerprint", "shape_key"],
+            set_={
+                "calls": usage.c.calls + stmt.excluded.calls,
+                "kernel_seconds": usage.c.kernel_seconds + stmt.excluded.kernel_seconds,
+                "fallbacks": usage.c.fallbacks + stmt.excluded.fallbacks,
+            },
+        )
+        session.execute(stmt)
+    return True
+
+
+@dataclass(frozen=True)
+class Usage:
+    workload_hash: str
+    target_fingerprint: str
+    shape_key: str
+    calls: int
+    kernel_seconds: float
+    fallbacks: int
+
+
+def usage(
+    session: Session,
+    since: dt.date,
+    until: dt.date,
+    workload_hash: str | None = None,
+    target_fingerprint: str | None = None,
+    limit: int = 10_000,
+) -> list[Usage]:
+    """Summed usage per (workload, target, shape) for days in [since, until], most time first."""
+    u = UsageDayRow
+    q = (
+        select(
+            u.workload_hash,
+            u.target_fingerprint,
+            u.shape_key,
+            func.sum(u.calls),
+            func.sum(u.kernel_seconds),
+            func.sum(u.fallbacks),
+        )
+        .where(u.day >= since, u.day <= until)
+        .group_by(u.workload_hash, u.target_fingerprint, u.shape_key)
+        .order_by(func.sum(u.kernel_seconds).desc(), u.workload_hash, u.target_fingerprint, u.shape_key)
+        .limit(limit)
+    )
+    if workload_hash:
+        q = q.where(u.workload_hash == workload_hash)
+    if target_fingerprint:
+        q = q.where(u.target_fingerprint == target_fingerprint)
+    return [
+        Usage(wh, fp, key, int(c or 0), float(s or 0.0), int(f or 0)) for wh, fp, key, c, s, f in session.execute(q)
+    ]
+
+
+def observed_days(session: Session, since: dt.date, until: dt.date) -> int:
+    """Days in the window that have any telemetry (so a fleet that started yesterday is not diluted)."""
+    q = select(func.count(func.distinct(UsageDayRow.day))).where(UsageDayRow.day >= since, UsageDayRow.day <= until)
+    return int(session.scalar(q) or 0)
+
+
+def claim_run(session: Session, day: dt.date) -> bool:
+    """Start the run for `day`; False when that day already has one (another beat, a restart, a retry)."""
+    runs = cast(Table, FleetRunRow.__table__)
+    report = FleetReport(day=day, state="running", created_at=utcnow())
+    stmt = (
+        _insert(session)(runs)
+        .values(day=day, state="running", report=report.model_dump(mode="json"), created_at=report.created_at)
+        .on_conflict_do_nothing(index_elements=["day"])
+        .returning(runs.c.day)
+    )
+    return session.execute(stmt).first() is not None
+
+
+def save_report(session: Session, report: FleetReport) -> None:
+    row = session.get(FleetRunRow, report.day)
+    assert row is not None, "a report belongs to a claimed run"
+    row.state = report.state
+    row.report = report.model_dump(mode="json")
+    row.finished_at = report.finished_at
+
+
+def reports(session: Session, limit: int = 30) -> list[FleetReport]:
+    rows: Iterable[FleetRunRow] = session.scalars(select(FleetRunRow).order_by(FleetRunRow.day.desc()).limit(limit))
+    return [FleetReport.model_validate(r.report) for r in rows]
+
+
+def fleet_run_days(session: Session, before: dt.date) -> list[dt.date]:
+    return list(session.scalars(select(FleetRunRow.day).where(FleetRunRow.day < before).order_by(FleetRunRow.day)))

@@ -32,8 +32,19 @@ class Settings(BaseSettings):
     measure_timeout_s: int = 30
     auth_enabled: bool = Field(default=True, description="require API keys on /v1 (off only for trusted local use)")
     submit_rate_per_minute: float = Field(default=120, gt=0, description="job/workload submissions per key")
+    telemetry_rate_per_minute: float = Field(default=600, gt=0, description="telemetry batches per key")
     max_body_bytes: int = 1 << 20
     db_pool_timeout_s: float = 5.0
+    # fleet-wide daily tuning (service/workers/fleet)
+    fleet_daily_hour: int = Field(default=3, ge=0, le=23, description="UTC hour of the daily fleet run")
+    fleet_daily_minute: int = Field(default=0, ge=0, le=59)
+    fleet_window_days: int = Field(default=7, ge=1, le=90, description="telemetry days the daily run ranks on")
+    fleet_daily_trials: int = Field(default=512, ge=0, description="trials per hardware class per day")
+    fleet_unit_trials: int = Field(default=32, ge=1, description="trials per scheduler unit")
+    fleet_max_tasks: int = Field(default=20, ge=1, description="tasks considered per day, best first")
+    fleet_prior_speedup: float = Field(default=1.5, ge=1.0, description="assumed speedup before any is measured")
+    fleet_remeasure_sample: int = Field(default=2, ge=0, description="published configs re-timed per day")
+    fleet_regression_ratio: float = Field(default=1.25, gt=1.0, description="re-timed / stored above this: flagged")
     signing_key: str | None = Field(
         default=None, description="base64 Ed25519 seed that signs artifacts; default: $DATA_DIR/signing.key"
     )

@@ -12,7 +12,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service import __version__
 from service.api.limits import BodySizeLimit
-from service.api.routers import catalog, configs, dispatch, health, jobs, keys, ops
+from service.api.routers import catalog, configs, dispatch, fleet, health, jobs, keys, ops, telemetry
 from service.settings import get_settings
 from service.store.db import migrate
 
@@ -31,7 +31,7 @@ def create_app(run_migrations: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(BodySizeLimit, max_bytes=get_settings().max_body_bytes)
-    for module in (health, ops, catalog, jobs, configs, dispatch, keys):
+    for module in (health, ops, catalog, jobs, configs, dispatch, telemetry, fleet, keys):
         app.include_router(module.router)
 
     @app.exception_handler(OperationalError)

@@ -7,12 +7,14 @@ class (`cpu.<mcpu>`, `gpu.<arch>`, `firesim`) plus `control` for housekeeping ev
 from __future__ import annotations
 
 from celery import Celery
+from celery.schedules import crontab
 
 from service.settings import Settings, get_settings
 
 CONTROL_QUEUE = "control"
 RUN_JOB = "kernelfleet.run_job"
 REAP = "kernelfleet.reap"
+FLEET_DAILY = "kernelfleet.fleet_daily"
 
 
 def _transport_options(settings: Settings) -> dict[str, float]:
@@ -44,7 +46,14 @@ def make_celery(settings: Settings) -> Celery:
                 "schedule": settings.reap_interval_s,
                 "options": {"queue": CONTROL_QUEUE},
             },
+            # several beats or a restart may fire it more than once: the store runs a day at most once
+            "fleet-daily": {
+                "task": FLEET_DAILY,
+                "schedule": crontab(hour=settings.fleet_daily_hour, minute=settings.fleet_daily_minute),
+                "options": {"queue": CONTROL_QUEUE},
+            },
         },
+        timezone="UTC",
     )
     return app
 

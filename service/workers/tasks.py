@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import socket
@@ -14,7 +15,7 @@ from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store.db import session_scope
 from service.workers import hardware
-from service.workers.celery_app import CONTROL_QUEUE, REAP, RUN_JOB, app, dispatch
+from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch
 
 log = logging.getLogger(__name__)
 hardware.pin_tvm_threads()  # before any TVM import in this worker
@@ -60,6 +61,19 @@ def reap() -> dict[str, list[str]]:
     if reaped.requeued or reaped.failed or sent:
         log.warning("reaper: requeued %s, failed %s, dispatched %s", reaped.requeued, reaped.failed, sent)
     return {"requeued": reaped.requeued, "failed": reaped.failed, "dispatched": sent}
+
+
+@app.task(name=FLEET_DAILY)
+def fleet_daily(day: str | None = None) -> dict[str, Any]:
+    """The daily fleet run for `day` (ISO date; default today, UTC). A day that already ran does nothing."""
+    from service.workers.fleet.daily import run_daily
+
+    when = dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
+    report = run_daily(when, get_settings(), hardware.host_target().fingerprint)
+    if report is None:
+        return {"day": when.isoformat(), "ran": False}
+    log.info("fleet run %s: %s, %d candidates, %s", when, report.state, len(report.candidates), report.error or "")
+    return {"day": when.isoformat(), "ran": True, "state": report.state}
 
 
 @setup_logging.connect

@@ -57,3 +57,51 @@ def test_lookups_and_submissions_fail_fast_with_503_then_recover(proxied_pg: Tcp
         proxied_pg.restore()
         assert api.get("/v1/configs/best", params=params).status_code == 404
         assert api.post("/v1/workloads", json=DENSE).status_code == 201
+
+
+def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg: TcpProxy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from kernelfleet import Client
+    from service import signing
+    from service.models import WorkloadSpec
+    from service.settings import get_settings
+    from service.store import catalog
+    from service.store import dispatch as dispatch_store
+    from service.workers.hardware import host_target
+    from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
+
+    class Sink:
+        def on_validated(self, S: int, measured: int) -> None: ...
+
+        def should_stop(self) -> bool:
+            return False
+
+    target = host_target()
+    spec = WorkloadSpec.model_validate(DENSE)
+    out = UKernelTuner().tune_range(RangeTask(spec, 12, [12], target, 2, tmp_path / "wd", min_repeat_ms=2), Sink())
+    with session_scope() as s:
+        wh = catalog.put_workload(s, spec).workload_hash
+        catalog.put_target(s, target)
+        arts = [
+            dispatch_store.NewArtifact(u, a.sha256, a.spec.to_dict(), a.path.read_bytes(),
+                                       signing.sign_artifact(get_settings(), a.sha256, target.fingerprint))
+            for u, a in out.artifacts.items()
+        ]  # fmt: skip
+        dispatch_store.publish(
+            s, workload_hash=wh, target_fingerprint=target.fingerprint, dim="M", table=out.table.to_dict(),
+            artifacts=arts, predicted=out.predicted_s, measured=out.measured_s, validation={}, job_id=None,
+        )  # fmt: skip
+        headers = {"Authorization": f"Bearer {keys.create(s, 'r', [Scope.read]).key}"}
+    with TestClient(create_app(run_migrations=False), headers=headers) as api:
+        sdk = Client("http://testserver", transport=api._transport, api_key=headers["Authorization"][7:], retries=0)
+        cache = tmp_path / "cache"
+        assert sdk.dispatcher(wh, target.fingerprint, cache_dir=cache).source == "service"
+        proxied_pg.cut()
+        t0 = time.monotonic()
+        served = sdk.dispatcher(wh, target.fingerprint, cache_dir=cache)
+        assert served.source == "cache" and time.monotonic() - t0 < 5
+        x, w = np.ones((7, 32), np.float32), np.arange(64 * 32, dtype=np.float32).reshape(64, 32) / 2048
+        np.testing.assert_allclose(served(x, w), x @ w.T, rtol=1e-5)
+        proxied_pg.restore()
+        assert sdk.dispatcher(wh, target.fingerprint, cache_dir=cache).source == "service"

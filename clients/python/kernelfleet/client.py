@@ -25,6 +25,7 @@ from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload
 
 if TYPE_CHECKING:
     from kernelfleet.dispatcher import Dispatcher
+    from kernelfleet.telemetry import TelemetryReporter
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -278,6 +279,34 @@ class Client:
 
         key = trusted_key or os.environ.get("KERNELFLEET_TRUSTED_KEY")
         return load_dispatcher(self, workload, target, cache_dir, key)
+
+    # -- fleet -----------------------------------------------------------------------------------
+    def send_telemetry(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """POST one telemetry batch; resending the same `batch_id` changes nothing (the answer says duplicate)."""
+        result: dict[str, Any] = self._request("POST", "/v1/telemetry", json=dict(batch)).json()
+        return result
+
+    def telemetry_reporter(self, **kwargs: Any) -> TelemetryReporter:
+        """A background reporter for dispatchers' usage: `reporter.watch(dispatcher)`, then `start()`."""
+        from kernelfleet.telemetry import TelemetryReporter
+
+        return TelemetryReporter(self, **kwargs)
+
+    def fleet_usage(self, days: int = 7, *, workload: str | None = None, limit: int = 100) -> dict[str, Any]:
+        params: dict[str, Any] = {"days": days, "limit": limit}
+        if workload:
+            params["workload"] = workload
+        result: dict[str, Any] = self._request("GET", "/v1/fleet/usage", params=params).json()
+        return result
+
+    def fleet_reports(self, limit: int = 30) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/v1/fleet/reports", params={"limit": limit}).json()
+        return result
+
+    def run_fleet(self, day: str | None = None) -> dict[str, Any]:
+        """Admin: queue the daily fleet run now (for `day`, ISO date; default today)."""
+        result: dict[str, Any] = self._request("POST", "/v1/fleet/runs", json={"day": day}).json()
+        return result
 
     def kernel(self, workload: str, target: str, shape: Mapping[str, int]) -> Any:
         """A callable kernel built from the stored best config (needs TVM); NotFound on a miss."""

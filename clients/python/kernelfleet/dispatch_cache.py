@@ -165,7 +165,12 @@ def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, trusted_key: str
         K=spec.K,
         exact={o.S: _LazyKernel(o.config) for o in doc.overrides},
         source=source,
-        meta={"workload_hash": doc.workload_hash, "target_fingerprint": doc.target_fingerprint, "job_id": doc.job_id},
+        meta={
+            "workload_hash": doc.workload_hash,
+            "target_fingerprint": doc.target_fingerprint,
+            "dim": doc.dim,
+            "job_id": doc.job_id,
+        },
     )
 
 
@@ -173,7 +178,7 @@ def load_dispatcher(
     client: Client, workload: str, target: str, cache_dir: Path | None = None, trusted_key: str | None = None
 ) -> Dispatcher:
     cache = DispatchCache(cache_dir or default_cache_dir())
-    meta = {"workload_hash": _hex(workload, "workload"), "target_fingerprint": _hex(target, "target")}
+    meta = {"workload_hash": _hex(workload, "workload"), "target_fingerprint": _hex(target, "target"), "dim": "M"}
     try:
         doc = _fetch(client, cache, workload, target, trusted_key)
         source = "service"

@@ -16,7 +16,7 @@ from service.models.auth import Scope
 from service.models.distribution import dims_of
 from service.models.job import KIND_TARGETS, JobList, kind_problem
 from service.store import catalog, jobs
-from service.workers.celery_app import dispatch
+from service.workers.submission import submit
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -59,13 +59,7 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: Subm
     else:
         workload = catalog.put_workload(session, spec.workload)
     _validate(spec, workload)
-    row = jobs.create_job(session, spec, workload.workload_hash, owner_key_id=who.id)
-    session.commit()  # the job is durable before its message exists: the reaper re-sends undispatched jobs
-    try:
-        dispatch(row.id, row.queue)
-        jobs.mark_dispatched(session, row.id)
-    except Exception:
-        log.exception("broker unavailable; job %s stays queued and the reaper will dispatch it", row.id)
+    row = submit(session, spec, workload.workload_hash, owner_key_id=who.id)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
     return jobs.view(session, row)
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from service.api.auth import ReadKey
 from service.api.deps import SessionDep
 from service.models import JobState
-from service.store import catalog
+from service.store import catalog, fleet
 from service.store.tables import CandidateRow, JobRow, utcnow
 from service.workers.celery_app import CONTROL_QUEUE
 from service.workers.celery_app import app as celery_app
@@ -37,6 +37,15 @@ TRIALS_PER_S = Gauge(
 )
 WORKERS = Gauge(
     "kernelfleet_workers_seen", "Workers that announced themselves in the last 5 minutes", registry=REGISTRY
+)
+FLEET_SAVINGS = Gauge(
+    "kernelfleet_fleet_savings_seconds_per_day",
+    "Fleet kernel time per day saved by tuning: expected (latest run's jobs) and realized (earlier runs' jobs)",
+    ["kind"],
+    registry=REGISTRY,
+)
+FLEET_SECONDS = Gauge(
+    "kernelfleet_fleet_seconds_per_day", "Fleet kernel time per day in the latest run's window", registry=REGISTRY
 )
 
 _WINDOW = dt.timedelta(minutes=5)
@@ -91,6 +100,11 @@ def metrics(session: SessionDep) -> Response:
     TRIALS_PER_S.set(_trials_per_second(session))
     since = utcnow() - _WINDOW
     WORKERS.set(sum(1 for w in catalog.list_workers(session) if w.last_seen >= since))
+    latest = next((r for r in fleet.reports(session, limit=5) if r.state == "done"), None)
+    if latest is not None:
+        FLEET_SECONDS.set(latest.fleet_seconds_per_day)
+        FLEET_SAVINGS.labels("expected").set(latest.expected_saving_s_per_day)
+        FLEET_SAVINGS.labels("realized").set(float(latest.realized.get("saved_s_per_day") or 0.0))
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 

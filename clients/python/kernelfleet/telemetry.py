@@ -1,0 +1,135 @@
+"""Reporting what the inference host ran, in the background, without ever slowing or failing a call.
+
+A `TelemetryReporter` watches dispatchers. Every `interval_s` its thread takes each dispatcher's usage
+since the last report (calls, kernel seconds, fallbacks per S) and queues one batch with a fresh id.
+Batches are sent oldest first; a batch that fails stays queued and is resent with the same id (the
+service counts a batch id once). The queue is bounded: under pressure (service down for long) the
+oldest batches are dropped and counted in `dropped`. Inference calls never touch the network.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import logging
+import threading
+import uuid
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.errors import KernelFleetError
+
+if TYPE_CHECKING:
+    from kernelfleet.client import Client
+
+log = logging.getLogger(__name__)
+MAX_RECORDS_PER_BATCH = 10_000
+
+
+class TelemetryReporter:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        interval_s: float = 60.0,
+        max_batches: int = 100,
+        host: str = "",
+        day: dt.date | None = None,
+    ) -> None:
+        self.client = client
+        self.interval_s = interval_s
+        self.host = host
+        self.day = day  # None: the service stamps the day it receives; set it to replay past days
+        self._dispatchers: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+        self._pending: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_batches)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+        self.dropped = 0
+
+    def watch(self, dispatcher: Dispatcher) -> Dispatcher:
+        """Report this dispatcher's usage (it must know its workload and target: one from `client.dispatcher`)."""
+        if not {"workload_hash", "target_fingerprint"} <= set(dispatcher.meta):
+            raise ValueError("the dispatcher does not say which workload and target it serves (meta)")
+        self._dispatchers.add(dispatcher)
+        return dispatcher
+
+    def collect(self) -> int:
+        """Move the watched dispatchers' usage into a queued batch; returns the records queued."""
+        records = []
+        for d in list(self._dispatchers):
+            for S, use in d.usage(reset=True).items():
+                if S < 1 or use.calls == 0:
+                    continue  # S = -1 lumps shapes beyond the dispatcher's memory bound: no single shape to tune
+                record: dict[str, Any] = {
+                    "workload_hash": d.meta["workload_hash"],
+                    "target_fingerprint": d.meta["target_fingerprint"],
+                    "shape": {d.meta.get("dim", "M"): S},
+                    "calls": use.calls,
+                    "kernel_seconds": use.seconds,
+                    "fallbacks": use.fallbacks,
+                }
+                if self.day is not None:
+                    record["day"] = self.day.isoformat()
+                records.append(record)
+        for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
+            batch = {
+                "batch_id": str(uuid.uuid4()),
+                "host": self.host,
+                "records": records[start : start + MAX_RECORDS_PER_BATCH],
+            }
+            with self._lock:
+                if len(self._pending) == self._pending.maxlen:
+                    self.dropped += 1  # the deque drops the oldest batch as this one goes in
+                self._pending.append(batch)
+        return len(records)
+
+    def flush(self) -> bool:
+        """Collect, then send every queued batch; False when the service could not take them all (they stay)."""
+        self.collect()
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return True
+                batch = self._pending[0]
+            try:
+                self.client.send_telemetry(batch)
+            except (KernelFleetError, OSError) as exc:
+                log.warning("telemetry not sent (%s); %d batches kept for later", exc, len(self._pending))
+                return False
+            with self._lock:
+                if self._pending and self._pending[0] is batch:
+                    self._pending.popleft()
+            self.sent += 1
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.flush()
+            except Exception:  # the reporter must outlive any surprise; inference never sees it
+                log.exception("telemetry flush failed")
+
+    def start(self) -> TelemetryReporter:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="kernelfleet-telemetry", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self, flush: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if flush:
+            self.flush()
+
+    def __enter__(self) -> TelemetryReporter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

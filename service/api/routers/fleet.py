@@ -1,0 +1,60 @@
+"""The fleet's view: where its kernel time goes, and the daily tuning runs' reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from fastapi import APIRouter, Query, status
+
+from service.api.auth import AdminKey, ReadKey
+from service.api.deps import SessionDep
+from service.models.fleet import FleetReport, FleetRunRequest, UsageRow, UsageView
+from service.models.shape import parse_shape_key
+from service.store import fleet
+from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, app
+
+router = APIRouter(prefix="/v1/fleet", tags=["fleet"])
+
+
+@router.get("/usage", summary="Fleet kernel time by workload, target and shape over the last days")
+def usage(
+    session: SessionDep,
+    _: ReadKey,
+    days: int = Query(default=7, ge=1, le=90),
+    workload: str | None = Query(default=None, pattern=r"^[0-9a-f]{1,64}$"),
+    target: str | None = Query(default=None, pattern=r"^[0-9a-f]{1,64}$"),
+    limit: int = Query(default=100, ge=1, le=10_000),
+) -> UsageView:
+    until = dt.datetime.now(dt.UTC).date()
+    since = until - dt.timedelta(days=days - 1)
+    rows = fleet.usage(session, since, until, workload, target, limit=limit)
+    total = sum(r.kernel_seconds for r in fleet.usage(session, since, until))
+    return UsageView(
+        since=since,
+        until=until,
+        total_seconds=total,
+        rows=[
+            UsageRow(
+                workload_hash=r.workload_hash,
+                target_fingerprint=r.target_fingerprint,
+                shape=parse_shape_key(r.shape_key),
+                calls=r.calls,
+                kernel_seconds=r.kernel_seconds,
+                fallbacks=r.fallbacks,
+                share=r.kernel_seconds / total if total else 0.0,
+            )
+            for r in rows
+        ],
+    )
+
+
+@router.get("/reports", summary="Daily fleet tuning reports, newest first")
+def reports(session: SessionDep, _: ReadKey, limit: int = Query(default=30, ge=1, le=365)) -> list[FleetReport]:
+    return fleet.reports(session, limit)
+
+
+@router.post("/runs", status_code=status.HTTP_202_ACCEPTED, summary="Run the daily fleet tuning now (admin)")
+def run_now(body: FleetRunRequest, _: AdminKey) -> dict[str, str]:
+    day = body.day or dt.datetime.now(dt.UTC).date()
+    app.send_task(FLEET_DAILY, kwargs={"day": day.isoformat()}, queue=CONTROL_QUEUE)
+    return {"day": day.isoformat(), "status": "queued; a day that already ran does nothing"}

@@ -1,0 +1,297 @@
+"""The daily fleet run: rank what the fleet spends time on, split the budget, submit jobs, re-measure, report.
+
+Free of Celery: the `fleet.daily` task calls `run_daily`. A day runs at most once (the store's
+fleet_runs row for the day is claimed first), so several beat processes, restarts or a manual
+trigger on the same day do nothing new.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import random
+import traceback
+from collections.abc import Iterable
+
+from pydantic import TypeAdapter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Budget, JobSpec, JobState, TargetSpec, Workload, normalized_support, shape_key
+from service.models.distribution import Explicit, ShapeDistribution, ShapePoint
+from service.models.fleet import FleetCandidate, FleetReport, Regression
+from service.models.job import kind_problem
+from service.models.shape import parse_shape_key
+from service.settings import Settings
+from service.store import catalog
+from service.store import dispatch as dispatch_store
+from service.store import fleet as fleet_store
+from service.store.db import session_scope
+from service.store.tables import BestConfigRow, JobRow, JobShapeRow, TargetRow, utcnow
+from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, group_usage, rank
+from service.workers.fleet.scheduler import Task, allocate
+from service.workers.submission import submit
+
+log = logging.getLogger(__name__)
+UKERNEL_TRIALS = 8  # a ukernel job's "trials" are the uKernels it builds
+MAX_JOB_SHAPES = 8
+
+
+def _terminal(state: str) -> bool:
+    return JobState(state).terminal
+
+
+def _speedup_prior(session: Session, fingerprint: str, default: float) -> float:
+    """Geometric mean of baseline/best over this target's finished job shapes, clipped to [1, 10]."""
+    q = (
+        select(JobShapeRow.baseline_latency_s, JobShapeRow.best_latency_s)
+        .join(JobRow, JobRow.id == JobShapeRow.job_id)
+        .where(
+            JobRow.target_fingerprint == fingerprint,
+            JobShapeRow.best_latency_s.is_not(None),
+            JobShapeRow.baseline_latency_s.is_not(None),
+        )
+        .limit(1000)
+    )
+    logs = [math.log(b / t) for b, t in session.execute(q) if b and t and b > 0 and t > 0]
+    if not logs:
+        return default
+    return min(10.0, max(1.0, math.exp(sum(logs) / len(logs))))
+
+
+def _support_keys(distribution: dict[str, object]) -> dict[str, float]:
+    dist: ShapeDistribution = TypeAdapter(ShapeDistribution).validate_python(distribution)
+    return {shape_key(s): w for s, w in normalized_support(dist)}
+
+
+def _knowledge(session: Session, workload: Workload, target: TargetSpec, fp: str, settings: Settings) -> TaskKnowledge:
+    wh = workload.workload_hash
+    tuned = frozenset(
+        session.scalars(
+            select(BestConfigRow.shape_key).where(
+                BestConfigRow.workload_hash == wh, BestConfigRow.target_fingerprint == fp
+            )
+        )
+    )
+    table = dispatch_store.latest(session, wh, fp)
+    siblings = [
+        row.target_fingerprint
+        for row in session.scalars(select(TargetRow))
+        if row.target_fingerprint != fp and TargetSpec(**row.spec).hardware() == target.hardware()
+    ]
+    older = frozenset(
+        session.scalars(
+            select(BestConfigRow.shape_key).where(
+                BestConfigRow.workload_hash == wh, BestConfigRow.target_fingerprint.in_(siblings)
+            )
+        )
+    )
+    older_table = any(dispatch_store.latest(session, wh, s) is not None for s in siblings)
+    recent = list(
+        session.scalars(select(JobRow).where(JobRow.workload_hash == wh).order_by(JobRow.created_at.desc()).limit(50))
+    )
+    mine = [j for j in recent if j.target_fingerprint == fp or j.tags.get("fleet_target") == fp]
+    last_ok = next((j for j in mine if j.state == JobState.succeeded.value), None)
+    tuned_dist = _support_keys(last_ok.distribution) if last_ok is not None else {}
+    fleet_jobs = [j for j in mine if j.tags.get("fleet_target") == fp]
+    in_flight = any(not _terminal(j.state) for j in fleet_jobs)
+    last_fleet = next((j for j in fleet_jobs if _terminal(j.state)), None)
+    one_dim = workload.symbolic[0] if len(workload.symbolic) == 1 else None
+    probe = Explicit(points=[ShapePoint(shape={d: 1 for d in workload.symbolic})]) if workload.symbolic else None
+    return TaskKnowledge(
+        queue=target.queue,
+        ukernel_ok=probe is not None and kind_problem("ukernel", workload, probe) is None,
+        dim=one_dim,
+        tuned_shapes=tuned,
+        table_s_max=table.s_max if table is not None else None,
+        older_toolchain_shapes=older,
+        older_toolchain_table=older_table,
+        tuned_distribution=tuned_dist,
+        speedup_prior=_speedup_prior(session, fp, settings.fleet_prior_speedup),
+        in_flight=in_flight,
+        last_fleet_shapes=frozenset(_support_keys(last_fleet.distribution)) if last_fleet is not None else None,
+    )
+
+
+def _valid_shapes(workload: Workload, keys: Iterable[str]) -> list[str]:
+    """Telemetry shapes this workload can take (hosts may report garbage; jobs must not fail on it)."""
+    out = []
+    for key in keys:
+        try:
+            shape = parse_shape_key(key)
+            if set(shape) == set(workload.symbolic):
+                workload.bind(shape)
+                out.append(key)
+        except ValueError:
+            continue
+    return out
+
+
+def _job_spec(
+    c: FleetCandidate, target: TargetSpec, all_shapes: dict[str, float], trials: int, day: dt.date
+) -> JobSpec:
+    # a ukernel job covers the whole observed range; a sketch job only the candidate shapes, heaviest first
+    weights = all_shapes if c.kind == "ukernel" else c.shapes
+    top = sorted(weights.items(), key=lambda kv: -kv[1])[:4096]
+    points = [ShapePoint(shape=parse_shape_key(k), weight=max(w, 1e-12)) for k, w in top]
+    return JobSpec(
+        kind=c.kind,
+        workload=c.workload_hash,
+        target=target,
+        distribution=Explicit(points=points),
+        budget=Budget(trials=trials, max_shapes=min(MAX_JOB_SHAPES, len(c.shapes))),
+        tags={"fleet_run": day.isoformat(), "fleet_target": c.target_fingerprint},
+    )
+
+
+def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str], float]) -> dict[str, object]:
+    """Earlier fleet runs' finished jobs: fleet seconds saved per day now vs the tuning seconds they cost."""
+    saved, cost, jobs_counted = 0.0, 0.0, 0
+    for row in session.scalars(select(JobRow).where(JobRow.state == JobState.succeeded.value)):
+        run_day = row.tags.get("fleet_run")
+        if not run_day or run_day >= day.isoformat() or row.started_at is None or row.finished_at is None:
+            continue
+        shapes = session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == row.id)).all()
+        logs = [
+            math.log(s.baseline_latency_s / s.best_latency_s)
+            for s in shapes
+            if s.best_latency_s and s.baseline_latency_s and s.best_latency_s > 0
+        ]
+        if not logs:
+            continue
+        speedup = math.exp(sum(logs) / len(logs))
+        now = usage_per_day.get((row.workload_hash, row.tags.get("fleet_target", "")), 0.0)
+        saved += now * max(0.0, speedup - 1.0)  # time the baseline would take now, minus the time it takes
+        cost += (row.finished_at - row.started_at).total_seconds()
+        jobs_counted += 1
+    return {
+        "jobs": jobs_counted,
+        "saved_s_per_day": saved,
+        "tuning_s": cost,
+        "savings_per_tuning_s": saved / cost if cost else None,  # XTAT's figure of merit, per day
+        "payback_days": cost / saved if saved else None,
+    }
+
+
+def _remeasure(session: Session, host_fp: str, sample: int, ratio: float, seed: int) -> tuple[int, list[Regression]]:
+    """Re-time a sample of published configs for this worker's own hardware; flag the ones that got slower."""
+    from kernelfleet.tvm_kernel import build_kernel, median_seconds
+    from service.workers.tuners.compute import random_inputs
+
+    rows = list(session.scalars(select(BestConfigRow).where(BestConfigRow.target_fingerprint == host_fp)))
+    random.Random(seed).shuffle(rows)
+    regressions, measured = [], 0
+    for row in rows[:sample]:
+        workload = catalog.get_workload(session, row.workload_hash)
+        if workload is None:
+            continue
+        try:
+            kernel = build_kernel(row.config)
+            now = float(median_seconds(kernel, *random_inputs(workload, row.shape)))
+        except Exception:
+            log.exception("re-measuring %s %s failed", row.workload_hash, row.shape_key)
+            continue
+        measured += 1
+        if now > row.latency_s * ratio:
+            regressions.append(
+                Regression(
+                    workload_hash=row.workload_hash,
+                    target_fingerprint=host_fp,
+                    shape=row.shape_key,
+                    stored_s=row.latency_s,
+                    measured_s=now,
+                )
+            )
+    return measured, regressions
+
+
+def run_daily(day: dt.date, settings: Settings, host_fingerprint: str | None) -> FleetReport | None:
+    """Run the fleet cron for `day`; None when that day already ran."""
+    with session_scope() as s:
+        if not fleet_store.claim_run(s, day):
+            log.info("fleet run for %s already exists: nothing to do", day)
+            return None
+    report = FleetReport(day=day, state="running", created_at=utcnow(), window_days=settings.fleet_window_days)
+    try:
+        _plan_and_submit(day, settings, host_fingerprint, report)
+        report.state = "done"
+    except Exception as exc:
+        log.exception("fleet run for %s failed", day)
+        report.state, report.error = "failed", "".join(traceback.format_exception_only(exc)).strip()
+    report.finished_at = utcnow()
+    with session_scope() as s:
+        fleet_store.save_report(s, report)
+    return report
+
+
+def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, report: FleetReport) -> None:
+    since, until = day - dt.timedelta(days=settings.fleet_window_days), day - dt.timedelta(days=1)
+    with session_scope() as s:
+        rows = fleet_store.usage(s, since, until)
+        days = max(1, fleet_store.observed_days(s, since, until))
+        total = sum(r.kernel_seconds for r in rows)
+        report.fleet_seconds_per_day = total / days
+        grouped = group_usage(
+            [
+                (r.workload_hash, r.target_fingerprint, r.shape_key, ShapeUsage(r.kernel_seconds, r.calls, r.fallbacks))
+                for r in rows
+            ]
+        )
+        knowledge, targets, workloads, usable = {}, {}, {}, {}
+        for (wh, fp), shapes in grouped.items():
+            workload, target = catalog.get_workload(s, wh), catalog.get_target(s, fp)
+            if workload is None or target is None:
+                continue  # telemetry for something never registered here: nothing to tune it with
+            valid = _valid_shapes(workload, shapes)
+            if not valid:
+                continue
+            spec = TargetSpec(**target.model_dump(exclude={"target_fingerprint"}))
+            targets[(wh, fp)], workloads[(wh, fp)] = spec, workload
+            usable[(wh, fp)] = {k: shapes[k] for k in valid}
+            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings)
+        candidates = rank(usable, knowledge, days)
+        realized = _realized(s, day, {k: sum(u.seconds for u in v.values()) / days for k, v in grouped.items()})
+    report.realized = realized
+
+    # budget per hardware class, in units; a ukernel task takes one unit whatever the unit size
+    unit = settings.fleet_unit_trials
+    by_queue: dict[str, list[FleetCandidate]] = {}
+    for c in candidates[: settings.fleet_max_tasks]:
+        by_queue.setdefault(c.queue, []).append(c)
+    submitted: list[FleetCandidate] = []
+    for queue, group in sorted(by_queue.items()):
+        budget_units = settings.fleet_daily_trials // unit
+        report.budget[queue] = budget_units * unit
+        tasks = [
+            Task(
+                key=f"{c.workload_hash}/{c.target_fingerprint}",
+                expected_saving=c.expected_saving_s_per_day,
+                saturates_after=1 if c.kind == "ukernel" else None,
+                stalled=c.stalled,
+            )
+            for c in group
+        ]
+        units = allocate(tasks, budget_units)
+        spent = 0
+        for c in group:
+            n = units.get(f"{c.workload_hash}/{c.target_fingerprint}", 0)
+            if n == 0:
+                continue
+            c.trials = UKERNEL_TRIALS if c.kind == "ukernel" else n * unit
+            spent += n * unit
+            key = (c.workload_hash, c.target_fingerprint)
+            all_shapes = {k: u.seconds for k, u in usable[key].items()}
+            job_spec = _job_spec(c, targets[key], all_shapes, c.trials, day)
+            with session_scope() as s:
+                c.job_id = submit(s, job_spec, c.workload_hash).id
+            submitted.append(c)
+        report.spent[queue] = spent
+    report.candidates = candidates
+    report.expected_saving_s_per_day = sum(c.expected_saving_s_per_day for c in submitted)
+
+    if host_fp is not None and settings.fleet_remeasure_sample > 0:
+        with session_scope() as s:
+            report.remeasured, report.regressions = _remeasure(
+                s, host_fp, settings.fleet_remeasure_sample, settings.fleet_regression_ratio, day.toordinal()
+            )

@@ -1,0 +1,25 @@
+"""Submitting a job: durable in the store first, then published; shared by the API and the fleet cron."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.orm import Session
+
+from service.models import JobSpec
+from service.store import jobs
+from service.store.tables import JobRow
+from service.workers.celery_app import dispatch
+
+log = logging.getLogger(__name__)
+
+
+def submit(session: Session, spec: JobSpec, workload_hash: str, owner_key_id: str | None = None) -> JobRow:
+    row = jobs.create_job(session, spec, workload_hash, owner_key_id=owner_key_id)
+    session.commit()  # the job is durable before its message exists: the reaper re-sends undispatched jobs
+    try:
+        dispatch(row.id, row.queue)
+        jobs.mark_dispatched(session, row.id)
+    except Exception:
+        log.exception("broker unavailable; job %s stays queued and the reaper will dispatch it", row.id)
+    return row

@@ -1,0 +1,112 @@
+"""The fleet loop on real parts: a synthetic week of telemetry through the API, the daily run on a real worker
+with a tiny budget (ranking, budget, jobs, idempotence, report arithmetic), then the next day's run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelfleet import Client
+from tests.helpers import Fleet, wait_for
+
+pytestmark = pytest.mark.slow
+
+BIG = {"op": "dense", "dims": {"N": 64, "K": 32}, "symbolic": ["M"]}  # ukernel-able
+SMALL = {"op": "dense", "dims": {"N": 32, "K": 32}, "symbolic": ["M"], "attrs": {"bias": True}}  # sketch only
+ENV = {
+    "KERNELFLEET_FLEET_DAILY_TRIALS": "32",
+    "KERNELFLEET_FLEET_UNIT_TRIALS": "8",
+    "KERNELFLEET_FLEET_REMEASURE_SAMPLE": "1",
+}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path / "fleet", {"KERNELFLEET_DATABASE_URL": pg_url, "KERNELFLEET_BROKER_URL": redis_url, **ENV})
+    yield fleet
+    fleet.stop()
+
+
+def _week(today: dt.date, big: str, small: str, fp: str) -> list[dict[str, object]]:
+    """Seven days of traffic: BIG spread over M = 1..40 (100 s/day), SMALL at M = 8 and 13 (10 s/day, all misses)."""
+    records = []
+    for back in range(1, 8):
+        day = (today - dt.timedelta(days=back)).isoformat()
+        weights = {m: 1 / m for m in range(1, 41)}
+        total = sum(weights.values())
+        for m, w in weights.items():
+            calls = 1000 * m
+            records.append(
+                {"workload_hash": big, "target_fingerprint": fp, "shape": {"M": m}, "calls": calls,
+                 "kernel_seconds": 100 * w / total, "fallbacks": calls, "day": day}
+            )  # fmt: skip
+        for m in (8, 13):
+            records.append(
+                {"workload_hash": small, "target_fingerprint": fp, "shape": {"M": m}, "calls": 500,
+                 "kernel_seconds": 5.0, "fallbacks": 500, "day": day}
+            )  # fmt: skip
+    return records
+
+
+def _report(client: Client, day: dt.date) -> dict[str, object] | None:
+    return next((r for r in client.fleet_reports() if r["day"] == day.isoformat() and r["state"] != "running"), None)
+
+
+def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet) -> None:
+    fleet.start_api()
+    fleet.start_worker("w1")
+    client = fleet.client()
+    hw = wait_for(lambda: client.workers(), 90, "a worker to announce itself")[0]
+    target = client.register_target({k: hw["target"][k] for k in ("kind", "mcpu", "num_cores", "features")})
+    fp = target.target_fingerprint
+    big, small = client.register_workload(BIG).workload_hash, client.register_workload(SMALL).workload_hash
+    today = dt.datetime.now(dt.UTC).date()
+
+    records = _week(today, big, small, fp)
+    batch = {"batch_id": str(uuid.uuid4()), "host": "replay", "records": records}
+    assert client.send_telemetry(batch) == {"batch_id": batch["batch_id"], "accepted": len(records), "duplicate": False}
+    assert client.send_telemetry(batch)["duplicate"] is True  # resent: counted once
+    usage = client.fleet_usage(days=8, limit=1000)
+    assert math.isclose(usage["total_seconds"], 7 * 110, rel_tol=1e-6)
+    assert {r["workload_hash"] for r in usage["rows"]} == {big, small}
+
+    client.run_fleet(today.isoformat())
+    report = wait_for(lambda: _report(client, today), 120, "the daily report")
+    assert report["state"] == "done", report.get("error")
+    assert math.isclose(report["fleet_seconds_per_day"], 110, rel_tol=1e-6)
+    cands = report["candidates"]
+    assert [c["workload_hash"] for c in cands] == [big, small]  # ranked by expected saving per day
+    for c in cands:
+        assert set(c["reasons"]) >= {"untuned", "fallback"}
+        assert math.isclose(c["observed_s_per_day"], sum(c["shapes"].values()), rel_tol=1e-9)
+        assert math.isclose(c["expected_saving_s_per_day"], c["observed_s_per_day"] * c["predicted_gain"], rel_tol=1e-9)
+    assert cands[0]["kind"] == "ukernel" and cands[1]["kind"] == "sketch"
+    queue = cands[0]["queue"]
+    assert report["budget"] == {queue: 32} and 0 < report["spent"][queue] <= 32
+    assert cands[0]["trials"] == 8 and cands[1]["trials"] % 8 == 0 and cands[1]["trials"] > 0
+    submitted = [c for c in cands if c["job_id"]]
+    assert math.isclose(report["expected_saving_s_per_day"], sum(c["expected_saving_s_per_day"] for c in submitted))
+
+    jobs = {c["job_id"]: client.wait(c["job_id"], timeout_s=300, poll_s=0.5) for c in submitted}
+    assert all(j.tags["fleet_run"] == today.isoformat() and j.state == "succeeded" for j in jobs.values())
+    assert jobs[cands[0]["job_id"]].kind == "ukernel"
+
+    # the same day again (a second beat, a restart): nothing new
+    client.run_fleet(today.isoformat())
+    wait_for(lambda: "fleet run" in fleet.log("w1") and "already exists" in fleet.log("w1"), 60, "the rerun to no-op")
+    assert len([r for r in client.fleet_reports() if r["day"] == today.isoformat()]) == 1
+    assert len(client.jobs(limit=100)) == len(jobs)
+
+    # the next day: both tasks are tuned now, so nothing is left to rank; yesterday's jobs count as realized
+    tomorrow = today + dt.timedelta(days=1)
+    client.run_fleet(tomorrow.isoformat())
+    second = wait_for(lambda: _report(client, tomorrow), 120, "the next day's report")
+    assert second["state"] == "done" and second["candidates"] == [] and second["expected_saving_s_per_day"] == 0
+    realized = second["realized"]
+    assert realized["jobs"] == 2 and realized["tuning_s"] > 0
+    assert second["remeasured"] == 1  # SMALL's sketch configs are on this worker's hardware

@@ -1,7 +1,9 @@
-"""`make demo`: the whole service on the embedded default, one real sketch-search job, a results table.
+"""`make demo`: the whole service on the embedded default, one real tuning job, a results table.
 
 BERT-base QKV projection, Y = X·Wᵀ with K=768, N=2304 and the sequence length M drawn from a
-distribution. The tuned kernel of each hot shape is compared with numpy on the same worker.
+distribution. The default job is `ukernel` (one tuning covers every M, then the SDK dispatcher runs
+shapes seen and unseen with no network per call); `--kind sketch` runs per-shape sketch search. Each
+hot shape is compared with numpy on the same worker.
 """
 
 from __future__ import annotations
@@ -44,7 +46,42 @@ def _wait_ready(client: Client, timeout_s: float = 120) -> dict[str, object]:
     raise TimeoutError("the service did not come up; see the logs under the data dir")
 
 
-def main(trials: int = 256, port: int = 8765, data_dir: Path | None = None) -> None:
+def _median_s(fn: object, *args: np.ndarray, repeat: int = 30) -> float:
+    assert callable(fn)
+    fn(*args)
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(*args)
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples))
+
+
+def _show_dispatcher(console: Console, client: Client, workload_hash: str, fingerprint: str, cache: Path) -> None:
+    """What an inference host does: fetch the dispatch table once, then run any M locally."""
+    t0 = time.perf_counter()
+    dispatcher = client.dispatcher(workload_hash, fingerprint, cache_dir=cache)
+    console.print(f"SDK dispatcher loaded from the {dispatcher.source} in {time.perf_counter() - t0:.2f} s")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((2304, 768)).astype("float32")
+    dispatcher.prepare(w)
+    worst = 0.0
+    for m in [*range(1, 129), 131, 200, 257]:  # every tuned M, then shapes past the tuned range
+        x = rng.standard_normal((m, 768)).astype("float32")
+        worst = max(worst, float(np.abs(dispatcher(x, w) - x @ w.T).max()))
+    console.print(f"every M in 1..128 plus 131, 200, 257 checked against numpy: max |error| = {worst:.2e}")
+    table = Table(title="SDK dispatcher vs numpy on this machine (median of 30 calls)")
+    for col in ("M", "program", "dispatcher (µs)", "numpy (µs)", "numpy / dispatcher"):
+        table.add_column(col, justify="right")
+    for m in (1, 16, 61, 97, 128, 200):
+        x = rng.standard_normal((m, 768)).astype("float32")
+        ours, theirs = _median_s(dispatcher, x, w), _median_s(lambda a, b: a @ b.T, x, w)
+        program = " + ".join(f"{p.rows}@mt{dispatcher.kernels[p.ukernel_id].spec.mt}" for p in dispatcher.program(m))
+        table.add_row(str(m), program, f"{ours * 1e6:.1f}", f"{theirs * 1e6:.1f}", f"{theirs / ours:.2f}×")
+    console.print(table)
+
+
+def main(trials: int | None = None, port: int = 8765, data_dir: Path | None = None, kind: str = "ukernel") -> None:
     console = Console()
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kernelfleet-demo-"))
     os.environ["KERNELFLEET_DATA_DIR"] = str(data_dir)
@@ -61,15 +98,18 @@ def main(trials: int = 256, port: int = 8765, data_dir: Path | None = None) -> N
         assert isinstance(hw, dict)
         target = {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
         console.print(f"worker {worker['name']} tunes for {target}")
+        trials = trials or (8 if kind == "ukernel" else 256)
         job = client.submit(
-            WORKLOAD, target, DISTRIBUTION, kind="sketch", budget={"trials": trials, "max_shapes": 4, "seed": 0}
+            WORKLOAD, target, DISTRIBUTION, kind=kind, budget={"trials": trials, "max_shapes": 4, "seed": 0}
         )
-        console.print(f"submitted sketch job {job.id}: {trials} trials over the hot shapes of M")
+        what = f"up to {trials} uKernels for every M in 1..128" if kind == "ukernel" else f"{trials} trials"
+        console.print(f"submitted {kind} job {job.id}: {what}, hot shapes validated")
         t0 = time.monotonic()
         job = client.wait(job.id, progress=True, poll_s=1.0)
         console.print(f"job {job.state} in {time.monotonic() - t0:.0f} s")
 
-        table = Table(title="dense 768→2304 (BERT-base QKV), fp32, tuned by sketch search vs numpy")
+        how = "one ukernel job" if kind == "ukernel" else "sketch search"
+        table = Table(title=f"dense 768→2304 (BERT-base QKV), fp32, tuned by {how} vs numpy (on the worker)")
         for col in ("M", "weight", "trials", "tuned (µs)", "numpy (µs)", "numpy / tuned"):
             table.add_column(col, justify="right")
         for s in job.shapes:
@@ -85,9 +125,12 @@ def main(trials: int = 256, port: int = 8765, data_dir: Path | None = None) -> N
         if job.shapes and job.shapes[0].baseline:
             console.print(f"baseline: {job.shapes[0].baseline}")
 
-        # What an inference host does: fetch the stored config for a shape and run it.
         fingerprint = job.target_fingerprint
         assert fingerprint is not None
+        if kind == "ukernel":
+            _show_dispatcher(console, client, job.workload_hash, fingerprint, data_dir / "sdk-cache")
+            return
+        # What an inference host does: fetch the stored config for a shape and run it.
         shape = {"M": 61}
         kernel = client.kernel(job.workload_hash, fingerprint, shape)
         rng = np.random.default_rng(0)

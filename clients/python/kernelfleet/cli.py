@@ -118,12 +118,16 @@ def migrate() -> None:
 
 
 @app.command()
-def demo(trials: int = 256, port: int = 8765) -> None:
+def demo(
+    kind: Annotated[str, typer.Option(help="ukernel (every M in one job) or sketch (per-shape search)")] = "ukernel",
+    trials: Annotated[int | None, typer.Option(help="default: 8 uKernels, or 256 sketch trials")] = None,
+    port: int = 8765,
+) -> None:
     """Start everything on the embedded default, tune a BERT-base dense layer, print the results, stop."""
     _service()
     from service.demo import main
 
-    main(trials=trials, port=port)
+    main(trials=trials, port=port, kind=kind)
 
 
 @app.command()
@@ -260,6 +264,122 @@ def export_metaschedule(
     with _client(url) as client:
         n = write_database(out_dir, client.configs(workload=workload, target=target))
     console.print(f"wrote {n} records to {out_dir}")
+
+
+@app.command()
+def dispatch(
+    workload: Annotated[str, typer.Option(help="workload hash")],
+    target: Annotated[str, typer.Option(help="target fingerprint")],
+    url: UrlOpt = None,
+) -> None:
+    """The dispatch table a ukernel job published: intervals, uKernels and how well its model ranked them."""
+    fetched = _client(url).dispatch_doc(workload, target)
+    assert fetched is not None
+    doc = fetched[0]
+    console.print(f"{doc.dim} = 1..{doc.s_max} (larger extend the last interval), from job {doc.job_id}")
+    for u in doc.ukernels:
+        console.print(f"  uKernel {u.id}: {u.size_bytes} B, sha256 {u.sha256[:16]}…, signed: {bool(u.signature)}")
+    intervals = doc.table["intervals"]
+    console.print(f"{len(intervals)} intervals; first: {intervals[:3]}")
+    v = doc.validation
+    for key in ("tuning_seconds", "padding_ratio", "rho_dietcode_mean", "rho_sia_mean"):
+        if v.get(key) is not None:
+            console.print(f"  {key}: {v[key]:.3g}")
+    for S, t in sorted(doc.measured_latency_s.items(), key=lambda kv: int(kv[0])):
+        console.print(
+            f"  {doc.dim}={S}: measured {t * 1e6:.1f} µs, predicted {doc.predicted_latency_s[int(S) - 1] * 1e6:.1f} µs"
+        )
+    for o in doc.overrides:
+        console.print(f"  exact config wins at {doc.dim}={o.S}: {o.latency_s * 1e6:.1f} µs")
+
+
+fleet_app = typer.Typer(no_args_is_help=True, help="Fleet-wide daily tuning: usage, reports, runs, simulation.")
+app.add_typer(fleet_app, name="fleet")
+
+
+@fleet_app.command("usage")
+def fleet_usage(days: int = 7, limit: int = 20, url: UrlOpt = None) -> None:
+    """Where the fleet's kernel time went over the last days."""
+    view = _client(url).fleet_usage(days=days, limit=limit)
+    table = Table(title=f"fleet kernel time {view['since']}..{view['until']}: {view['total_seconds']:,.1f} s")
+    for col in ("workload", "target", "shape", "calls", "seconds", "share", "fallbacks"):
+        table.add_column(col)
+    for r in view["rows"]:
+        table.add_row(
+            r["workload_hash"][:12],
+            r["target_fingerprint"][:12],
+            ",".join(f"{k}={v}" for k, v in r["shape"].items()),
+            f"{r['calls']:,}",
+            f"{r['kernel_seconds']:,.2f}",
+            f"{r['share']:.1%}",
+            f"{r['fallbacks']:,}",
+        )
+    console.print(table)
+
+
+@fleet_app.command("report")
+def fleet_report(url: UrlOpt = None) -> None:
+    """The latest daily run: what it tuned, expected savings vs tuning cost, regressions."""
+    reports = _client(url).fleet_reports(limit=1)
+    if not reports:
+        console.print("no fleet run yet")
+        raise typer.Exit(1)
+    r = reports[0]
+    console.print(f"[bold]fleet run {r['day']}[/]: {r['state']} {r.get('error') or ''}")
+    console.print(f"fleet kernel time {r['fleet_seconds_per_day']:,.1f} s/day over {r['window_days']} days")
+    table = Table(title="candidates, best first")
+    for col in ("workload", "kind", "reasons", "observed s/day", "gain", "saving s/day", "trials", "job"):
+        table.add_column(col)
+    for c in r["candidates"]:
+        table.add_row(
+            c["workload_hash"][:12],
+            c["kind"],
+            ",".join(c["reasons"]) + (" (stalled)" if c["stalled"] else ""),
+            f"{c['observed_s_per_day']:,.1f}",
+            f"{c['predicted_gain']:.0%}",
+            f"{c['expected_saving_s_per_day']:,.1f}",
+            str(c["trials"]),
+            (c["job_id"] or "-")[:8],
+        )
+    console.print(table)
+    console.print(
+        f"budget {r['budget']}, spent {r['spent']}; expected saving {r['expected_saving_s_per_day']:,.1f} s/day"
+    )
+    realized = r["realized"]
+    if realized.get("jobs"):
+        merit = realized.get("savings_per_tuning_s")
+        console.print(
+            f"earlier runs: {realized['jobs']} jobs saved {realized['saved_s_per_day']:,.1f} s/day for "
+            f"{realized['tuning_s']:,.0f} s of tuning (savings ÷ cost = {merit:.3g} per day)"
+            if merit is not None
+            else f"earlier runs: {realized['jobs']} jobs, no measured saving yet"
+        )
+    console.print(f"re-measured {r['remeasured']} configs; regressions: {len(r['regressions'])}")
+    for g in r["regressions"]:
+        console.print(
+            f"  [red]{g['workload_hash'][:12]} {g['shape']}: {g['stored_s']:.3g} s → {g['measured_s']:.3g} s[/]"
+        )
+
+
+@fleet_app.command("run")
+def fleet_run(
+    day: Annotated[str | None, typer.Option(help="ISO date (UTC); default today")] = None, url: UrlOpt = None
+) -> None:
+    """Queue the daily run now (admin); a day that already ran does nothing."""
+    console.print(_client(url).run_fleet(day))
+
+
+@fleet_app.command("simulate")
+def fleet_simulate(
+    days: Annotated[int, typer.Option(min=1, max=30)] = 3,
+    calls: Annotated[int, typer.Option(min=10, help="timed calls per layer per simulated day")] = 200,
+    port: int = 8766,
+) -> None:
+    """Run the fleet loop for N simulated days on the embedded default and show fleet time falling."""
+    _service()
+    from service.fleet_sim import main as simulate
+
+    simulate(days=days, calls=calls, port=port)
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys (needs an admin key).")

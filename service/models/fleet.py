@@ -32,7 +32,7 @@ class TelemetryRecord(BaseModel):
     @classmethod
     def _sizes(cls, shape: dict[str, int]) -> dict[str, int]:
         for name, value in shape.items():
-            if not 1 <= value <= MAX_DIM or not name.isidentifier():
+            if not 1 <= value <= MAX_DIM or not name.isidentifier() or len(name) > 16:
                 raise ValueError(f"bad shape item {name}={value}")
         return shape
 

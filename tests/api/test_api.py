@@ -262,3 +262,23 @@ def test_json_logs_carry_the_job_id() -> None:
     for_job(logger, "job-123").warning("shape %s failed", "M=8")
     doc = json.loads(record[0])
     assert doc["job_id"] == "job-123" and doc["msg"] == "shape M=8 failed" and doc["level"] == "WARNING"
+
+
+def test_telemetry_is_idempotent_and_validated(api: TestClient) -> None:
+    import datetime as dt
+    import uuid
+
+    record = {"workload_hash": "ab" * 16, "target_fingerprint": "cd" * 16, "shape": {"M": 3}, "calls": 10,
+              "kernel_seconds": 0.5, "fallbacks": 10}  # fmt: skip
+    batch = {"batch_id": str(uuid.uuid4()), "records": [record, {**record, "calls": 5, "kernel_seconds": 0.25}]}
+    assert api.post("/v1/telemetry", json=batch).json()["accepted"] == 2
+    assert api.post("/v1/telemetry", json=batch).json() == {"batch_id": batch["batch_id"], "accepted": 0,
+                                                            "duplicate": True}  # fmt: skip
+    (row,) = api.get("/v1/fleet/usage", params={"days": 1}).json()["rows"]
+    assert row["calls"] == 15 and row["kernel_seconds"] == 0.75 and row["share"] == 1.0
+    tomorrow = (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=2)).isoformat()
+    bad = {"batch_id": str(uuid.uuid4()), "records": [{**record, "day": tomorrow}]}
+    assert _loc(api.post("/v1/telemetry", json=bad)) == [["body", "records", 0, "day"]]
+    bad = {"batch_id": str(uuid.uuid4()), "records": [{**record, "shape": {"M": 0}}]}
+    assert api.post("/v1/telemetry", json=bad).status_code == 422
+    assert api.get("/v1/fleet/reports").json() == []

@@ -34,3 +34,11 @@ def test_queues_follow_the_hardware() -> None:
     assert TargetSpec(kind="gemmini", arch="default").queue == "firesim"
     assert _t().with_toolchain(Toolchain(tvm="x")).toolchain == Toolchain(tvm="x")
     assert _t().tvm_target() == {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+
+
+def test_hidden_isa_extensions_are_other_hardware() -> None:
+    no_avx512 = _t(features=["-avx512f"])
+    assert no_avx512.queue == "cpu.znver4.no-avx512f"
+    assert no_avx512.tvm_target()["mattr"] == ["-avx512f"]
+    assert no_avx512.fingerprint != _t().fingerprint
+    assert _t(features=["avx512bf16"]).tvm_target()["mattr"] == ["+avx512bf16"]

@@ -29,7 +29,7 @@ class Sink:
 
 def _task(tmp_path: Path, **kw: object) -> RangeTask:
     args: dict[str, object] = dict(
-        workload=WORKLOAD, s_max=48, validate=[48, 13], target=host_target(), max_ukernels=3, work_dir=tmp_path
+        workload=WORKLOAD, s_max=128, validate=[128, 13], target=host_target(), max_ukernels=3, work_dir=tmp_path
     )
     args.update(kw)
     return RangeTask(min_repeat_ms=2, **args)  # type: ignore[arg-type]
@@ -38,16 +38,16 @@ def _task(tmp_path: Path, **kw: object) -> RangeTask:
 def test_one_tuning_covers_the_range_and_every_program_matches_numpy(tmp_path: Path) -> None:
     sink = Sink()
     out = UKernelTuner().tune_range(_task(tmp_path), sink)
-    assert sink.validated == [48, 13]
-    assert out.table.intervals[0].lo == 1 and out.table.s_max == 48 and len(out.predicted_s) == 48
+    assert sink.validated == [128, 13]
+    assert out.table.intervals[0].lo == 1 and out.table.s_max == 128 and len(out.predicted_s) == 128
     assert set(out.kernels) == set(out.artifacts) == set(out.table.mts)  # only used uKernels ship
     for uid, art in out.artifacts.items():
         assert art.path.name == f"{art.sha256}.so" and art.spec == out.kernels[uid].spec
     shapes = verification_shapes(out)
-    assert set(range(1, 49)) <= set(shapes) and {53, 97} <= set(shapes)  # primes past the range
-    assert verify(out, WORKLOAD) is None
-    assert set(out.measured_s) == {48, 13} and all(t > 0 for t in out.measured_s.values())
-    entry = out.validation["shapes"]["48"]
+    assert set(range(1, 129)) <= set(shapes) and {131, 257} <= set(shapes)  # every T, then primes past the range
+    assert verify(out, WORKLOAD) is None  # the dispatcher against numpy at each of those shapes
+    assert set(out.measured_s) == {128, 13} and all(t > 0 for t in out.measured_s.values())
+    entry = out.validation["shapes"]["128"]
     assert set(entry["measured_s"]) == set(entry["dietcode_s"]) == set(entry["sia_score"])
     assert 0.0 <= out.padding_ratio < 1.0
     assert len(out.candidates) >= len(out.kernels) and all("reasons" in c for c in out.candidates)

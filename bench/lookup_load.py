@@ -166,6 +166,7 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
     from service.store.db import session_scope
     from service.store.tables import ArtifactRow, DispatchTableRow
     from service.workers.hardware import host_target
+    from service.workers.range_job import signed_artifacts, validation_record
 
     settings = Settings(data_dir=data_dir)  # the API child gets the same data dir, hence the same signing key
     target = host_target()
@@ -179,25 +180,9 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="kf-load-ukernels-") as tmp:
             out = _tune_once(target, Path(tmp))
-            arts = [
-                dispatch_store.NewArtifact(
-                    ukernel_id=uid,
-                    sha256=a.sha256,
-                    spec=a.spec.to_dict(),
-                    data=a.path.read_bytes(),
-                    signature=signing.sign_artifact(settings, a.sha256, fp),
-                )
-                for uid, a in out.artifacts.items()
-            ]
+            arts = signed_artifacts(out, settings, fp)
         tuned = time.perf_counter() - t0
-        validation = {
-            **out.validation,
-            "tuning_seconds": out.seconds,
-            "padding_ratio": out.padding_ratio,
-            "candidates": out.candidates,
-            "hardware": out.hardware,
-            "worker": "lookup-load bench",
-        }
+        validation = validation_record(out, "lookup-load bench")
         with session_scope(url) as s:
             for w in missing:
                 dispatch_store.publish(

@@ -8,6 +8,7 @@ jobs are merged in at read time where they were measured faster than the table's
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,29 +103,53 @@ def _table_latency(row: DispatchTableRow, S: int) -> float | None:
     return float(row.predicted[S - 1]) if 1 <= S <= len(row.predicted) else None
 
 
-def _overrides(session: Session, row: DispatchTableRow) -> list[ExactOverride]:
-    """Exact-shape configs of this workload and target faster than the table's program at their S."""
-    stmt = select(BestConfigRow).where(
+MAX_OVERRIDES = 64  # exact-shape configs carry their IR: bound what every table fetch ships
+
+
+def override_keys(session: Session, row: DispatchTableRow) -> list[tuple[str, int, float, float | None]]:
+    """(shape key, S, latency, table latency) of the exact-shape configs of this workload and target that are
+    faster than the table's program at their S (or lie past its range), without loading the configs."""
+    stmt = select(BestConfigRow.shape_key, BestConfigRow.latency_s).where(
         BestConfigRow.workload_hash == row.workload_hash,
         BestConfigRow.target_fingerprint == row.target_fingerprint,
     )
     out = []
-    for best in session.scalars(stmt):
-        shape = parse_shape_key(best.shape_key)
+    for key, latency in session.execute(stmt):
+        shape = parse_shape_key(key)
         if set(shape) != {row.dim}:
             continue
         S = shape[row.dim]
         ours = _table_latency(row, S)
-        if ours is None or best.latency_s < ours:
-            out.append(ExactOverride(S=S, latency_s=best.latency_s, table_latency_s=ours, config=best.config))
-    return sorted(out, key=lambda o: o.S)
+        if ours is None or latency < ours:
+            out.append((key, S, float(latency), ours))
+    return sorted(out, key=lambda o: o[1])[:MAX_OVERRIDES]
 
 
-def document(session: Session, row: DispatchTableRow) -> DispatchDoc:
+def etag(row: DispatchTableRow, overrides: Sequence[tuple[str, int, float, float | None]]) -> str:
+    """Changes exactly when the document would: a new table, or a new or faster exact-shape config."""
+    blob = f"{row.id}|" + "|".join(f"{k}:{lat!r}" for k, _, lat, _ in overrides)
+    return '"' + hashlib.sha256(blob.encode()).hexdigest()[:32] + '"'
+
+
+def _overrides(
+    session: Session, row: DispatchTableRow, keys: Sequence[tuple[str, int, float, float | None]]
+) -> list[ExactOverride]:
+    out = []
+    for key, S, latency, ours in keys:
+        best = session.get(BestConfigRow, (row.workload_hash, row.target_fingerprint, key))
+        if best is not None:
+            out.append(ExactOverride(S=S, latency_s=latency, table_latency_s=ours, config=best.config))
+    return out
+
+
+def document(
+    session: Session, row: DispatchTableRow, keys: Sequence[tuple[str, int, float, float | None]] | None = None
+) -> DispatchDoc:
+    shas = [u["sha256"] for u in row.ukernels]
+    arts = {a.sha256: a for a in session.scalars(select(ArtifactRow).where(ArtifactRow.sha256.in_(shas)))}
     refs = []
     for u in row.ukernels:
-        art = session.get(ArtifactRow, u["sha256"])
-        assert art is not None, "published tables only name stored artifacts"
+        art = arts[u["sha256"]]  # published tables only name stored artifacts
         refs.append(
             UKernelRef(id=u["id"], sha256=art.sha256, spec=art.spec, size_bytes=art.size_bytes, signature=art.signature)
         )
@@ -137,7 +162,7 @@ def document(session: Session, row: DispatchTableRow) -> DispatchDoc:
         ukernels=refs,
         predicted_latency_s=row.predicted,
         measured_latency_s=row.measured,
-        overrides=_overrides(session, row),
+        overrides=_overrides(session, row, override_keys(session, row) if keys is None else keys),
         validation=row.validation,
         job_id=row.job_id,
         created_at=row.created_at,

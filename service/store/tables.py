@@ -170,7 +170,7 @@ class ArtifactRow(Base):
     kind: Mapped[str] = mapped_column(String(32))
     spec: Mapped[dict[str, Any]]
     size_bytes: Mapped[int]
-    data: Mapped[bytes] = mapped_column(LargeBinary)
+    data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # loaded only when the bytes are served
     signature: Mapped[str | None] = mapped_column(String(200))
     job_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

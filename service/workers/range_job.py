@@ -82,6 +82,32 @@ def verify(outcome: RangeOutcome, workload: WorkloadSpec) -> str | None:
     return None
 
 
+def signed_artifacts(outcome: RangeOutcome, settings: Settings, fingerprint: str) -> list[dispatch_store.NewArtifact]:
+    """The outcome's libraries, read while its work dir exists, each signed for this target."""
+    return [
+        dispatch_store.NewArtifact(
+            ukernel_id=uid,
+            sha256=a.sha256,
+            spec=a.spec.to_dict(),
+            data=a.path.read_bytes(),
+            signature=signing.sign_artifact(settings, a.sha256, fingerprint),
+        )
+        for uid, a in outcome.artifacts.items()
+    ]
+
+
+def validation_record(outcome: RangeOutcome, worker: str) -> dict[str, Any]:
+    """What is stored with a table about how it was chosen and how well the models ranked."""
+    return {
+        **outcome.validation,
+        "tuning_seconds": outcome.seconds,
+        "padding_ratio": outcome.padding_ratio,
+        "candidates": outcome.candidates,
+        "hardware": outcome.hardware,
+        "worker": worker,
+    }
+
+
 def run_range(
     job_id: str,
     lease: str,
@@ -126,24 +152,8 @@ def run_range(
             with session_scope() as s:
                 jobs.finish(s, job_id, lease, JobState.failed, error)
             return "failed"
-        artifacts = [
-            dispatch_store.NewArtifact(
-                ukernel_id=uid,
-                sha256=a.sha256,
-                spec=a.spec.to_dict(),
-                data=a.path.read_bytes(),
-                signature=signing.sign_artifact(settings, a.sha256, fingerprint),
-            )
-            for uid, a in outcome.artifacts.items()
-        ]
-    validation = {
-        **outcome.validation,
-        "tuning_seconds": outcome.seconds,
-        "padding_ratio": outcome.padding_ratio,
-        "candidates": outcome.candidates,
-        "hardware": outcome.hardware,
-        "worker": worker,
-    }
+        artifacts = signed_artifacts(outcome, settings, fingerprint)
+    validation = validation_record(outcome, worker)
     with session_scope() as s:
         dispatch_store.publish(
             s,

@@ -63,12 +63,12 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
     import numpy as np
 
     from kernelfleet import Client
-    from service import signing
     from service.models import WorkloadSpec
     from service.settings import get_settings
     from service.store import catalog
     from service.store import dispatch as dispatch_store
     from service.workers.hardware import host_target
+    from service.workers.range_job import signed_artifacts
     from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
 
     class Sink:
@@ -83,11 +83,7 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
     with session_scope() as s:
         wh = catalog.put_workload(s, spec).workload_hash
         catalog.put_target(s, target)
-        arts = [
-            dispatch_store.NewArtifact(u, a.sha256, a.spec.to_dict(), a.path.read_bytes(),
-                                       signing.sign_artifact(get_settings(), a.sha256, target.fingerprint))
-            for u, a in out.artifacts.items()
-        ]  # fmt: skip
+        arts = signed_artifacts(out, get_settings(), target.fingerprint)
         dispatch_store.publish(
             s, workload_hash=wh, target_fingerprint=target.fingerprint, dim="M", table=out.table.to_dict(),
             artifacts=arts, predicted=out.predicted_s, measured=out.measured_s, validation={}, job_id=None,

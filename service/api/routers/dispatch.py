@@ -7,8 +7,6 @@ forever; the SDK still checks their hash and signature before loading.
 
 from __future__ import annotations
 
-import hashlib
-
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import Response
 
@@ -40,11 +38,13 @@ def get_dispatch(
     row = dispatch_store.latest(session, workload, target)
     if row is None:
         not_found(f"no dispatch table for workload {workload} on target {target}; submit a ukernel job")
-    body = dispatch_store.document(session, row).model_dump_json()
-    etag = f'"{hashlib.sha256(body.encode()).hexdigest()[:32]}"'
+    # a revalidation costs two small queries: the document is built only when it changed
+    keys = dispatch_store.override_keys(session, row)
+    etag = dispatch_store.etag(row, keys)
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
     if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
         return Response(status_code=304, headers=headers)
+    body = dispatch_store.document(session, row, keys).model_dump_json()
     return Response(body, media_type="application/json", headers=headers)
 
 

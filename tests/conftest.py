@@ -97,9 +97,12 @@ def _use_store(url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     get_settings.cache_clear()
     db.get_engine.cache_clear()
     db._session_factory.cache_clear()
+    db._read_engine.cache_clear()
     yield url
     db.get_engine(url).dispose()
+    db._read_engine(url).dispose()
     monkeypatch.delenv("KERNELFLEET_DATABASE_URL")
     get_settings.cache_clear()
     db.get_engine.cache_clear()
     db._session_factory.cache_clear()
+    db._read_engine.cache_clear()

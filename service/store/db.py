@@ -18,7 +18,7 @@ from service.settings import get_settings
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, autocommit_reads: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
@@ -33,17 +33,36 @@ def make_engine(url: str) -> Engine:
 
         return engine
     timeout = get_settings().db_pool_timeout_s
-    return create_engine(
-        url,
-        pool_pre_ping=True,
-        pool_timeout=timeout,
-        connect_args={"connect_timeout": max(1, int(timeout))} if url.startswith("postgresql") else {},
-    )
+    connect_args = {"connect_timeout": max(1, int(timeout))} if url.startswith("postgresql") else {}
+    if autocommit_reads:
+        # One round trip per lookup: no BEGIN/COMMIT and no pre-ping. A connection that died with the
+        # server fails its first statement instead; `read_session` callers retry that once.
+        return create_engine(
+            url, isolation_level="AUTOCOMMIT", pool_timeout=timeout, pool_size=10, connect_args=connect_args
+        )
+    return create_engine(url, pool_pre_ping=True, pool_timeout=timeout, connect_args=connect_args)
 
 
 @functools.cache
 def get_engine(url: str | None = None) -> Engine:
     return make_engine(url or get_settings().resolved_database_url)
+
+
+@functools.cache
+def _read_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        return get_engine(url)  # SQLite has no round trips to save
+    return make_engine(url, autocommit_reads=True)
+
+
+@contextmanager
+def read_session(url: str | None = None) -> Iterator[Session]:
+    """A session for single-statement reads on hot paths (lookups): autocommit, nothing to commit."""
+    session = Session(bind=_read_engine(url or get_settings().resolved_database_url), expire_on_commit=False)
+    try:
+        yield session
+    finally:
+        session.close()
 
 
 @functools.cache

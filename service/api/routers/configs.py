@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -16,7 +17,7 @@ from service.api.routers.ops import observe_lookup
 from service.models import ConfigMiss, ConfigRecord, TargetSpec, parse_shape_key
 from service.models.config import BatchLookup, BatchLookupResult, ImportRequest, ImportResult, LookupKey
 from service.store import catalog, configs
-from service.store.db import session_scope
+from service.store.db import read_session
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -45,7 +46,13 @@ def _lookup(session: Session, key: LookupKey, loc: list[str | int]) -> ConfigRec
 
 
 def _lookup_once(key: LookupKey) -> ConfigRecord | ConfigMiss:
-    with session_scope() as session:
+    try:
+        with read_session() as session:
+            return _lookup(session, key, ["query"])
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+    with read_session() as session:  # a pooled connection died with the server: once more on a fresh one
         return _lookup(session, key, ["query"])
 
 

@@ -159,16 +159,13 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
     """Publish `n_tables` dispatch tables (one per workload) for this host's target unless already there."""
     from sqlalchemy import select
 
-    from service import signing
-    from service.settings import Settings
     from service.store import catalog
     from service.store import dispatch as dispatch_store
     from service.store.db import session_scope
-    from service.store.tables import ArtifactRow, DispatchTableRow
+    from service.store.tables import DispatchTableRow
     from service.workers.hardware import host_target
-    from service.workers.range_job import signed_artifacts, validation_record
+    from service.workers.range_job import artifacts_of, validation_record
 
-    settings = Settings(data_dir=data_dir)  # the API child gets the same data dir, hence the same signing key
     target = host_target()
     fp = target.fingerprint
     workloads = _dispatch_workloads(n_tables)
@@ -180,7 +177,7 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="kf-load-ukernels-") as tmp:
             out = _tune_once(target, Path(tmp))
-            arts = signed_artifacts(out, settings, fp)
+            arts = artifacts_of(out)
         tuned = time.perf_counter() - t0
         validation = validation_record(out, "lookup-load bench")
         with session_scope(url) as s:
@@ -202,11 +199,6 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
             f"in {time.perf_counter() - t0 - tuned:.1f} s",
             flush=True,
         )
-    with session_scope(url) as s:  # a wiped data dir means a new signing key: sign the stored artifacts again
-        for art in s.scalars(select(ArtifactRow).where(ArtifactRow.target_fingerprint == fp)):
-            sig = signing.sign_artifact(settings, art.sha256, fp)
-            if art.signature != sig:
-                art.signature = sig
     return [w.hash for w in workloads], fp
 
 

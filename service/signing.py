@@ -1,10 +1,11 @@
-"""The service's Ed25519 artifact-signing key.
+"""The service's Ed25519 signing key.
 
-Workers sign every artifact they publish; inference hosts verify the signature (and the sha256)
-before loading a library, so a tampered store or a man in the middle cannot make them run foreign
-code. The key is `KERNELFLEET_SIGNING_KEY` (base64 of a 32-byte seed, for deployments that share a
-secret between workers) or, on the embedded default, `$DATA_DIR/signing.key`, created on first use
-with mode 0600.
+The API signs every dispatch document it serves (over the requested workload and target and the
+body's sha256); the document names each artifact by sha256. Inference hosts verify both before
+compiling or loading anything, so a tampered cache or a man in the middle cannot make them run
+foreign code. Only the API needs the key: `KERNELFLEET_SIGNING_KEY` (base64 of a 32-byte seed, for
+API replicas on several hosts) or, by default, `$DATA_DIR/signing.key`, created on first use with
+mode 0600.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kernelfleet.signing import artifact_message
+from kernelfleet.signing import document_message
 from service.settings import Settings
 
 
@@ -58,5 +59,5 @@ def public_key_b64(settings: Settings) -> str:
     return base64.b64encode(raw).decode()
 
 
-def sign_artifact(settings: Settings, sha256: str, target_fingerprint: str) -> str:
-    return base64.b64encode(private_key(settings).sign(artifact_message(sha256, target_fingerprint))).decode()
+def sign_document(settings: Settings, workload: str, target: str, body: bytes) -> str:
+    return base64.b64encode(private_key(settings).sign(document_message(workload, target, body))).decode()

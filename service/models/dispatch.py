@@ -21,7 +21,6 @@ class UKernelRef(BaseModel):
     sha256: str = Field(pattern=SHA256_PATTERN)
     spec: dict[str, Any] = Field(description="kernelfleet.ukernel.UKernelSpec as a dict (N, K, mt, nt, kt, vec, ...)")
     size_bytes: int = Field(ge=0)
-    signature: str | None = Field(default=None, description="the service's Ed25519 signature, base64")
 
 
 class ExactOverride(BaseModel):

@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.models.dispatch import DispatchDoc, ExactOverride, UKernelRef
 from service.models.shape import parse_shape_key
-from service.store.tables import ArtifactRow, BestConfigRow, DispatchTableRow
+from service.store.tables import ArtifactRow, BestConfigRow, DispatchTableRow, utcnow
 
 
 @dataclass(frozen=True)
@@ -27,25 +28,24 @@ class NewArtifact:
     sha256: str
     spec: dict[str, Any]
     data: bytes
-    signature: str | None
 
 
 def put_artifact(session: Session, artifact: NewArtifact, target_fingerprint: str, job_id: str | None) -> None:
-    """Store an artifact unless its content is already there (same sha256: same bytes)."""
-    if session.get(ArtifactRow, artifact.sha256) is None:
-        session.add(
-            ArtifactRow(
-                sha256=artifact.sha256,
-                target_fingerprint=target_fingerprint,
-                kind="ukernel",
-                spec=artifact.spec,
-                size_bytes=len(artifact.data),
-                data=artifact.data,
-                signature=artifact.signature,
-                job_id=job_id,
-            )
-        )
-        session.flush()
+    """Store an artifact unless its content is already there (same sha256: same bytes; racing writers of
+    the same bytes both succeed)."""
+    table = cast(Table, ArtifactRow.__table__)
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    stmt = insert(table).values(
+        sha256=artifact.sha256,
+        target_fingerprint=target_fingerprint,
+        kind="ukernel",
+        spec=artifact.spec,
+        size_bytes=len(artifact.data),
+        data=artifact.data,
+        job_id=job_id,
+        created_at=utcnow(),
+    )
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["sha256"]))
 
 
 def get_artifact(session: Session, sha256: str) -> ArtifactRow | None:
@@ -150,9 +150,7 @@ def document(
     refs = []
     for u in row.ukernels:
         art = arts[u["sha256"]]  # published tables only name stored artifacts
-        refs.append(
-            UKernelRef(id=u["id"], sha256=art.sha256, spec=art.spec, size_bytes=art.size_bytes, signature=art.signature)
-        )
+        refs.append(UKernelRef(id=u["id"], sha256=art.sha256, spec=art.spec, size_bytes=art.size_bytes))
     return DispatchDoc(
         workload_hash=row.workload_hash,
         target_fingerprint=row.target_fingerprint,

@@ -171,7 +171,6 @@ class ArtifactRow(Base):
     spec: Mapped[dict[str, Any]]
     size_bytes: Mapped[int]
     data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # loaded only when the bytes are served
-    signature: Mapped[str | None] = mapped_column(String(200))
     job_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from kernelfleet.dispatcher import Dispatcher
-from service import signing
 from service.logs import for_job
 from service.models import JobState, TargetSpec, Workload, WorkloadSpec, shape_key
 from service.models.distribution import ShapeDistribution
@@ -82,16 +81,10 @@ def verify(outcome: RangeOutcome, workload: WorkloadSpec) -> str | None:
     return None
 
 
-def signed_artifacts(outcome: RangeOutcome, settings: Settings, fingerprint: str) -> list[dispatch_store.NewArtifact]:
-    """The outcome's libraries, read while its work dir exists, each signed for this target."""
+def artifacts_of(outcome: RangeOutcome) -> list[dispatch_store.NewArtifact]:
+    """The outcome's libraries, read while its work dir exists."""
     return [
-        dispatch_store.NewArtifact(
-            ukernel_id=uid,
-            sha256=a.sha256,
-            spec=a.spec.to_dict(),
-            data=a.path.read_bytes(),
-            signature=signing.sign_artifact(settings, a.sha256, fingerprint),
-        )
+        dispatch_store.NewArtifact(ukernel_id=uid, sha256=a.sha256, spec=a.spec.to_dict(), data=a.path.read_bytes())
         for uid, a in outcome.artifacts.items()
     ]
 
@@ -152,7 +145,7 @@ def run_range(
             with session_scope() as s:
                 jobs.finish(s, job_id, lease, JobState.failed, error)
             return "failed"
-        artifacts = signed_artifacts(outcome, settings, fingerprint)
+        artifacts = artifacts_of(outcome)
     validation = validation_record(outcome, worker)
     with session_scope() as s:
         dispatch_store.publish(

@@ -64,11 +64,10 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
 
     from kernelfleet import Client
     from service.models import WorkloadSpec
-    from service.settings import get_settings
     from service.store import catalog
     from service.store import dispatch as dispatch_store
     from service.workers.hardware import host_target
-    from service.workers.range_job import signed_artifacts
+    from service.workers.range_job import artifacts_of
     from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
 
     class Sink:
@@ -83,7 +82,7 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
     with session_scope() as s:
         wh = catalog.put_workload(s, spec).workload_hash
         catalog.put_target(s, target)
-        arts = signed_artifacts(out, get_settings(), target.fingerprint)
+        arts = artifacts_of(out)
         dispatch_store.publish(
             s, workload_hash=wh, target_fingerprint=target.fingerprint, dim="M", table=out.table.to_dict(),
             artifacts=arts, predicted=out.predicted_s, measured=out.measured_s, validation={}, job_id=None,

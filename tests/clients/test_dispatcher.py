@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.dispatch_cache import DispatchCache
 from kernelfleet.dispatcher import Dispatcher, dispatch_overhead_s
-from kernelfleet.signing import UntrustedArtifact, artifact_message, verify_artifact
+from kernelfleet.signing import UntrustedArtifact, document_message, verify_bytes, verify_document
 from kernelfleet.ukernel import UKernel
 from service.workers.hardware import host_target
 from service.workers.tuners.ukernel.kernel import build_ukernel
@@ -83,21 +83,27 @@ def test_dispatch_overhead_is_a_few_microseconds(kernels: dict[str, UKernel], ta
     assert overhead < 5e-6, f"{overhead * 1e6:.2f} µs per call"
 
 
-def test_artifacts_verify_by_hash_and_signature(tmp_path: Path) -> None:
+def test_documents_verify_by_signature_and_artifacts_by_hash() -> None:
     key = Ed25519PrivateKey.generate()
     public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
-    data = b"\x7fELF pretend library"
-    sha = hashlib.sha256(data).hexdigest()
-    signature = base64.b64encode(key.sign(artifact_message(sha, "f" * 32))).decode()
-    verify_artifact(data, sha, "f" * 32, signature, public)
+    body = b'{"table": "pretend"}'
+    signature = base64.b64encode(key.sign(document_message("ab", "cd", body))).decode()
+    verify_document(body, "ab", "cd", signature, public)
+    stranger = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     for bad in [
-        (data + b"x", sha, "f" * 32, signature),  # other bytes
-        (data, sha, "e" * 32, signature),  # signed for other hardware
-        (data, sha, "f" * 32, None),  # unsigned
-        (data, sha, "f" * 32, base64.b64encode(b"\0" * 64).decode()),  # forged
+        (body + b" ", "ab", "cd", signature, public),  # other bytes
+        (body, "ab", "ce", signature, public),  # signed for another target
+        (body, "aa", "cd", signature, public),  # signed for another workload
+        (body, "ab", "cd", "", public),  # unsigned
+        (body, "ab", "cd", base64.b64encode(b"\0" * 64).decode(), public),  # forged
+        (body, "ab", "cd", signature, base64.b64encode(stranger).decode()),  # another key
     ]:
         with pytest.raises(UntrustedArtifact):
-            verify_artifact(*bad, public)
+            verify_document(*bad)
+    data = b"\x7fELF pretend library"
+    verify_bytes(data, hashlib.sha256(data).hexdigest())
+    with pytest.raises(UntrustedArtifact):
+        verify_bytes(data + b"x", hashlib.sha256(data).hexdigest())
 
 
 def test_cache_names_cannot_leave_the_cache_directory(tmp_path: Path) -> None:

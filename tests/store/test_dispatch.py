@@ -15,7 +15,7 @@ TABLE = {"mts": {"u": 4}, "intervals": [[1, 8, [[], "u"]]]}
 
 def _artifact(payload: bytes) -> dispatch_store.NewArtifact:
     sha = hashlib.sha256(payload).hexdigest()
-    return dispatch_store.NewArtifact("u", sha, {"N": 8, "K": 8, "mt": 4}, payload, signature="sig")
+    return dispatch_store.NewArtifact("u", sha, {"N": 8, "K": 8, "mt": 4}, payload)
 
 
 def _publish(s, wh: str, payload: bytes, predicted: list[float]):  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ its cache or numpy when the service is gone."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,7 +62,12 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
     assert doc_and_etag is not None
     doc, etag = doc_and_etag
     assert doc.s_max == S_MAX and doc.job_id == job.id and len(doc.predicted_latency_s) == S_MAX
-    assert doc.ukernels and all(u.signature for u in doc.ukernels)
+    assert (
+        doc.ukernels
+        and client._http.get("/v1/dispatch", params={"workload": workload, "target": target}).headers[
+            "X-KernelFleet-Signature"
+        ]
+    )
     assert {"rho_dietcode_mean", "tuning_seconds", "padding_ratio"} <= set(doc.validation)
     assert client.dispatch_doc(workload, target, etag=etag) is None  # unchanged: 304
 
@@ -71,7 +77,7 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
     _check_all_shapes(dispatcher, [*range(1, S_MAX + 1), *UNSEEN])
     assert sum(u.fallbacks for u in dispatcher.usage().values()) == 0
 
-    # a tampered artifact in the cache is refused, and so is a key other than the pinned one
+    # a tampered artifact or document in the cache is refused, and so is a key other than the pinned one
     # (replaced, never rewritten in place: this process has the library mapped, and so would any host)
     library = cache / "artifacts" / f"{doc.ukernels[0].sha256}.so"
     good = library.read_bytes()
@@ -81,6 +87,14 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
         client.dispatcher(workload, target, cache_dir=cache)
     library.unlink()
     library.write_bytes(good)
+    cached_doc = next((cache / "dispatch").glob("*.json"))
+    original = cached_doc.read_text()
+    record = json.loads(original)
+    record["body"] = record["body"].replace(f'"s_max":{S_MAX}', f'"s_max":{S_MAX + 1}')
+    cached_doc.write_text(json.dumps(record))
+    with pytest.raises(UntrustedArtifact):  # revalidation answers 304, so the altered cached body is used
+        client.dispatcher(workload, target, cache_dir=cache)
+    cached_doc.write_text(original)
     stranger = base64.b64encode(
         Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     ).decode()

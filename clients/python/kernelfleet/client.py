@@ -251,19 +251,24 @@ class Client:
     def dispatch_doc(
         self, workload: str, target: str, etag: str | None = None
     ) -> tuple[DispatchDoc, str | None] | None:
-        """The newest dispatch table and its ETag; None when `etag` is still current (HTTP 304)."""
+        """The newest dispatch table and its ETag, unverified (the dispatcher verifies); None on HTTP 304."""
+        raw = self.dispatch_raw(workload, target, etag)
+        return None if raw is None else (DispatchDoc.model_validate_json(raw[0]), raw[1])
+
+    def dispatch_raw(self, workload: str, target: str, etag: str | None = None) -> tuple[bytes, str | None, str] | None:
+        """(body, ETag, signature) of the newest dispatch document; None when `etag` is still current (304)."""
         headers = {"If-None-Match": etag} if etag else {}
         resp = self._request("GET", "/v1/dispatch", params={"workload": workload, "target": target}, headers=headers)
         if resp.status_code == 304:
             return None
-        return DispatchDoc.model_validate(resp.json()), resp.headers.get("ETag")
+        return resp.content, resp.headers.get("ETag"), resp.headers.get("X-KernelFleet-Signature", "")
 
     def artifact(self, sha256: str) -> bytes:
-        """An artifact's bytes, unverified: `kernelfleet.signing.verify_artifact` before loading them."""
+        """An artifact's bytes, unverified: check them against the sha256 a verified document names."""
         return self._request("GET", f"/v1/artifacts/{sha256}").content
 
     def signing_key(self) -> str:
-        """The service's Ed25519 public key (base64) that signs artifacts."""
+        """The service's Ed25519 public key (base64) that signs dispatch documents."""
         return str(self._request("GET", "/v1/signing-key").json()["public_key"])
 
     def dispatcher(
@@ -271,9 +276,10 @@ class Client:
     ) -> Dispatcher:
         """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
 
-        Fetched once (revalidated by ETag), artifacts verified by hash and signature; falls back to the disk
-        cache when the service is down and to numpy when nothing is cached. `trusted_key` pins the signing key
-        (default: $KERNELFLEET_TRUSTED_KEY, else the key this service presented first, kept in the cache).
+        Fetched once (revalidated by ETag), the document's signature and every artifact's hash verified; falls
+        back to the disk cache when the service cannot answer and to numpy when nothing verified is cached.
+        `trusted_key` pins the signing key (default: $KERNELFLEET_TRUSTED_KEY, else the key this service
+        presented first, kept in the cache).
         """
         from kernelfleet.dispatch_cache import load_dispatcher
 

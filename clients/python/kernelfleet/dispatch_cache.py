@@ -1,14 +1,16 @@
 """Fetching a dispatcher from the service, with a disk cache that keeps inference running without it.
 
 `load_dispatcher` revalidates the cached dispatch document with its ETag (a 304 costs no body),
-downloads only artifacts it lacks, and checks every artifact's sha256 and signature before loading
-it. When the service is unreachable it uses the cached document and artifacts; with nothing cached
-(or no table published yet, or no TVM on this host) it returns a numpy fallback dispatcher that
-counts every call as a miss.
+verifies the document's signature (bound to the workload and target asked for) and the sha256 of
+every artifact it names, and downloads only artifacts it lacks. When the service cannot answer
+(down, store outage, revoked key, rate limit) it uses the cached document, verified again; with
+nothing verified cached (or no table published yet, or no TVM on this host) it returns a numpy
+fallback dispatcher that counts every call as a miss. A document or artifact that fails verification
+raises `UntrustedArtifact`: it is an attack or a misconfiguration, and must not pass silently.
 
 Layout under the cache directory (default `$KERNELFLEET_CACHE_DIR` or `~/.cache/kernelfleet`):
-  dispatch/<workload>-<target>.json   {"etag": ..., "doc": DispatchDoc}
-  artifacts/<sha256>.so               verified libraries, named by content
+  dispatch/<workload>-<target>.json   {"etag", "signature", "body"}: the document exactly as signed
+  artifacts/<sha256>.so               libraries, named by content
   keys/<sha256 of service URL>.pub    the pinned signing key of each service
 Every name is checked against a hex pattern first, so nothing from the service can leave the directory.
 """
@@ -21,17 +23,20 @@ import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
-from kernelfleet.errors import NotFound, ServiceUnavailable
+from kernelfleet.errors import KernelFleetError
 from kernelfleet.models import DispatchDoc
-from kernelfleet.signing import UntrustedArtifact, verify_artifact
+from kernelfleet.signing import UntrustedArtifact, verify_bytes, verify_document
 
 if TYPE_CHECKING:
     from kernelfleet.client import Client
@@ -58,6 +63,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True)
+class CachedDoc:
+    etag: str | None
+    body: bytes
+    signature: str
+
+
 class DispatchCache:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -65,17 +77,17 @@ class DispatchCache:
     def _doc_path(self, workload: str, target: str) -> Path:
         return self.root / "dispatch" / f"{_hex(workload, 'workload')}-{_hex(target, 'target')}.json"
 
-    def read_doc(self, workload: str, target: str) -> tuple[str | None, DispatchDoc] | None:
+    def read_doc(self, workload: str, target: str) -> CachedDoc | None:
         path = self._doc_path(workload, target)
         try:
             raw = json.loads(path.read_text())
-            return raw.get("etag"), DispatchDoc.model_validate(raw["doc"])
-        except (OSError, ValueError, KeyError):
+            return CachedDoc(raw.get("etag"), raw["body"].encode(), raw.get("signature") or "")
+        except (OSError, ValueError, KeyError, AttributeError):
             return None  # absent or damaged: as if never cached
 
-    def write_doc(self, workload: str, target: str, etag: str | None, doc: DispatchDoc) -> None:
-        body = json.dumps({"etag": etag, "doc": doc.model_dump(mode="json")}).encode()
-        _write_atomic(self._doc_path(workload, target), body)
+    def write_doc(self, workload: str, target: str, doc: CachedDoc) -> None:
+        record = {"etag": doc.etag, "signature": doc.signature, "body": doc.body.decode()}
+        _write_atomic(self._doc_path(workload, target), json.dumps(record).encode())
 
     def artifact_path(self, sha256: str) -> Path:
         return self.root / "artifacts" / f"{_hex(sha256, 'sha256')}.so"
@@ -110,53 +122,63 @@ def _trusted_key(client: Client, cache: DispatchCache, explicit: str | None) -> 
     return key
 
 
+def verified_doc(cached: CachedDoc, workload: str, target: str, key: str) -> DispatchDoc:
+    """The document, once its signature verifies for exactly this workload and target."""
+    verify_document(cached.body, workload, target, cached.signature, key)
+    doc = DispatchDoc.model_validate_json(cached.body)
+    if (doc.workload_hash, doc.target_fingerprint) != (workload, target):
+        raise UntrustedArtifact(f"a document for {doc.workload_hash} on {doc.target_fingerprint} answered {workload}")
+    return doc
+
+
 def _fetch(client: Client, cache: DispatchCache, workload: str, target: str, trusted_key: str | None) -> DispatchDoc:
-    """The current document with every artifact on disk and verified; raises when the service cannot answer."""
+    """The current document, verified, with every artifact on disk and verified; raises when the service
+    cannot answer."""
     cached = cache.read_doc(workload, target)
-    fetched = client.dispatch_doc(workload, target, etag=cached[0] if cached else None)
-    if fetched is None:
-        assert cached is not None, "a 304 answers only a request that sent an ETag"
-        doc = cached[1]
-    else:
-        doc, etag = fetched
-    key = _trusted_key(client, cache, trusted_key)
+    fetched = client.dispatch_raw(workload, target, etag=cached.etag if cached else None)
+    current = cached if fetched is None else CachedDoc(fetched[1], fetched[0], fetched[2])
+    assert current is not None, "a 304 answers only a request that sent an ETag"
+    doc = verified_doc(current, workload, target, _trusted_key(client, cache, trusted_key))
     for u in doc.ukernels:
         path = cache.artifact_path(u.sha256)
         if path.exists():
             continue
         data = client.artifact(u.sha256)
-        verify_artifact(data, u.sha256, doc.target_fingerprint, u.signature, key)
+        verify_bytes(data, u.sha256)
         cache.put_artifact(u.sha256, data)
     if fetched is not None:
-        cache.write_doc(workload, target, etag, doc)  # after its artifacts, so a cached doc is always complete
+        cache.write_doc(workload, target, current)  # after its artifacts, so a cached doc is always complete
     return doc
 
 
 class _LazyKernel:
-    """An exact-shape kernel built from its config on first use (building compiles, ~1 s)."""
+    """An exact-shape kernel built from its (signed) config on first use: building compiles, ~1 s. A build
+    that fails raises, and the dispatcher then drops the override and runs the table's program."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self._kernel: Callable[..., np.ndarray] | None = None
+        self._lock = threading.Lock()
 
     def __call__(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         if self._kernel is None:
-            from kernelfleet.tvm_kernel import build_kernel
+            with self._lock:
+                if self._kernel is None:
+                    from kernelfleet.tvm_kernel import build_kernel
 
-            self._kernel = build_kernel(self.config)
+                    self._kernel = build_kernel(self.config)
         return self._kernel(x, w)
 
 
-def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, trusted_key: str | None, source: str) -> Dispatcher:
-    """Load the document's uKernels from the cache, verifying each one's hash and signature again."""
+def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> Dispatcher:
+    """Load a verified document's uKernels from the cache, checking each library's hash before loading it."""
     from kernelfleet.ukernel import UKernelSpec, load_ukernel
 
     kernels = {}
     for u in doc.ukernels:
         path = cache.artifact_path(u.sha256)
-        if trusted_key is not None:
-            verify_artifact(path.read_bytes(), u.sha256, doc.target_fingerprint, u.signature, trusted_key)
-        kernels[u.id] = load_ukernel(path, UKernelSpec.from_dict(u.spec), sha256=u.sha256)
+        verify_bytes(path.read_bytes(), u.sha256)
+        kernels[u.id] = load_ukernel(path, UKernelSpec.from_dict(u.spec))
     spec = next(iter(kernels.values())).spec
     return Dispatcher(
         DispatchTable.from_dict(doc.table),
@@ -174,6 +196,11 @@ def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, trusted_key: str
     )
 
 
+# What a service that cannot answer looks like to the SDK: unreachable, 503, a revoked key (401/403), a
+# rate limit, a malformed answer. None of them may stop inference when a verified table is cached.
+_UNANSWERED = (KernelFleetError, httpx.HTTPError, OSError, ValueError)
+
+
 def load_dispatcher(
     client: Client, workload: str, target: str, cache_dir: Path | None = None, trusted_key: str | None = None
 ) -> Dispatcher:
@@ -182,16 +209,18 @@ def load_dispatcher(
     try:
         doc = _fetch(client, cache, workload, target, trusted_key)
         source = "service"
-    except (ServiceUnavailable, NotFound) as exc:
+    except UntrustedArtifact:
+        raise
+    except _UNANSWERED as exc:
         cached = cache.read_doc(workload, target)
-        if cached is None:
+        key = trusted_key or cache.pinned_key(client.base_url)
+        if cached is None or key is None:
             log.warning("no dispatch table for %s on %s (%s): running numpy", workload, target, exc)
             return Dispatcher(None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)})
-        log.warning("service unavailable (%s): using the cached dispatch table", exc)
-        doc, source = cached[1], "cache"
-    key = trusted_key or cache.pinned_key(client.base_url)
+        log.warning("the service did not answer (%s): using the cached dispatch table", exc)
+        doc, source = verified_doc(cached, workload, target, key), "cache"
     try:
-        return dispatcher_from_doc(doc, cache, key, source)
+        return dispatcher_from_doc(doc, cache, source)
     except UntrustedArtifact:
         raise
     except (ImportError, OSError) as exc:  # no TVM runtime here, or an artifact missing from the cache

@@ -14,6 +14,7 @@ runs numpy and counts every call as a fallback, so the fleet can see what it mis
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -26,6 +27,7 @@ import numpy as np
 from kernelfleet.dispatch import DispatchTable, Piece
 from kernelfleet.ukernel import ALIGN, UKernel, aligned_empty, is_aligned
 
+log = logging.getLogger(__name__)
 ExactKernel = Callable[[np.ndarray, np.ndarray], np.ndarray]
 _FALLBACK: tuple[Piece, ...] = ()  # memo value for "no program: numpy"
 MAX_TRACKED_SHAPES = 4096  # usage memory bound: S values beyond it are counted under S = -1
@@ -96,7 +98,8 @@ class Dispatcher:
         pieces = self._programs.get(S)
         if pieces is None:
             pieces = _FALLBACK if self.table is None or S in self.exact else self.table.lookup(S)
-            self._programs[S] = pieces
+            if len(self._programs) < MAX_TRACKED_SHAPES:  # memo bounded like usage: rare S re-derive it
+                self._programs[S] = pieces
         return pieces
 
     def prepare(self, w: np.ndarray, *, refresh: bool = False) -> None:
@@ -105,6 +108,8 @@ class Dispatcher:
         Packed copies are found by W's identity, so weights are treated as immutable: after changing W
         in place, call `prepare(w, refresh=True)` (or pass a new array), or calls keep the old values.
         """
+        if not self.kernels:
+            return  # numpy fallback: nothing to pack
         if refresh:
             with self._lock:
                 self._packed.pop(id(w), None)
@@ -157,7 +162,13 @@ class Dispatcher:
                 out = _copy_into(out, y)
             fell_back = False
         elif S in self.exact:
-            y = self.exact[S](x, w)
+            try:
+                y = self.exact[S](x, w)
+            except Exception:  # e.g. no compiler on this host: drop the override, use the table from now on
+                log.exception("exact-shape kernel for S=%d failed; using the dispatch table instead", S)
+                self.exact.pop(S, None)
+                self._programs.pop(S, None)
+                return self(x, w, out)
             out = y if out is None else _copy_into(out, y)
             fell_back = False
         else:
@@ -168,13 +179,14 @@ class Dispatcher:
         return out
 
     def _record(self, S: int, seconds: float, fell_back: bool) -> None:
-        usage = self._usage.get(S)
-        if usage is None:
-            key = S if len(self._usage) < MAX_TRACKED_SHAPES else -1
-            usage = self._usage.setdefault(key, ShapeUsage())
-        usage.calls += 1
-        usage.seconds += seconds
-        usage.fallbacks += fell_back
+        with self._lock:  # against a concurrent usage(reset=True) and other calling threads
+            usage = self._usage.get(S)
+            if usage is None:
+                key = S if len(self._usage) < MAX_TRACKED_SHAPES else -1
+                usage = self._usage.setdefault(key, ShapeUsage())
+            usage.calls += 1
+            usage.seconds += seconds
+            usage.fallbacks += fell_back
 
     def usage(self, reset: bool = False) -> dict[int, ShapeUsage]:
         """Calls, kernel seconds and fallbacks per S since the last reset."""

@@ -1,9 +1,10 @@
-"""Verifying the service's signatures on artifacts before anything is loaded.
+"""Verifying what the service signed before anything from it is compiled or loaded.
 
-An artifact is accepted only when its bytes hash to the sha256 the dispatch table names and the
-service's Ed25519 signature over (sha256, target fingerprint) verifies with the trusted public key.
-The key is pinned: given explicitly (`KERNELFLEET_TRUSTED_KEY`), or learnt on first contact and kept
-in the cache, after which a different key from the service is refused.
+The service signs each dispatch document it serves with its Ed25519 key, over the requested workload
+and target and the sha256 of the exact body. The document names every artifact by sha256, so a
+verified document vouches for the artifacts' bytes, its table and its exact-shape configs alike. The
+key is pinned: given explicitly (`KERNELFLEET_TRUSTED_KEY`), or learnt on first contact and kept in
+the cache, after which a different key from the service is refused.
 """
 
 from __future__ import annotations
@@ -18,25 +19,29 @@ from kernelfleet.errors import KernelFleetError
 
 
 class UntrustedArtifact(KernelFleetError):
-    """An artifact whose hash or signature does not match: never loaded."""
+    """A dispatch document or artifact that fails verification: nothing from it is loaded."""
 
 
-def artifact_message(sha256: str, target_fingerprint: str) -> bytes:
-    """What the service signs: the content address bound to the hardware it was compiled for."""
-    return f"kernelfleet-artifact-v1:{sha256}:{target_fingerprint}".encode()
+def document_message(workload: str, target: str, body: bytes) -> bytes:
+    """What the service signs: the request the document answers, bound to the body's hash."""
+    return f"kernelfleet-dispatch-v1:{workload}:{target}:{hashlib.sha256(body).hexdigest()}".encode()
 
 
-def verify_artifact(
-    data: bytes, sha256: str, target_fingerprint: str, signature_b64: str | None, public_key_b64: str
-) -> None:
-    """Raise UntrustedArtifact unless `data` is exactly the signed artifact."""
+def verify_document(body: bytes, workload: str, target: str, signature_b64: str | None, public_key_b64: str) -> None:
+    """Raise UntrustedArtifact unless `body` is what the key's owner signed for this workload and target."""
+    if not signature_b64:
+        raise UntrustedArtifact(f"the dispatch document for {workload} on {target} carries no signature")
+    try:
+        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key_b64))
+        key.verify(base64.b64decode(signature_b64), document_message(workload, target, body))
+    except (InvalidSignature, ValueError) as exc:
+        raise UntrustedArtifact(
+            f"the dispatch document for {workload} on {target} does not verify with the trusted key"
+        ) from exc
+
+
+def verify_bytes(data: bytes, sha256: str) -> None:
+    """Raise UntrustedArtifact unless `data` hashes to the sha256 a verified document names."""
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
         raise UntrustedArtifact(f"artifact bytes hash to {digest}, expected {sha256}")
-    if not signature_b64:
-        raise UntrustedArtifact(f"artifact {sha256} carries no signature")
-    try:
-        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key_b64))
-        key.verify(base64.b64decode(signature_b64), artifact_message(sha256, target_fingerprint))
-    except (InvalidSignature, ValueError) as exc:
-        raise UntrustedArtifact(f"artifact {sha256}: signature does not verify with the trusted key") from exc

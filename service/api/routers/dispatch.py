@@ -1,8 +1,10 @@
-"""Dispatch tables, the artifacts they name, and the key that signs those artifacts.
+"""Dispatch tables, the artifacts they name, and the key that signs the tables.
 
 Inference hosts fetch a dispatch document once and revalidate it with `If-None-Match`: an unchanged
-table costs a 304 with no body. Artifacts are immutable (content-addressed), so they may be cached
-forever; the SDK still checks their hash and signature before loading.
+table costs a 304 with no body. Each document is signed (`X-KernelFleet-Signature`, Ed25519 over the
+requested workload and target and the body's sha256) and names its artifacts by sha256; artifacts
+are immutable, so they may be cached forever. The SDK checks the signature and every hash before it
+compiles or loads anything.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def get_dispatch(
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
     if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
         return Response(status_code=304, headers=headers)
-    body = dispatch_store.document(session, row, keys).model_dump_json()
+    body = dispatch_store.document(session, row, keys).model_dump_json().encode()
+    headers["X-KernelFleet-Signature"] = signing.sign_document(get_settings(), workload, target, body)
     return Response(body, media_type="application/json", headers=headers)
 
 
@@ -52,20 +55,19 @@ def get_dispatch(
     "/artifacts/{sha256}",
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}}},
-    summary="A compiled artifact by the sha256 of its bytes, with the service's signature",
+    summary="A compiled artifact by the sha256 of its bytes (a signed dispatch document names it)",
 )
 def get_artifact(session: SessionDep, _: ReadKey, sha256: str = Path(pattern=SHA256_PATTERN)) -> Response:
     row = dispatch_store.get_artifact(session, sha256)
     if row is None:
         not_found(f"artifact {sha256} not found")
     headers = {
-        "X-KernelFleet-Signature": row.signature or "",
         "X-KernelFleet-Target": row.target_fingerprint,
         "Cache-Control": "public, max-age=31536000, immutable",
     }
     return Response(row.data, media_type="application/octet-stream", headers=headers)
 
 
-@router.get("/signing-key", summary="The Ed25519 public key artifacts are signed with (base64)")
+@router.get("/signing-key", summary="The Ed25519 public key dispatch documents are signed with (base64)")
 def signing_key(_: ReadKey) -> dict[str, str]:
     return {"algorithm": "ed25519", "public_key": signing.public_key_b64(get_settings())}

@@ -28,7 +28,6 @@ def upgrade() -> None:
         sa.Column("spec", sa.JSON(), nullable=False),
         sa.Column("size_bytes", sa.Integer(), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
-        sa.Column("signature", sa.String(length=200), nullable=True),
         sa.Column("job_id", sa.String(length=36), nullable=True),
         sa.Column("created_at", service.store.tables.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("sha256"),

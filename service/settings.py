@@ -44,6 +44,7 @@ class Settings(BaseSettings):
     fleet_max_tasks: int = Field(default=20, ge=1, description="tasks considered per day, best first")
     fleet_prior_speedup: float = Field(default=1.5, ge=1.0, description="assumed speedup before any is measured")
     fleet_remeasure_sample: int = Field(default=2, ge=0, description="published configs re-timed per day")
+    fleet_run_stale_s: float = Field(default=3600, gt=0, description="a daily run 'running' longer is taken over")
     fleet_regression_ratio: float = Field(default=1.25, gt=1.0, description="re-timed / stored above this: flagged")
     signing_key: str | None = Field(
         default=None, description="base64 Ed25519 seed that signs artifacts; default: $DATA_DIR/signing.key"

@@ -114,23 +114,36 @@ def usage(
     ]
 
 
+def total_seconds(session: Session, since: dt.date, until: dt.date) -> float:
+    q = select(func.sum(UsageDayRow.kernel_seconds)).where(UsageDayRow.day >= since, UsageDayRow.day <= until)
+    return float(session.scalar(q) or 0.0)
+
+
 def observed_days(session: Session, since: dt.date, until: dt.date) -> int:
     """Days in the window that have any telemetry (so a fleet that started yesterday is not diluted)."""
     q = select(func.count(func.distinct(UsageDayRow.day))).where(UsageDayRow.day >= since, UsageDayRow.day <= until)
     return int(session.scalar(q) or 0)
 
 
-def claim_run(session: Session, day: dt.date) -> bool:
-    """Start the run for `day`; False when that day already has one (another beat, a restart, a retry)."""
+def claim_run(session: Session, day: dt.date, stale_after_s: float) -> bool:
+    """Start the run for `day`; False when that day has one done or running (another beat, a restart).
+
+    A run that failed, or that has been "running" for longer than `stale_after_s` (its worker died),
+    is taken over: one conditional upsert, so two claimants cannot both win.
+    """
     runs = cast(Table, FleetRunRow.__table__)
-    report = FleetReport(day=day, state="running", created_at=utcnow())
-    stmt = (
-        _insert(session)(runs)
-        .values(day=day, state="running", report=report.model_dump(mode="json"), created_at=report.created_at)
-        .on_conflict_do_nothing(index_elements=["day"])
-        .returning(runs.c.day)
+    now = utcnow()
+    report = FleetReport(day=day, state="running", created_at=now)
+    stmt = _insert(session)(runs).values(
+        day=day, state="running", report=report.model_dump(mode="json"), created_at=now
     )
-    return session.execute(stmt).first() is not None
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["day"],
+        set_={"state": "running", "report": stmt.excluded.report, "created_at": now, "finished_at": None},
+        where=(runs.c.state == "failed")
+        | ((runs.c.state == "running") & (runs.c.created_at < now - dt.timedelta(seconds=stale_after_s))),
+    )
+    return session.execute(stmt.returning(runs.c.day)).first() is not None
 
 
 def save_report(session: Session, report: FleetReport) -> None:

@@ -147,7 +147,12 @@ def run_range(
             return "failed"
         artifacts = artifacts_of(outcome)
     validation = validation_record(outcome, worker)
+    vendor = {shape_key(shape): baseline.measure_vendor(workload, shape) for shape, _, _ in hot}
+    # Publish, per-shape results and the job's end in one transaction, and only while this worker still
+    # holds the lease: a cancelled or taken-over job publishes nothing.
     with session_scope() as s:
+        if lost.is_set() or not jobs.heartbeat(s, job_id, lease):
+            raise TuningStopped("stopped by the job")
         dispatch_store.publish(
             s,
             workload_hash=workload.workload_hash,
@@ -160,9 +165,7 @@ def run_range(
             validation=validation,
             job_id=job_id,
         )
-    for shape, _, _ in hot:
-        vendor = baseline.measure_vendor(workload, shape)
-        with session_scope() as s:
+        for shape, _, _ in hot:
             jobs.update_shape(
                 s,
                 job_id,
@@ -170,8 +173,9 @@ def run_range(
                 state=JobState.succeeded.value,
                 best_latency_s=outcome.measured_s.get(shape[DIM]),
                 baseline=baseline.vendor_label(),
-                baseline_latency_s=vendor,
+                baseline_latency_s=vendor[shape_key(shape)],
             )
+        jobs.finish(s, job_id, lease, JobState.succeeded)
     for_job(log, job_id).info(
         "published a dispatch table for %s=1..%d with %d uKernels in %.1f s",
         DIM,
@@ -179,6 +183,4 @@ def run_range(
         len(artifacts),
         outcome.seconds,
     )
-    with session_scope() as s:
-        jobs.finish(s, job_id, lease, JobState.succeeded)
     return "succeeded"

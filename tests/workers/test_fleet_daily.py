@@ -32,11 +32,12 @@ def fleet(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Fleet]:
     fleet.stop()
 
 
-def _week(today: dt.date, big: str, small: str, fp: str) -> list[dict[str, object]]:
-    """Seven days of traffic: BIG spread over M = 1..40 (100 s/day), SMALL at M = 8 and 13 (10 s/day, all misses)."""
+def _week(run_day: dt.date, big: str, small: str, fp: str) -> list[dict[str, object]]:
+    """The seven days before `run_day`: BIG spread over M = 1..40 (100 s/day), SMALL at M = 8 and 13 (10 s/day,
+    all misses)."""
     records = []
     for back in range(1, 8):
-        day = (today - dt.timedelta(days=back)).isoformat()
+        day = (run_day - dt.timedelta(days=back)).isoformat()
         weights = {m: 1 / m for m in range(1, 41)}
         total = sum(weights.values())
         for m, w in weights.items():
@@ -65,18 +66,23 @@ def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet) -> No
     target = client.register_target({k: hw["target"][k] for k in ("kind", "mcpu", "num_cores", "features")})
     fp = target.target_fingerprint
     big, small = client.register_workload(BIG).workload_hash, client.register_workload(SMALL).workload_hash
-    today = dt.datetime.now(dt.UTC).date()
+    # the first run is yesterday's and the second day1's: the API refuses runs for future days
+    day1 = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+    day2 = day1 + dt.timedelta(days=1)
+    assert (
+        client._http.post("/v1/fleet/runs", json={"day": (day2 + dt.timedelta(days=1)).isoformat()}).status_code == 422
+    )
 
-    records = _week(today, big, small, fp)
+    records = _week(day1, big, small, fp)
     batch = {"batch_id": str(uuid.uuid4()), "host": "replay", "records": records}
     assert client.send_telemetry(batch) == {"batch_id": batch["batch_id"], "accepted": len(records), "duplicate": False}
     assert client.send_telemetry(batch)["duplicate"] is True  # resent: counted once
-    usage = client.fleet_usage(days=8, limit=1000)
+    usage = client.fleet_usage(days=9, limit=1000)
     assert math.isclose(usage["total_seconds"], 7 * 110, rel_tol=1e-6)
     assert {r["workload_hash"] for r in usage["rows"]} == {big, small}
 
-    client.run_fleet(today.isoformat())
-    report = wait_for(lambda: _report(client, today), 120, "the daily report")
+    client.run_fleet(day1.isoformat())
+    report = wait_for(lambda: _report(client, day1), 120, "the daily report")
     assert report["state"] == "done", report.get("error")
     assert math.isclose(report["fleet_seconds_per_day"], 110, rel_tol=1e-6)
     cands = report["candidates"]
@@ -93,19 +99,18 @@ def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet) -> No
     assert math.isclose(report["expected_saving_s_per_day"], sum(c["expected_saving_s_per_day"] for c in submitted))
 
     jobs = {c["job_id"]: client.wait(c["job_id"], timeout_s=300, poll_s=0.5) for c in submitted}
-    assert all(j.tags["fleet_run"] == today.isoformat() and j.state == "succeeded" for j in jobs.values())
+    assert all(j.tags["fleet_run"] == day1.isoformat() and j.state == "succeeded" for j in jobs.values())
     assert jobs[cands[0]["job_id"]].kind == "ukernel"
 
     # the same day again (a second beat, a restart): nothing new
-    client.run_fleet(today.isoformat())
+    client.run_fleet(day1.isoformat())
     wait_for(lambda: "fleet run" in fleet.log("w1") and "already exists" in fleet.log("w1"), 60, "the rerun to no-op")
-    assert len([r for r in client.fleet_reports() if r["day"] == today.isoformat()]) == 1
+    assert len([r for r in client.fleet_reports() if r["day"] == day1.isoformat()]) == 1
     assert len(client.jobs(limit=100)) == len(jobs)
 
     # the next day: both tasks are tuned now, so nothing is left to rank; yesterday's jobs count as realized
-    tomorrow = today + dt.timedelta(days=1)
-    client.run_fleet(tomorrow.isoformat())
-    second = wait_for(lambda: _report(client, tomorrow), 120, "the next day's report")
+    client.run_fleet(day2.isoformat())
+    second = wait_for(lambda: _report(client, day2), 120, "the next day's report")
     assert second["state"] == "done" and second["candidates"] == [] and second["expected_saving_s_per_day"] == 0
     realized = second["realized"]
     assert realized["jobs"] == 2 and realized["tuning_s"] > 0

@@ -2,9 +2,11 @@
 
 A `TelemetryReporter` watches dispatchers. Every `interval_s` its thread takes each dispatcher's usage
 since the last report (calls, kernel seconds, fallbacks per S) and queues one batch with a fresh id.
-Batches are sent oldest first; a batch that fails stays queued and is resent with the same id (the
-service counts a batch id once). The queue is bounded: under pressure (service down for long) the
-oldest batches are dropped and counted in `dropped`. Inference calls never touch the network.
+Batches are sent oldest first; a batch that fails for a transient reason (unreachable, 5xx, 429) stays
+queued and is resent with the same id (the service counts a batch id once); one the service refuses
+(another 4xx) is dropped and counted, so it cannot block the queue. The queue is bounded: under
+pressure (service down for long) the oldest batches are dropped and counted in `dropped`. Inference
+calls never touch the network.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ if TYPE_CHECKING:
     from kernelfleet.client import Client
 
 log = logging.getLogger(__name__)
-MAX_RECORDS_PER_BATCH = 10_000
+# ~200 bytes a record: 2,000 records stay far below the service's 1 MiB body limit
+MAX_RECORDS_PER_BATCH = 2_000
 
 
 class TelemetryReporter:
@@ -97,8 +100,16 @@ class TelemetryReporter:
             try:
                 self.client.send_telemetry(batch)
             except (KernelFleetError, OSError) as exc:
-                log.warning("telemetry not sent (%s); %d batches kept for later", exc, len(self._pending))
-                return False
+                status = getattr(exc, "status", None)
+                if status is None or status in (408, 429) or status >= 500:
+                    log.warning("telemetry not sent (%s); %d batches kept for later", exc, len(self._pending))
+                    return False
+                log.error("telemetry batch refused (%s): dropped", exc)  # resending cannot help a 4xx
+                with self._lock:
+                    if self._pending and self._pending[0] is batch:
+                        self._pending.popleft()
+                        self.dropped += 1
+                continue
             with self._lock:
                 if self._pending and self._pending[0] is batch:
                     self._pending.popleft()

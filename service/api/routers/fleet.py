@@ -7,7 +7,7 @@ import datetime as dt
 from fastapi import APIRouter, Query, status
 
 from service.api.auth import AdminKey, ReadKey
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, unprocessable
 from service.models.fleet import FleetReport, FleetRunRequest, UsageRow, UsageView
 from service.models.shape import parse_shape_key
 from service.store import fleet
@@ -28,7 +28,7 @@ def usage(
     until = dt.datetime.now(dt.UTC).date()
     since = until - dt.timedelta(days=days - 1)
     rows = fleet.usage(session, since, until, workload, target, limit=limit)
-    total = sum(r.kernel_seconds for r in fleet.usage(session, since, until))
+    total = fleet.total_seconds(session, since, until)
     return UsageView(
         since=since,
         until=until,
@@ -55,6 +55,9 @@ def reports(session: SessionDep, _: ReadKey, limit: int = Query(default=30, ge=1
 
 @router.post("/runs", status_code=status.HTTP_202_ACCEPTED, summary="Run the daily fleet tuning now (admin)")
 def run_now(body: FleetRunRequest, _: AdminKey) -> dict[str, str]:
-    day = body.day or dt.datetime.now(dt.UTC).date()
+    today = dt.datetime.now(dt.UTC).date()
+    day = body.day or today
+    if day > today:  # it would take that day's scheduled run away
+        unprocessable(["body", "day"], f"{day} is in the future (today is {today}, UTC)")
     app.send_task(FLEET_DAILY, kwargs={"day": day.isoformat()}, queue=CONTROL_QUEUE)
     return {"day": day.isoformat(), "status": "queued; a day that already ran does nothing"}

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from service.models import Budget, JobSpec, JobState, TargetSpec, Workload, normalized_support, shape_key
 from service.models.distribution import Explicit, ShapeDistribution, ShapePoint
 from service.models.fleet import FleetCandidate, FleetReport, Regression
-from service.models.job import kind_problem
+from service.models.job import UKERNEL_MAX_S, kind_problem
 from service.models.shape import parse_shape_key
 from service.settings import Settings
 from service.store import catalog
@@ -96,7 +96,11 @@ def _knowledge(session: Session, workload: Workload, target: TargetSpec, fp: str
     tuned_dist = _support_keys(last_ok.distribution) if last_ok is not None else {}
     fleet_jobs = [j for j in mine if j.tags.get("fleet_target") == fp]
     in_flight = any(not _terminal(j.state) for j in fleet_jobs)
+    # only a fleet job that succeeded and still left its shapes untuned says the task stalled; a failed or
+    # cancelled one says nothing about the task, so it is tried again
     last_fleet = next((j for j in fleet_jobs if _terminal(j.state)), None)
+    if last_fleet is not None and last_fleet.state != JobState.succeeded.value:
+        last_fleet = None
     one_dim = workload.symbolic[0] if len(workload.symbolic) == 1 else None
     probe = Explicit(points=[ShapePoint(shape={d: 1 for d in workload.symbolic})]) if workload.symbolic else None
     return TaskKnowledge(
@@ -131,8 +135,12 @@ def _valid_shapes(workload: Workload, keys: Iterable[str]) -> list[str]:
 def _job_spec(
     c: FleetCandidate, target: TargetSpec, all_shapes: dict[str, float], trials: int, day: dt.date
 ) -> JobSpec:
-    # a ukernel job covers the whole observed range; a sketch job only the candidate shapes, heaviest first
-    weights = all_shapes if c.kind == "ukernel" else c.shapes
+    # a ukernel job covers the whole observed range (up to what it can tune: larger M run on the table's
+    # extended last interval); a sketch job only the candidate shapes, heaviest first
+    if c.kind == "ukernel":
+        weights = {k: w for k, w in all_shapes.items() if max(parse_shape_key(k).values()) <= UKERNEL_MAX_S}
+    else:
+        weights = c.shapes
     top = sorted(weights.items(), key=lambda kv: -kv[1])[:4096]
     points = [ShapePoint(shape=parse_shape_key(k), weight=max(w, 1e-12)) for k, w in top]
     return JobSpec(
@@ -148,10 +156,15 @@ def _job_spec(
 def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str], float]) -> dict[str, object]:
     """Earlier fleet runs' finished jobs: fleet seconds saved per day now vs the tuning seconds they cost."""
     saved, cost, jobs_counted = 0.0, 0.0, 0
-    for row in session.scalars(select(JobRow).where(JobRow.state == JobState.succeeded.value)):
+    latest: dict[tuple[str, str], JobRow] = {}  # one job per task: its newest tuning is what runs now
+    since = dt.datetime.combine(day - dt.timedelta(days=90), dt.time(), tzinfo=dt.UTC)
+    finished = select(JobRow).where(JobRow.state == JobState.succeeded.value, JobRow.created_at >= since)
+    for row in session.scalars(finished.order_by(JobRow.created_at)):
         run_day = row.tags.get("fleet_run")
         if not run_day or run_day >= day.isoformat() or row.started_at is None or row.finished_at is None:
             continue
+        latest[(row.workload_hash, row.tags.get("fleet_target", ""))] = row
+    for row in latest.values():
         shapes = session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == row.id)).all()
         logs = [
             math.log(s.baseline_latency_s / s.best_latency_s)
@@ -163,6 +176,7 @@ def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str
         speedup = math.exp(sum(logs) / len(logs))
         now = usage_per_day.get((row.workload_hash, row.tags.get("fleet_target", "")), 0.0)
         saved += now * max(0.0, speedup - 1.0)  # time the baseline would take now, minus the time it takes
+        assert row.started_at is not None and row.finished_at is not None
         cost += (row.finished_at - row.started_at).total_seconds()
         jobs_counted += 1
     return {
@@ -209,7 +223,7 @@ def _remeasure(session: Session, host_fp: str, sample: int, ratio: float, seed: 
 def run_daily(day: dt.date, settings: Settings, host_fingerprint: str | None) -> FleetReport | None:
     """Run the fleet cron for `day`; None when that day already ran."""
     with session_scope() as s:
-        if not fleet_store.claim_run(s, day):
+        if not fleet_store.claim_run(s, day, settings.fleet_run_stale_s):
             log.info("fleet run for %s already exists: nothing to do", day)
             return None
     report = FleetReport(day=day, state="running", created_at=utcnow(), window_days=settings.fleet_window_days)
@@ -230,7 +244,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
     with session_scope() as s:
         rows = fleet_store.usage(s, since, until)
         days = max(1, fleet_store.observed_days(s, since, until))
-        total = sum(r.kernel_seconds for r in rows)
+        total = fleet_store.total_seconds(s, since, until)
         report.fleet_seconds_per_day = total / days
         grouped = group_usage(
             [

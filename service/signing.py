@@ -1,7 +1,7 @@
 """The service's Ed25519 signing key.
 
-The API signs every dispatch document it serves (over the requested workload and target and the
-body's sha256); the document names each artifact by sha256. Inference hosts verify both before
+The API signs every dispatch document and best-config answer it serves (over the request and the
+body's sha256); a dispatch document names each artifact by sha256. Inference hosts verify both before
 compiling or loading anything, so a tampered cache or a man in the middle cannot make them run
 foreign code. Only the API needs the key: `KERNELFLEET_SIGNING_KEY` (base64 of a 32-byte seed, for
 API replicas on several hosts) or, by default, `$DATA_DIR/signing.key`, created on first use with
@@ -59,5 +59,6 @@ def public_key_b64(settings: Settings) -> str:
     return base64.b64encode(raw).decode()
 
 
-def sign_document(settings: Settings, workload: str, target: str, body: bytes) -> str:
-    return base64.b64encode(private_key(settings).sign(document_message(workload, target, body))).decode()
+def sign_document(settings: Settings, workload: str, target: str, body: bytes, what: str = "dispatch") -> str:
+    message = document_message(workload, target, body, what)
+    return base64.b64encode(private_key(settings).sign(message)).decode()

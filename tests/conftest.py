@@ -20,6 +20,14 @@ os.environ["KERNELFLEET_DATA_DIR"] = str(_DATA)
 for _var in ("KERNELFLEET_DATABASE_URL", "KERNELFLEET_BROKER_URL", "KERNELFLEET_WORKER_QUEUES"):
     os.environ.pop(_var, None)
 
+
+@pytest.fixture(autouse=True)
+def _sdk_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh SDK cache per test: each test's service has its own signing key, and the SDK pins the first
+    key it sees per URL (ports get reused)."""
+    monkeypatch.setenv("KERNELFLEET_CACHE_DIR", str(tmp_path_factory.mktemp("sdk-cache")))
+
+
 PG_ADMIN_URL = os.environ.get("KERNELFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("KERNELFLEET_TEST_REDIS", "redis://127.0.0.1:6379")
 

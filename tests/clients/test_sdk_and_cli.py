@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,15 @@ def test_metaschedule_import_best_and_export(api_url: str, tmp_path: Path) -> No
     kernel = client.kernel(wh, fp, {"M": 8})
     x, w = np.ones((8, 32), "float32"), np.arange(32 * 32, dtype="float32").reshape(32, 32) / 1024
     np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-5)
+    # the config's IR is compiled only when the service signed exactly this answer with the trusted key
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from kernelfleet.signing import UntrustedArtifact
+
+    stranger = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    with pytest.raises(UntrustedArtifact):
+        Client(api_url, trusted_key=base64.b64encode(stranger).decode()).kernel(wh, fp, {"M": 8})
 
     out = tmp_path / "export"
     exported = runner.invoke(app, ["export-metaschedule", str(out), "--workload", wh, "--url", api_url])

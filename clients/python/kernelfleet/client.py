@@ -55,8 +55,15 @@ class Client:
         backoff_s: float = 0.2,
         transport: httpx.BaseTransport | None = None,
         api_key: str | None = None,
+        trusted_key: str | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
+        """`trusted_key` (default $KERNELFLEET_TRUSTED_KEY) pins the service's signing key; without it the key
+        the service presents first is pinned in `cache_dir` (default $KERNELFLEET_CACHE_DIR or
+        ~/.cache/kernelfleet), where dispatch tables and artifacts are cached too."""
         self.base_url = (base_url or os.environ.get("KERNELFLEET_URL") or DEFAULT_URL).rstrip("/")
+        self.trusted_key = trusted_key or os.environ.get("KERNELFLEET_TRUSTED_KEY")
+        self.cache_dir = cache_dir
         self.retries, self.backoff_s = retries, backoff_s
         key = api_key or os.environ.get("KERNELFLEET_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -221,6 +228,23 @@ class Client:
                 return None
             raise
 
+    def verified_best(self, workload: str, target: str, shape: Mapping[str, int]) -> BestConfig | None:
+        """`best`, after checking the service signed exactly this answer (its IR is compiled by `kernel`)."""
+        from kernelfleet.dispatch_cache import DispatchCache, default_cache_dir, resolve_trusted_key
+        from kernelfleet.signing import verify_document
+
+        params = {"workload": workload, "target": target, "shape": shape_key(shape)}
+        try:
+            resp = self._request("GET", "/v1/configs/best", params=params)
+        except NotFound as exc:
+            if isinstance(exc.detail, str) and "no tuned config" in exc.detail:
+                return None
+            raise
+        key = resolve_trusted_key(self, DispatchCache(self.cache_dir or default_cache_dir()), self.trusted_key)
+        signature = resp.headers.get("X-KernelFleet-Signature")
+        verify_document(resp.content, workload, f"{target}:{shape_key(shape)}", signature, key, "config")
+        return BestConfig.model_validate_json(resp.content)
+
     def best_many(self, keys: list[tuple[str, str, Mapping[str, int]]]) -> list[BestConfig | None]:
         body = {"keys": [{"workload": w, "target": t, "shape": dict(s)} for w, t, s in keys]}
         results = self._request("POST", "/v1/configs/best/batch", json=body).json()["results"]
@@ -283,8 +307,7 @@ class Client:
         """
         from kernelfleet.dispatch_cache import load_dispatcher
 
-        key = trusted_key or os.environ.get("KERNELFLEET_TRUSTED_KEY")
-        return load_dispatcher(self, workload, target, cache_dir, key)
+        return load_dispatcher(self, workload, target, cache_dir or self.cache_dir, trusted_key or self.trusted_key)
 
     # -- fleet -----------------------------------------------------------------------------------
     def send_telemetry(self, batch: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,7 +343,7 @@ class Client:
         if key not in self._kernels:
             from kernelfleet.tvm_kernel import build_kernel
 
-            best = self.best(workload, target, shape)
+            best = self.verified_best(workload, target, shape)
             if best is None:
                 raise NotFound(f"no tuned config for {key}; run the default kernel and submit a tuning job")
             self._kernels[key] = build_kernel(best.config)

@@ -110,7 +110,7 @@ class DispatchCache:
         _write_atomic(self._key_path(base_url), key.encode())
 
 
-def _trusted_key(client: Client, cache: DispatchCache, explicit: str | None) -> str:
+def resolve_trusted_key(client: Client, cache: DispatchCache, explicit: str | None) -> str:
     """The explicit key, else the key pinned for this service, else the service's key (then pinned)."""
     if explicit:
         return explicit
@@ -138,7 +138,7 @@ def _fetch(client: Client, cache: DispatchCache, workload: str, target: str, tru
     fetched = client.dispatch_raw(workload, target, etag=cached.etag if cached else None)
     current = cached if fetched is None else CachedDoc(fetched[1], fetched[0], fetched[2])
     assert current is not None, "a 304 answers only a request that sent an ETag"
-    doc = verified_doc(current, workload, target, _trusted_key(client, cache, trusted_key))
+    doc = verified_doc(current, workload, target, resolve_trusted_key(client, cache, trusted_key))
     for u in doc.ukernels:
         path = cache.artifact_path(u.sha256)
         if path.exists():

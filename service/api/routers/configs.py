@@ -11,11 +11,13 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from service import signing
 from service.api.auth import AdminKey, ReadKey
 from service.api.deps import SessionDep, unprocessable
 from service.api.routers.ops import observe_lookup
-from service.models import ConfigMiss, ConfigRecord, TargetSpec, parse_shape_key
+from service.models import ConfigMiss, ConfigRecord, TargetSpec, parse_shape_key, shape_key
 from service.models.config import BatchLookup, BatchLookupResult, ImportRequest, ImportResult, LookupKey
+from service.settings import get_settings
 from service.store import catalog, configs
 from service.store.db import read_session
 
@@ -75,7 +77,12 @@ async def best_config(
     result = await run_in_threadpool(_lookup_once, LookupKey(workload=workload, target=target, shape=parsed))
     missed = isinstance(result, ConfigMiss)
     observe_lookup("best", started, hits=int(not missed), misses=int(missed))
-    return Response(result.model_dump_json(), status_code=404 if missed else 200, media_type="application/json")
+    body = result.model_dump_json().encode()
+    headers = {}
+    if not missed:  # the SDK compiles the config's IR: it checks the service signed exactly this answer
+        request = f"{target}:{shape_key(parsed)}"
+        headers["X-KernelFleet-Signature"] = signing.sign_document(get_settings(), workload, request, body, "config")
+    return Response(body, status_code=404 if missed else 200, media_type="application/json", headers=headers)
 
 
 @router.post("/best/batch", summary="Best configs for many keys at once (misses carry their fallback)")

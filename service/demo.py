@@ -48,6 +48,9 @@ def _wait_ready(client: Client, timeout_s: float = 120) -> dict[str, object]:
 
 def _median_s(fn: object, *args: np.ndarray, repeat: int = 30) -> float:
     assert callable(fn)
+    # OpenBLAS's and TVM's worker threads spin for a while after a call; on 2 cores the other library then
+    # waits for them (measured: numpy at M=1 goes from 60 µs to milliseconds). Let them go idle first.
+    time.sleep(0.5)
     fn(*args)
     samples = []
     for _ in range(repeat):

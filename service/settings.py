@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     telemetry_rate_per_minute: float = Field(default=600, gt=0, description="telemetry batches per key")
     max_body_bytes: int = 1 << 20
     db_pool_timeout_s: float = 5.0
+    publish_only_faster_than_vendor: bool = Field(
+        default=True, description="publish a tuned config only if it beats the vendor as the SDK calls both"
+    )
     # fleet-wide daily tuning (service/workers/fleet)
     fleet_daily_hour: int = Field(default=3, ge=0, le=23, description="UTC hour of the daily fleet run")
     fleet_daily_minute: int = Field(default=0, ge=0, le=59)

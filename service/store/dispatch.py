@@ -134,12 +134,18 @@ def etag(row: DispatchTableRow, overrides: Sequence[tuple[str, int, float, float
 def _overrides(
     session: Session, row: DispatchTableRow, keys: Sequence[tuple[str, int, float, float | None]]
 ) -> list[ExactOverride]:
-    out = []
-    for key, S, latency, ours in keys:
-        best = session.get(BestConfigRow, (row.workload_hash, row.target_fingerprint, key))
-        if best is not None:
-            out.append(ExactOverride(S=S, latency_s=latency, table_latency_s=ours, config=best.config))
-    return out
+    stmt = select(BestConfigRow.shape_key, BestConfigRow.config).where(
+        BestConfigRow.workload_hash == row.workload_hash,
+        BestConfigRow.target_fingerprint == row.target_fingerprint,
+        BestConfigRow.shape_key.in_([k for k, _, _, _ in keys]),
+    )
+    # one query, not one per override (dict() would take the Result for a mapping: it has .keys())
+    configs: dict[str, dict[str, Any]] = {key: config for key, config in session.execute(stmt)} if keys else {}
+    return [
+        ExactOverride(S=S, latency_s=latency, table_latency_s=ours, config=configs[key])
+        for key, S, latency, ours in keys
+        if key in configs
+    ]
 
 
 def document(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 from service.models import TargetSpec, Toolchain
 
@@ -34,16 +35,26 @@ def toolchain() -> Toolchain:
 _CHECKED_EXTENSIONS = ("avx512f", "avx2", "fma", "avx")
 
 
-def cpu_flags() -> frozenset[str]:
+def parse_cpuinfo(text: str) -> tuple[list[str], str]:
+    """(feature flags, model name) of the first CPU in /proc/cpuinfo text (x86 `flags`, arm64 `Features`)."""
+    flags: list[str] = []
+    name = "cpu"
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("flags", "Features") and not flags:  # cpu0 is enough
+            flags = value.split()
+        elif key == "model name" and name == "cpu":
+            name = value.strip()
+    return flags, name
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The CPU feature flags Linux reports for this host (empty where /proc/cpuinfo has none)."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
+        return frozenset(parse_cpuinfo(cpuinfo.read_text())[0])
     except OSError:
-        pass
-    return frozenset()
+        return frozenset()
 
 
 @functools.cache

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable, Piece
-from kernelfleet.ukernel import ALIGN, UKernel, aligned_empty, is_aligned
+from kernelfleet.ukernel import ALIGN, UKernel, aligned_empty, as_aligned, is_aligned
 
 log = logging.getLogger(__name__)
 ExactKernel = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -142,7 +142,7 @@ class Dispatcher:
             if x.dtype != self.dtype:
                 raise ValueError(f"X must be {self.dtype}, got {x.dtype}")
             packed = self._packed_for(w).by_kernel
-            x = _aligned(x)  # one copy here rather than one per piece inside the kernels
+            x = as_aligned(x)  # one copy here rather than one per piece inside the kernels
             if out is not None and (out.shape != (S, w.shape[0]) or out.dtype != self.dtype):
                 raise ValueError(f"out must be {self.dtype}[{S}, {w.shape[0]}], got {out.dtype}{list(out.shape)}")
             y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self.dtype.name)
@@ -195,14 +195,6 @@ class Dispatcher:
             if reset:
                 self._usage = {}
         return snapshot
-
-
-def _aligned(a: np.ndarray) -> np.ndarray:
-    if is_aligned(a):
-        return a
-    out = aligned_empty(a.shape, a.dtype.name)
-    out[...] = a
-    return out
 
 
 def _copy_into(out: np.ndarray, y: np.ndarray) -> np.ndarray:

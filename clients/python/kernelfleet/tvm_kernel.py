@@ -80,17 +80,11 @@ class Kernel:
             self._fn(*args)
             result: np.ndarray = args[-1].numpy()
             return result
-        from kernelfleet.ukernel import aligned_empty, is_aligned
+        from kernelfleet.ukernel import aligned_empty, as_aligned
 
         self._check(arrays)
         from_dlpack = self._tvm.runtime.from_dlpack
-        args = []
-        for a in arrays:
-            if not is_aligned(a):
-                copy = aligned_empty(a.shape, a.dtype.name)
-                copy[...] = a
-                a = copy
-            args.append(from_dlpack(a))
+        args = [from_dlpack(as_aligned(a)) for a in arrays]
         out = aligned_empty(self.output.shape, self.output.dtype)
         self._fn(*args, from_dlpack(out))
         return out

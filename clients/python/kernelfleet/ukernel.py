@@ -76,6 +76,15 @@ def aligned_empty(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
     return out
 
 
+def as_aligned(a: np.ndarray) -> np.ndarray:
+    """`a` itself when a kernel may use its memory in place, else one aligned, contiguous copy."""
+    if is_aligned(a):
+        return a
+    out = aligned_empty(a.shape, a.dtype.name)
+    out[...] = a
+    return out
+
+
 def is_aligned(a: np.ndarray) -> bool:
     """Whether the kernel may use `a`'s memory as is (numpy refuses DLPack export of read-only arrays)."""
     return bool(a.flags.c_contiguous and a.flags.writeable) and a.ctypes.data % ALIGN == 0

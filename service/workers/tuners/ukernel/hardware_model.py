@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from service.workers.hardware import usable_cores
+from service.workers.hardware import parse_cpuinfo, usable_cores
 
 _DTYPE_BITS = {"float64": 64, "float32": 32, "float16": 16, "bfloat16": 16, "int8": 8}
 
@@ -75,7 +75,7 @@ class HardwareModel:
         cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache"),
         cores: int | None = None,
     ) -> HardwareModel:
-        flags, name = _cpuinfo(cpuinfo.read_text() if cpuinfo.exists() else "")
+        flags, name = parse_cpuinfo(cpuinfo.read_text() if cpuinfo.exists() else "")
         return cls.from_cpu_description(flags, _caches(cache_dir), cores or usable_cores(), name=name)
 
     @classmethod
@@ -95,19 +95,6 @@ def _simd(flags: set[str]) -> tuple[int, int]:
     if "asimd" in flags or "neon" in flags:
         return 128, 32  # v0-v31; SVE vector length is not in cpuinfo, so NEON width is the safe floor
     return 128, 16  # SSE2 is the x86-64 baseline
-
-
-def _cpuinfo(text: str) -> tuple[list[str], str]:
-    flags: list[str] = []
-    name = "cpu"
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in ("flags", "Features") and not flags:  # x86 / arm64 spelling; cpu0 is enough
-            flags = value.split()
-        elif key == "model name" and name == "cpu":
-            name = value.strip()
-    return flags, name
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)\s*$", re.IGNORECASE)

@@ -164,7 +164,7 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
     from service.store.db import session_scope
     from service.store.tables import DispatchTableRow
     from service.workers.hardware import host_target
-    from service.workers.range_job import artifacts_of, validation_record
+    from service.workers.kinds.ukernel import artifacts_of, validation_record
 
     target = host_target()
     fp = target.fingerprint

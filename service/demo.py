@@ -1,9 +1,10 @@
 """`make demo`: the whole service on the embedded default, one real tuning job, a results table.
 
 BERT-base QKV projection, Y = X·Wᵀ with K=768, N=2304 and the sequence length M drawn from a
-distribution. The default job is `ukernel` (one tuning covers every M, then the SDK dispatcher runs
-shapes seen and unseen with no network per call); `--kind sketch` runs per-shape sketch search. Each
-hot shape is compared with numpy on the same worker.
+distribution. The job kind comes from the registry: by default the one the fleet loop would pick for
+this workload on this host (a kind that covers every M in one job, whose dispatch table the SDK then
+runs for shapes seen and unseen with no network per call); `--kind` names another. Each hot shape is
+compared with the vendor library on the same worker.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from rich.table import Table
 
 from kernelfleet import Client
 from service.launch import Supervisor
+from service.models import TargetSpec, WorkloadSpec
 from service.settings import Settings
+from service.workers.kinds import KINDS, JobKind, fleet_kind
 
 WORKLOAD = {"op": "dense", "dtype": "float32", "dims": {"N": 2304, "K": 768}, "symbolic": ["M"]}
 # Sequence lengths seen by a serving fleet (weights are the share of calls).
@@ -84,7 +87,17 @@ def _show_dispatcher(console: Console, client: Client, workload_hash: str, finge
     console.print(table)
 
 
-def main(trials: int | None = None, port: int = 8765, data_dir: Path | None = None, kind: str = "ukernel") -> None:
+def _kind(name: str | None, target: dict[str, object]) -> JobKind:
+    """The named kind, or the one the fleet loop would choose for the demo's workload on this host."""
+    if name:
+        return KINDS.get(name)
+    chosen = fleet_kind(WorkloadSpec.model_validate(WORKLOAD), TargetSpec.model_validate(target))
+    if chosen is None:
+        raise SystemExit(f"no registered job kind tunes the demo's workload on {target}")
+    return chosen
+
+
+def main(trials: int | None = None, port: int = 8765, data_dir: Path | None = None, kind: str | None = None) -> None:
     console = Console()
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kernelfleet-demo-"))
     os.environ["KERNELFLEET_DATA_DIR"] = str(data_dir)
@@ -99,21 +112,20 @@ def main(trials: int | None = None, port: int = 8765, data_dir: Path | None = No
         worker = _wait_ready(client)
         hw = worker["target"]
         assert isinstance(hw, dict)
-        target = {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
+        target = {k: hw[k] for k in ("kind", "mcpu", "arch", "num_cores", "features") if hw.get(k) is not None}
         console.print(f"worker {worker['name']} tunes for {target}")
-        trials = trials or (8 if kind == "ukernel" else 256)
+        job_kind = _kind(kind, target)
+        trials = trials or job_kind.default_trials
         job = client.submit(
-            WORKLOAD, target, DISTRIBUTION, kind=kind, budget={"trials": trials, "max_shapes": 4, "seed": 0}
+            WORKLOAD, target, DISTRIBUTION, kind=job_kind.name, budget={"trials": trials, "max_shapes": 4, "seed": 0}
         )
-        what = f"up to {trials} uKernels for every M in 1..128" if kind == "ukernel" else f"{trials} trials"
-        console.print(f"submitted {kind} job {job.id}: {what}, hot shapes validated")
+        console.print(f"submitted {job_kind.name} job {job.id} ({job_kind.summary}), budget {trials}")
         t0 = time.monotonic()
         job = client.wait(job.id, progress=True, poll_s=1.0)
         console.print(f"job {job.state} in {time.monotonic() - t0:.0f} s")
 
-        how = "one ukernel job" if kind == "ukernel" else "sketch search"
-        table = Table(title=f"dense 768→2304 (BERT-base QKV), fp32, tuned by {how} vs numpy (on the worker)")
-        for col in ("M", "weight", "trials", "tuned (µs)", "numpy (µs)", "numpy / tuned"):
+        table = Table(title=f"dense 768→2304 (BERT-base QKV), fp32, tuned by a {job_kind.name} job vs the vendor")
+        for col in ("M", "weight", "trials", "tuned (µs)", "vendor (µs)", "vendor / tuned"):
             table.add_column(col, justify="right")
         for s in job.shapes:
             table.add_row(
@@ -130,7 +142,7 @@ def main(trials: int | None = None, port: int = 8765, data_dir: Path | None = No
 
         fingerprint = job.target_fingerprint
         assert fingerprint is not None
-        if kind == "ukernel":
+        if job_kind.publishes == "dispatch":
             _show_dispatcher(console, client, job.workload_hash, fingerprint, data_dir / "sdk-cache")
             return
         # What an inference host does: fetch the stored config for a shape and run it.

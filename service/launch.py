@@ -23,9 +23,10 @@ def worker_queues(settings: Settings) -> list[str]:
     """The queues of the hardware this host is, plus housekeeping; overridable for special workers."""
     if settings.worker_queues:
         return [q.strip() for q in settings.worker_queues.split(",") if q.strip()]
-    from service.workers.hardware import host_target
+    from service.workers.platforms import host_platform
 
-    return [host_target().queue, CONTROL_QUEUE]
+    platform, target = host_platform()
+    return [platform.queue(target), CONTROL_QUEUE]
 
 
 def api_argv(host: str, port: int) -> list[str]:

@@ -82,7 +82,8 @@ def redis_url() -> Iterator[str]:
     """A Redis database index of its own, flushed before and after."""
     import redis
 
-    db = 9 + (os.getpid() % 6)
+    # KERNELFLEET_TEST_REDIS_DB pins the index so concurrent test runs on one machine never share one.
+    db = int(os.environ.get("KERNELFLEET_TEST_REDIS_DB", 9 + (os.getpid() % 6)))
     url = f"{REDIS_URL}/{db}"
     client = redis.Redis.from_url(url)
     client.flushdb()

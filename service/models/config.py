@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from kernelfleet.models import ConfigRecord
 
 
 @dataclass(frozen=True)
@@ -17,20 +18,6 @@ class MeasuredCandidate:
     latency_s: float | None
     status: Literal["ok", "error", "timeout"]
     error: str | None = None
-
-
-class ConfigRecord(BaseModel):
-    """The best known config for one (workload, target fingerprint, shape)."""
-
-    workload_hash: str
-    target_fingerprint: str
-    shape: dict[str, int]
-    latency_s: float = Field(gt=0)
-    kind: str
-    config: dict[str, Any] = Field(description="format-tagged payload, e.g. a MetaSchedule trace plus its IRModule")
-    provenance: dict[str, Any] = Field(default_factory=dict)
-    job_id: str | None = None
-    updated_at: dt.datetime | None = None
 
 
 class Fallback(BaseModel):

@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from service.workers.platforms import Platform
 
 # Bumped whenever the format of stored configs changes in a way old readers cannot apply.
 TUNER_ABI = "1"
@@ -34,7 +37,11 @@ class TargetSpec(BaseModel):
         json_schema_extra={"examples": [{"kind": "llvm", "mcpu": "znver4", "num_cores": 2}]},
     )
 
-    kind: Literal["llvm", "cuda", "gemmini"]
+    kind: str = Field(
+        pattern=r"^[a-z][a-z0-9_]{0,31}$",
+        description="hardware platform: llvm (CPUs), cuda (NVIDIA GPUs), gemmini (Gemmini accelerators); "
+        "GET /v1/platforms lists what this service knows",
+    )
     mcpu: str | None = Field(default=None, pattern=_NAME.pattern, description="LLVM CPU model (llvm targets)")
     arch: str | None = Field(default=None, pattern=_NAME.pattern, description="GPU arch or accelerator config")
     num_cores: int = Field(default=1, ge=1, le=1024)
@@ -44,31 +51,45 @@ class TargetSpec(BaseModel):
         description="LLVM features on top of mcpu's; '-name' switches one off (e.g. '-avx512f' where a "
         "hypervisor hides AVX-512)",
     )
+    details: dict[str, str | int] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="hardware details a worker detected, e.g. a GPU's name, SM count, memory, driver and CUDA "
+        "versions; part of the fingerprint (filled in by the worker when omitted on jobs)",
+    )
     toolchain: Toolchain | None = Field(default=None, description="filled in by the worker when omitted on jobs")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_platform(cls, kind: str) -> str:
+        from service.workers.platforms import PLATFORMS
+
+        if kind not in PLATFORMS.names():
+            raise ValueError(f"unknown platform {kind!r}; known: {', '.join(PLATFORMS.names())}")
+        return kind
 
     @model_validator(mode="after")
     def _consistent(self) -> TargetSpec:
-        if self.kind == "llvm" and not self.mcpu:
-            raise ValueError("llvm targets need mcpu (without it LLVM emits SSE2-only code); e.g. 'znver4'")
-        if self.kind in ("cuda", "gemmini") and not self.arch:
-            raise ValueError(f"{self.kind} targets need arch, e.g. 'sm_80'")
         for feat in self.features:
             if not _NAME.match(feat):
                 raise ValueError(f"bad feature name {feat!r}")
         self.features = sorted(set(self.features))
+        problem = self.platform.validate(self)
+        if problem:
+            raise ValueError(problem)
         return self
+
+    @property
+    def platform(self) -> Platform:
+        """The hardware platform that describes, queues and measures this kind of target."""
+        from service.workers.platforms import PLATFORMS
+
+        return PLATFORMS.get(self.kind)
 
     @property
     def queue(self) -> str:
         """The Celery queue whose workers run on exactly this hardware."""
-        if self.kind == "llvm":
-            # a CPU model with some ISA extensions switched off (e.g. AVX-512 hidden by a hypervisor)
-            # is other hardware: its workers must not take jobs compiled for the full model
-            disabled = "".join(f".no-{f[1:]}" for f in self.features if f.startswith("-"))
-            return f"cpu.{self.mcpu}{disabled}"
-        if self.kind == "cuda":
-            return f"gpu.{self.arch}"
-        return "firesim"
+        return self.platform.queue(self)
 
     def hardware(self) -> dict[str, object]:
         return self.model_dump(exclude={"toolchain"})
@@ -80,19 +101,20 @@ class TargetSpec(BaseModel):
     def fingerprint(self) -> str:
         if self.toolchain is None:
             raise ValueError("a target fingerprint needs the toolchain (target.toolchain)")
-        blob = json.dumps(self.model_dump(), sort_keys=True, separators=(",", ":"))
+        fields = self.model_dump()
+        if not fields["details"]:
+            del fields["details"]  # targets without details keep the fingerprints they had before the field existed
+        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def tvm_target(self) -> dict[str, object]:
         """The dict TVM 0.27 takes as `tvm.target.Target(...)`."""
-        if self.kind == "llvm":
-            out: dict[str, object] = {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.num_cores}
-            if self.features:
-                out["mattr"] = [f if f.startswith("-") else f"+{f}" for f in self.features]
-            return out
-        if self.kind == "cuda":
-            return {"kind": "cuda", "arch": self.arch}
-        raise ValueError(f"{self.kind} targets are not compiled by TVM")
+        from service.workers.platforms import TVMPlatform
+
+        platform = self.platform
+        if not isinstance(platform, TVMPlatform):
+            raise ValueError(f"{self.kind} targets are not compiled by TVM")
+        return platform.tvm_target(self)
 
 
 class Target(TargetSpec):

@@ -19,10 +19,11 @@ def record_candidates(
     job_id: str,
     workload_hash: str,
     fingerprint: str,
-    shape: Mapping[str, int],
+    shape: Mapping[str, int] | str,
     candidates: Iterable[MeasuredCandidate],
 ) -> None:
-    key = shape_key(shape)
+    """`shape` is a concrete shape, or the key of the unit the candidates were measured for (e.g. M=1..128)."""
+    key = shape if isinstance(shape, str) else shape_key(shape)
     session.add_all(
         CandidateRow(
             job_id=job_id,

@@ -17,7 +17,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.models.dispatch import DispatchDoc, ExactOverride, UKernelRef
+from kernelfleet.models import DispatchDoc, ExactOverride, UKernelRef
 from service.models.shape import parse_shape_key
 from service.store.tables import ArtifactRow, BestConfigRow, DispatchTableRow, utcnow
 

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from service.models import JobState, JobView, ShapeResult, TargetSpec, shape_key
-from service.models.job import Budget, JobSpec
+from service.models import JobState, JobView, ShapeResult, shape_key
+from service.models.job import JobSpec
 from service.store.tables import CandidateRow, JobRow, JobShapeRow, utcnow
 
 
@@ -26,18 +26,26 @@ def _count(result: Any) -> int:
     return int(result.rowcount)
 
 
-def create_job(session: Session, spec: JobSpec, workload_hash: str, owner_key_id: str | None = None) -> JobRow:
+def create_job(
+    session: Session,
+    spec: JobSpec,
+    workload_hash: str,
+    owner_key_id: str | None = None,
+    *,
+    queue: str | None = None,
+    trials_total: int | None = None,
+) -> JobRow:
     row = JobRow(
         id=str(uuid.uuid4()),
         kind=spec.kind,
         state=JobState.queued.value,
         workload_hash=workload_hash,
         target=spec.target.model_dump(),
-        queue=spec.target.queue,
+        queue=queue or spec.target.queue,
         distribution=spec.distribution.model_dump(),
         budget=spec.budget.model_dump(),
         tags=spec.tags,
-        trials_total=spec.budget.trials,
+        trials_total=spec.budget.trials if trials_total is None else trials_total,
         created_at=utcnow(),
         owner_key_id=owner_key_id,
     )
@@ -145,8 +153,11 @@ class PlannedShape:
     trials: int
 
 
-def plan_shapes(session: Session, job_id: str, planned: Sequence[PlannedShape]) -> list[JobShapeRow]:
-    """Persist the job's shape plan once; a redelivered job keeps its plan and what it finished."""
+def plan_shapes(
+    session: Session, job_id: str, planned: Sequence[PlannedShape], trials_total: int | None = None
+) -> list[JobShapeRow]:
+    """Persist the job's shape plan once; a redelivered job keeps its plan and what it finished. The job's
+    progress counts to `trials_total` (default: the shapes' trials)."""
     existing = list(session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == job_id).order_by(JobShapeRow.rank)))
     if existing:
         return existing
@@ -164,7 +175,8 @@ def plan_shapes(session: Session, job_id: str, planned: Sequence[PlannedShape]) 
         for i, p in enumerate(planned)
     ]
     session.add_all(rows)
-    session.execute(update(JobRow).where(JobRow.id == job_id).values(trials_total=sum(p.trials for p in planned)))
+    total = sum(p.trials for p in planned) if trials_total is None else trials_total
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(trials_total=total))
     return rows
 
 
@@ -179,12 +191,14 @@ def update_shape(session: Session, job_id: str, key: str, **values: object) -> N
     )
 
 
-def add_progress(session: Session, job_id: str, key: str, trials: int) -> None:
-    session.execute(
-        update(JobShapeRow)
-        .where(JobShapeRow.job_id == job_id, JobShapeRow.shape_key == key)
-        .values(trials_done=JobShapeRow.trials_done + trials)
-    )
+def add_progress(session: Session, job_id: str, key: str | None, trials: int) -> None:
+    """Count trials done for a shape row (and the job), or for the job alone when `key` is None."""
+    if key is not None:
+        session.execute(
+            update(JobShapeRow)
+            .where(JobShapeRow.job_id == job_id, JobShapeRow.shape_key == key)
+            .values(trials_done=JobShapeRow.trials_done + trials)
+        )
     session.execute(update(JobRow).where(JobRow.id == job_id).values(trials_done=JobRow.trials_done + trials))
 
 
@@ -253,10 +267,10 @@ def view(session: Session, row: JobRow) -> JobView:
         kind=row.kind,
         state=JobState(row.state),
         workload_hash=row.workload_hash,
-        target=TargetSpec(**row.target),
+        target=row.target,
         target_fingerprint=row.target_fingerprint,
         distribution=row.distribution,
-        budget=Budget(**row.budget),
+        budget=row.budget,
         tags=row.tags,
         progress=1.0 if row.state == JobState.succeeded.value else min(1.0, row.trials_done / total),
         trials_done=row.trials_done,

@@ -1,35 +1,34 @@
 """Runs one tuning job end to end against the store. Free of Celery: the task only calls `run_job`.
 
-A job is resumable: its shape plan and each finished shape are persisted, so a job redelivered
-after a worker died continues with the shapes it had not finished.
+The runner knows no job kind and no platform by name: it looks both up in their registries, persists
+the kind's plan, runs each unfinished work unit through the kind and publishes what the unit returns,
+atomically and only while it holds the job's lease. A job is resumable: its plan and each finished
+unit are persisted, so a job redelivered after a worker died continues with the units it had not
+finished.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import tempfile
 import threading
 import traceback
-from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 from pydantic import TypeAdapter
+from sqlalchemy.orm import Session
 
-from kernelfleet.tvm_kernel import build_kernel, median_seconds
 from service.logs import for_job
-from service.models import ConfigRecord, JobState, TargetSpec, WorkloadSpec, shape_key
+from service.models import Budget, ConfigRecord, JobState, TargetSpec, shape_key
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
 from service.settings import Settings
 from service.store import catalog, configs, jobs
+from service.store import dispatch as dispatch_store
 from service.store.db import session_scope
-from service.workers import baseline, hardware, planning
-from service.workers.range_job import run_range
-from service.workers.tuners.base import Tuner, TuningStopped, TuningTask
-from service.workers.tuners.compute import random_inputs, reference, tolerance
-from service.workers.tuners.ukernel.tuner import UKernelTuner
+from service.workers.kinds import KINDS, JobKind, ShapeOutcome, UnitContext, UnitResult, WorkUnit, unit_done
+from service.workers.platforms import platform_for
+from service.workers.tuners.base import TuningStopped
 
 log = logging.getLogger(__name__)
 
@@ -65,42 +64,26 @@ class Heartbeat:
 
 
 class _StoreSink:
-    """Streams measured candidates of one shape into the store and counts progress."""
+    """What a kind reports while it tunes: candidates kept forever, progress counted, stop requests."""
 
-    def __init__(self, job_id: str, workload_hash: str, fingerprint: str, shape: dict[str, int], hb: Heartbeat):
-        self.job_id, self.workload_hash, self.fingerprint, self.shape, self.hb = (
-            job_id,
-            workload_hash,
-            fingerprint,
-            shape,
-            hb,
-        )
+    def __init__(self, job_id: str, workload_hash: str, fingerprint: str, shape_keys: set[str], hb: Heartbeat):
+        self.job_id, self.workload_hash, self.fingerprint = job_id, workload_hash, fingerprint
+        self.shape_keys, self.hb = shape_keys, hb
 
-    def on_candidates(self, candidates: list[MeasuredCandidate]) -> None:
+    def on_candidates(self, unit_key: str, candidates: list[MeasuredCandidate]) -> None:
         with session_scope() as s:
-            configs.record_candidates(s, self.job_id, self.workload_hash, self.fingerprint, self.shape, candidates)
-            jobs.add_progress(s, self.job_id, shape_key(self.shape), len(candidates))
+            configs.record_candidates(s, self.job_id, self.workload_hash, self.fingerprint, unit_key, candidates)
+            jobs.add_progress(s, self.job_id, unit_key if unit_key in self.shape_keys else None, len(candidates))
+
+    def on_progress(self, shape_key: str | None, trials: int) -> None:
+        with session_scope() as s:
+            jobs.add_progress(s, self.job_id, shape_key if shape_key in self.shape_keys else None, trials)
 
     def should_stop(self) -> bool:
         return self.hb.lost.is_set()
 
 
-def _verify(config: Mapping[str, object], workload: WorkloadSpec, shape: dict[str, int]) -> tuple[str | None, float]:
-    """Rebuild the config exactly as the SDK will, compare it with numpy, and time it as the SDK calls it
-    (Python call included, like the vendor baseline): (the error or None, seconds per call)."""
-    kernel = build_kernel(config)
-    inputs = random_inputs(workload, shape, seed=1)
-    err = float(np.abs(kernel(*inputs) - reference(workload)(*inputs)).max())
-    limit = tolerance(workload, shape)
-    if not err <= limit:
-        return f"tuned kernel disagrees with numpy: max abs error {err:.3g} > {limit:.3g}", math.inf
-    return None, float(median_seconds(kernel, *inputs))
-
-
-Tuners = Mapping[str, Tuner | UKernelTuner]
-
-
-def run_job(job_id: str, worker: str, settings: Settings, tuners: Tuners) -> str:
+def run_job(job_id: str, worker: str, settings: Settings) -> str:
     """Claim and run a job; returns what happened: succeeded, failed, cancelled, lost-lease, busy (another live
     worker runs it) or skipped (nothing left to do)."""
     with session_scope() as s:
@@ -111,15 +94,13 @@ def run_job(job_id: str, worker: str, settings: Settings, tuners: Tuners) -> str
             return "busy" if row is not None and row.state == JobState.running.value else "skipped"
     with Heartbeat(job_id, lease, settings.heartbeat_interval_s) as hb:
         try:
-            return _run_claimed(job_id, lease, worker, hb, settings, tuners)
+            return _run_claimed(job_id, lease, worker, hb, settings)
         except TuningStopped:
             return _stopped(job_id)
         except Exception as exc:
             for_job(log, job_id).exception("job failed")
             detail = "".join(traceback.format_exception_only(exc)).strip()
-            with session_scope() as s:
-                jobs.finish(s, job_id, lease, JobState.failed, f"{type(exc).__name__}: {detail}")
-            return "failed"
+            return _fail(job_id, lease, f"{type(exc).__name__}: {detail}")
 
 
 def _stopped(job_id: str) -> str:
@@ -137,102 +118,52 @@ def _fail(job_id: str, lease: str, reason: str) -> str:
     return "failed"
 
 
-def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: Settings, tuners: Tuners) -> str:
+def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: Settings) -> str:
     with session_scope() as s:
         row = jobs.get_row(s, job_id)
         assert row is not None
         workload = catalog.get_workload(s, row.workload_hash)
-        kind, target, budget, dist = row.kind, TargetSpec(**row.target), row.budget, row.distribution
+        kind_name, target, budget, dist = row.kind, TargetSpec(**row.target), Budget(**row.budget), row.distribution
     if workload is None:
         return _fail(job_id, lease, f"workload {row.workload_hash} is not registered")
-    tuner = tuners.get(kind)
-    if tuner is None:
-        return _fail(job_id, lease, f"this worker has no tuner for job kind {kind!r}")
-    problem = hardware.mismatch(target)
+    try:
+        kind = KINDS.get(kind_name)
+    except KeyError as exc:
+        return _fail(job_id, lease, f"this worker cannot run the job: {exc.args[0]}")
+    platform = platform_for(target)
+    problem = platform.mismatch(target)
     if problem:
         return _fail(job_id, lease, problem)
-    local = hardware.toolchain()
+    local = platform.toolchain()
     if target.toolchain is not None and target.toolchain != local:
         return _fail(job_id, lease, f"job asks for toolchain {target.toolchain}, this worker has {local}")
-    target = target.with_toolchain(local)
-    fingerprint = target.fingerprint
-    distribution = TypeAdapter(ShapeDistribution).validate_python(dist)
-    if isinstance(tuner, UKernelTuner):
-        return run_range(job_id, lease, worker, hb.lost, settings, tuner, workload, target, distribution, budget)
-    planned = planning.plan(workload, distribution, budget["trials"], budget["max_shapes"])
+    target = platform.resolve(target)
+    distribution: ShapeDistribution = TypeAdapter(ShapeDistribution).validate_python(dist)
+    plan = kind.plan(workload, distribution, budget)
     with session_scope() as s:
         catalog.put_target(s, target)
-        jobs.resolve_target(s, job_id, fingerprint)
-        shape_rows = jobs.plan_shapes(s, job_id, planned)
-        todo = [(r.shape_key, dict(r.shape), r.trials) for r in shape_rows if r.state != JobState.succeeded.value]
+        jobs.resolve_target(s, job_id, target.fingerprint)
+        rows = jobs.plan_shapes(s, job_id, plan.shapes, trials_total=plan.trials_total)
         jobs.reset_unfinished_progress(s, job_id)
+        todo = [u for u in plan.units if not unit_done(rows, u)]
 
-    for key, shape, trials in todo:
+    shape_keys = {shape_key(p.shape) for p in plan.shapes}
+    sink = _StoreSink(job_id, workload.workload_hash, target.fingerprint, shape_keys, hb)
+    for unit in todo:
         if hb.lost.is_set():
             raise TuningStopped("stopped by the job")
         with session_scope() as s:
-            jobs.update_shape(s, job_id, key, state=JobState.running.value, trials_done=0)
-        sink = _StoreSink(job_id, workload.workload_hash, fingerprint, shape, hb)
+            for key in unit.shape_keys:
+                jobs.update_shape(s, job_id, key, state=JobState.running.value, trials_done=0)
         with tempfile.TemporaryDirectory(prefix=f"kf-{job_id[:8]}-") as tmp:
-            task = TuningTask(
-                workload,
-                shape,
-                target,
-                trials,
-                Path(tmp),
-                seed=budget.get("seed"),
-                measure_timeout_s=settings.measure_timeout_s,
+            ctx = UnitContext(
+                job_id, worker, workload, target, platform, distribution, budget, settings, Path(tmp), sink
             )
-            outcome = tuner.tune(task, sink)
-        error, sdk_seconds = None, math.inf
-        vendor = baseline.measure_vendor(workload, shape)
-        if outcome.best_config is not None and outcome.best_latency_s is not None:
-            error, sdk_seconds = _verify(outcome.best_config, workload, shape)
-            # Serve a config only where it beats the vendor as an inference host calls both: a tiny kernel can
-            # win in TVM's timing loop and still lose to numpy once Python and thread wake-up are paid.
-            slower = error is None and settings.publish_only_faster_than_vendor and sdk_seconds >= vendor
-            if slower:
-                for_job(log, job_id).info(
-                    "shape %s: not published, vendor faster as called (%.1f µs vs %.1f µs)",
-                    key,
-                    vendor * 1e6,
-                    sdk_seconds * 1e6,
-                )
-            if error is None and not slower:
-                with session_scope() as s:
-                    configs.upsert_best(
-                        s,
-                        ConfigRecord(
-                            workload_hash=workload.workload_hash,
-                            target_fingerprint=fingerprint,
-                            shape=shape,
-                            latency_s=outcome.best_latency_s,
-                            kind=kind,
-                            config=outcome.best_config,
-                            job_id=job_id,
-                            provenance={
-                                "tuner": tuner.name,
-                                "trials": outcome.measured,
-                                "worker": worker,
-                                "toolchain": local.model_dump(),
-                            },
-                        ),
-                    )
-        else:
-            error = f"all {outcome.measured} candidates failed"
-        with session_scope() as s:
-            jobs.update_shape(
-                s,
-                job_id,
-                key,
-                state=(JobState.succeeded if error is None else JobState.failed).value,
-                # as the SDK calls it, like the baseline next to it (TVM's own timing leaves out the call)
-                best_latency_s=sdk_seconds if error is None else None,
-                baseline=baseline.vendor_label(),
-                baseline_latency_s=vendor,
-            )
-        if error:
-            for_job(log, job_id).warning("shape %s: %s", key, error)
+            result = kind.run_unit(unit, ctx)
+            if result.fatal:
+                return _fail(job_id, lease, result.fatal)
+            _publish(job_id, lease, hb, kind, unit, ctx, result)
+
     with session_scope() as s:
         # counted from the store, so shapes finished by an earlier attempt of a resumed job count too
         if not jobs.count_shapes(s, job_id, JobState.succeeded):
@@ -240,3 +171,73 @@ def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: 
             return "failed"
         jobs.finish(s, job_id, lease, JobState.succeeded)
     return "succeeded"
+
+
+def _publish(
+    job_id: str, lease: str, hb: Heartbeat, kind: JobKind, unit: WorkUnit, ctx: UnitContext, result: UnitResult
+) -> None:
+    """Store what a unit produced in one transaction, and only while this worker still holds the lease: a
+    cancelled or taken-over job publishes nothing."""
+    fingerprint = ctx.target.fingerprint
+    with session_scope() as s:
+        if hb.lost.is_set() or not jobs.heartbeat(s, job_id, lease):
+            raise TuningStopped("stopped by the job")
+        if result.dispatch is not None:
+            d = result.dispatch
+            dispatch_store.publish(
+                s,
+                workload_hash=ctx.workload.workload_hash,
+                target_fingerprint=fingerprint,
+                dim=d.dim,
+                table=d.table,
+                artifacts=d.artifacts,
+                predicted=d.predicted,
+                measured=d.measured,
+                validation=d.validation,
+                job_id=job_id,
+            )
+        for outcome in result.shapes:
+            _publish_shape(s, job_id, kind, ctx, outcome)
+    for outcome in result.shapes:
+        if outcome.error:
+            for_job(log, job_id).warning("shape %s: %s", shape_key(outcome.shape), outcome.error)
+        elif outcome.not_published:
+            for_job(log, job_id).info("shape %s: not published: %s", shape_key(outcome.shape), outcome.not_published)
+    if result.dispatch is not None:
+        for_job(log, job_id).info(
+            "published a dispatch table over %s with %d artifacts for unit %s",
+            result.dispatch.dim,
+            len(result.dispatch.artifacts),
+            unit.key,
+        )
+
+
+def _publish_shape(s: Session, job_id: str, kind: JobKind, ctx: UnitContext, outcome: ShapeOutcome) -> None:
+    if outcome.error is None and outcome.config is not None and outcome.not_published is None:
+        assert outcome.config_latency_s is not None
+        configs.upsert_best(
+            s,
+            ConfigRecord(
+                workload_hash=ctx.workload.workload_hash,
+                target_fingerprint=ctx.target.fingerprint,
+                shape=outcome.shape,
+                latency_s=outcome.config_latency_s,
+                kind=kind.name,
+                config=outcome.config,
+                job_id=job_id,
+                provenance={
+                    **outcome.provenance,
+                    "worker": ctx.worker,
+                    "toolchain": ctx.target.toolchain.model_dump() if ctx.target.toolchain else None,
+                },
+            ),
+        )
+    jobs.update_shape(
+        s,
+        job_id,
+        shape_key(outcome.shape),
+        state=(JobState.succeeded if outcome.error is None else JobState.failed).value,
+        best_latency_s=outcome.latency_s if outcome.error is None else None,
+        baseline=outcome.vendor.label if outcome.vendor else None,
+        baseline_latency_s=outcome.vendor.seconds if outcome.vendor else None,
+    )

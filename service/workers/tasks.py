@@ -16,6 +16,7 @@ from service.store import catalog, jobs
 from service.store.db import session_scope
 from service.workers import hardware
 from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch
+from service.workers.platforms import host_platform
 
 log = logging.getLogger(__name__)
 hardware.pin_tvm_threads()  # before any TVM import in this worker
@@ -28,14 +29,10 @@ def worker_id(node: str | None = None) -> str:
 
 @app.task(name=RUN_JOB, bind=True)
 def run_job(self: Any, job_id: str) -> str:
-    from service.workers.job_runner import Tuners
     from service.workers.job_runner import run_job as run
-    from service.workers.tuners.sketch import SketchTuner
-    from service.workers.tuners.ukernel.tuner import UKernelTuner
 
     settings = get_settings()
-    tuners: Tuners = {"sketch": SketchTuner(), "ukernel": UKernelTuner()}
-    outcome = run(job_id, worker_id(self.request.hostname), settings, tuners)
+    outcome = run(job_id, worker_id(self.request.hostname), settings)
     for_job(log, job_id).info("outcome: %s", outcome)
     if outcome == "busy":
         # A redelivered copy found the job running elsewhere. Acking it would leave no message should that
@@ -69,7 +66,7 @@ def fleet_daily(day: str | None = None) -> dict[str, Any]:
     from service.workers.fleet.daily import run_daily
 
     when = dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
-    report = run_daily(when, get_settings(), hardware.host_target().fingerprint)
+    report = run_daily(when, get_settings(), host_platform()[1].fingerprint)
     if report is None:
         return {"day": when.isoformat(), "ran": False}
     log.info("fleet run %s: %s, %d candidates, %s", when, report.state, len(report.candidates), report.error or "")
@@ -89,4 +86,4 @@ def _announce(sender: Any = None, **_: Any) -> None:
     """Record which hardware this worker tunes for, so users can pick a target the fleet can serve."""
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender else [CONTROL_QUEUE]
     with session_scope() as s:
-        catalog.announce_worker(s, worker_id(getattr(sender, "hostname", None)), queues, hardware.host_target())
+        catalog.announce_worker(s, worker_id(getattr(sender, "hostname", None)), queues, host_platform()[1])

@@ -67,7 +67,7 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
     from service.store import catalog
     from service.store import dispatch as dispatch_store
     from service.workers.hardware import host_target
-    from service.workers.range_job import artifacts_of
+    from service.workers.kinds.ukernel import artifacts_of
     from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
 
     class Sink:

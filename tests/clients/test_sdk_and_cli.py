@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelfleet import Client, Forbidden, InvalidRequest, ServiceUnavailable, Unauthorized
-from kernelfleet.cli import app
 from kernelfleet.tvm_kernel import build_kernel
+from service.cli import app
 from service.models import WorkloadSpec
 from service.workers.hardware import host_target
 from tests.helpers import TINY_DENSE, Fleet, free_port

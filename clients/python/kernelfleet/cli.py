@@ -1,4 +1,9 @@
-"""`kernelfleet` command line (typer + rich). Server commands need the kernelfleet-service package."""
+"""`kernelfleet` command line (typer + rich): the client commands, which need only this SDK.
+
+Server commands (standalone, api, worker, beat, migrate, demo, keys, MetaSchedule import/export, fleet
+simulate) come from the service package: it registers them on this app through the `kernelfleet.cli`
+entry-point group, so an SDK-only install lists only commands that work.
+"""
 
 from __future__ import annotations
 
@@ -23,16 +28,7 @@ console = Console()
 UrlOpt = Annotated[str | None, typer.Option("--url", envvar="KERNELFLEET_URL", help="API base URL")]
 
 
-def _service() -> Any:
-    try:
-        import service.launch as launch
-    except ImportError:
-        console.print("[red]server commands need the service package (pip install kernelfleet-service)[/]")
-        raise typer.Exit(2) from None
-    return launch
-
-
-def _client(url: str | None) -> Client:
+def client_from_env(url: str | None) -> Client:
     """A client with KERNELFLEET_API_KEY, or else the admin key a local standalone saved in its data dir."""
     key = os.environ.get("KERNELFLEET_API_KEY")
     if not key:
@@ -51,86 +47,6 @@ def _parse_kv(text: str) -> dict[str, int]:
 
 
 @app.command()
-def standalone(
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    workers: Annotated[int, typer.Option(min=1, max=16)] = 1,
-) -> None:
-    """Run API + worker(s) + beat in one supervised command (embedded SQLite default, or KERNELFLEET_* URLs)."""
-    launch = _service()
-    from service.settings import get_settings
-
-    launch.configure_logging()
-    settings = get_settings()
-    console.print(
-        f"store  {settings.resolved_database_url}\nbroker {settings.resolved_broker_url}\n"
-        f"API    http://{host}:{port}  (logs in {settings.data_dir / 'logs'})"
-    )
-    launch.Supervisor(settings, host=host, port=port, workers=workers).run_forever()
-
-
-@app.command()
-def worker(name: str = "worker@%h") -> None:
-    """Run one Celery worker for this host's hardware queue (plus `control`)."""
-    import os
-
-    launch = _service()
-    from service.settings import get_settings
-
-    argv = launch.worker_argv(name, launch.worker_queues(get_settings()))
-    os.execv(argv[0], argv)
-
-
-@app.command()
-def api(host: str = "0.0.0.0", port: int = 8000) -> None:
-    """Run the API server."""
-    import os
-
-    argv = _service().api_argv(host, port)
-    os.execv(argv[0], argv)
-
-
-@app.command()
-def beat() -> None:
-    """Run Celery beat (the stale-job reaper's schedule)."""
-    import os
-
-    launch = _service()
-    from service.settings import get_settings
-
-    argv = launch.beat_argv(get_settings())
-    os.execv(argv[0], argv)
-
-
-@app.command()
-def migrate() -> None:
-    """Create or upgrade the store's schema."""
-    _service()
-    from service.launch import admin_key_path, bootstrap_admin_key
-    from service.settings import get_settings
-    from service.store.db import migrate as run
-
-    run()
-    console.print("schema is at the newest revision")
-    key = bootstrap_admin_key(get_settings())
-    if key:
-        console.print(f"admin API key (shown once; also saved to {admin_key_path(get_settings())}): {key}")
-
-
-@app.command()
-def demo(
-    kind: Annotated[str, typer.Option(help="ukernel (every M in one job) or sketch (per-shape search)")] = "ukernel",
-    trials: Annotated[int | None, typer.Option(help="default: 8 uKernels, or 256 sketch trials")] = None,
-    port: int = 8765,
-) -> None:
-    """Start everything on the embedded default, tune a BERT-base dense layer, print the results, stop."""
-    _service()
-    from service.demo import main
-
-    main(trials=trials, port=port, kind=kind)
-
-
-@app.command()
 def submit(
     spec: Annotated[Path, typer.Argument(help="JSON job spec (see POST /v1/jobs)")],
     url: UrlOpt = None,
@@ -138,7 +54,7 @@ def submit(
 ) -> None:
     """Submit a tuning job from a JSON spec and (by default) wait for it with a progress bar."""
     body = json.loads(spec.read_text())
-    with _client(url) as client:
+    with client_from_env(url) as client:
         job = client.submit(
             body["workload"],
             body["target"],
@@ -175,7 +91,7 @@ def _print_job(job: Any) -> None:
 @app.command()
 def jobs(url: UrlOpt = None, state: str | None = None, limit: int = 20) -> None:
     """List recent jobs."""
-    with _client(url) as client:
+    with client_from_env(url) as client:
         table = Table("id", "kind", "state", "progress", "created", "error")
         for j in client.jobs(state=state, limit=limit):
             table.add_row(
@@ -192,7 +108,7 @@ def jobs(url: UrlOpt = None, state: str | None = None, limit: int = 20) -> None:
 @app.command()
 def status(url: UrlOpt = None) -> None:
     """Summarise the fleet: jobs by state, queue depths, throughput and workers."""
-    with _client(url) as client:
+    with client_from_env(url) as client:
         st = client.status()
     console.print("jobs   " + "  ".join(f"{k} {v}" for k, v in st["jobs"].items()))
     console.print("queues " + "  ".join(f"{k} {'?' if v is None else v}" for k, v in st["queues"].items()))
@@ -206,7 +122,7 @@ def status(url: UrlOpt = None) -> None:
 @app.command()
 def job(job_id: str, url: UrlOpt = None) -> None:
     """Show one job with its per-shape results."""
-    with _client(url) as client:
+    with client_from_env(url) as client:
         _print_job(client.job(job_id))
 
 
@@ -218,52 +134,12 @@ def best(
     url: UrlOpt = None,
 ) -> None:
     """Look up the best config for one concrete shape."""
-    with _client(url) as client:
+    with client_from_env(url) as client:
         rec = client.best(workload, target, _parse_kv(shape))
     if rec is None:
         console.print("[yellow]miss[/]: no tuned config; run the default kernel and submit a job for this shape")
         raise typer.Exit(1)
     console.print(f"{rec.kind} config, {rec.latency_s * 1e6:.1f} µs, from job {rec.job_id} {rec.provenance}")
-
-
-@app.command("import-metaschedule")
-def import_metaschedule(
-    work_dir: Annotated[
-        Path, typer.Argument(help="directory with database_workload.json and database_tuning_record.json")
-    ],
-    url: UrlOpt = None,
-) -> None:
-    """Bring an existing MetaSchedule JSON database into the store (workloads matched to the registry)."""
-    _service()
-    from kernelfleet.client import local_toolchain
-    from service.models import Toolchain, Workload
-    from service.workers.tuners.metaschedule_io import read_database
-
-    with _client(url) as client:
-        workloads = [Workload(**w.model_dump()) for w in client.workloads()]
-        records, skipped = read_database(work_dir, workloads, Toolchain(**local_toolchain()))
-        result = client.import_configs(records) if records else {"imported": 0, "improved": 0}
-    console.print(
-        f"imported {result['imported']} records ({result['improved']} improved the store); skipped {len(skipped)}"
-    )
-    for reason in skipped[:20]:
-        console.print(f"  skipped: {reason}")
-
-
-@app.command("export-metaschedule")
-def export_metaschedule(
-    out_dir: Path,
-    workload: Annotated[str | None, typer.Option(help="workload hash")] = None,
-    target: Annotated[str | None, typer.Option(help="target fingerprint")] = None,
-    url: UrlOpt = None,
-) -> None:
-    """Write the store's best configs as a MetaSchedule JSON database for offline use."""
-    _service()
-    from service.workers.tuners.metaschedule_io import write_database
-
-    with _client(url) as client:
-        n = write_database(out_dir, client.configs(workload=workload, target=target))
-    console.print(f"wrote {n} records to {out_dir}")
 
 
 @app.command()
@@ -273,12 +149,13 @@ def dispatch(
     url: UrlOpt = None,
 ) -> None:
     """The dispatch table a ukernel job published: intervals, uKernels and how well its model ranked them."""
-    fetched = _client(url).dispatch_doc(workload, target)
+    fetched = client_from_env(url).dispatch_doc(workload, target)
     assert fetched is not None
     doc = fetched[0]
     console.print(f"{doc.dim} = 1..{doc.s_max} (larger extend the last interval), from job {doc.job_id}")
     for u in doc.ukernels:
-        console.print(f"  uKernel {u.id}: {u.size_bytes} B, sha256 {u.sha256[:16]}…, signed: {bool(u.signature)}")
+        # the service signs the document, which names each artifact by its sha256
+        console.print(f"  uKernel {u.id}: {u.size_bytes} B, sha256 {u.sha256[:16]}… (named by the signed document)")
     intervals = doc.table["intervals"]
     console.print(f"{len(intervals)} intervals; first: {intervals[:3]}")
     v = doc.validation
@@ -293,14 +170,14 @@ def dispatch(
         console.print(f"  exact config wins at {doc.dim}={o.S}: {o.latency_s * 1e6:.1f} µs")
 
 
-fleet_app = typer.Typer(no_args_is_help=True, help="Fleet-wide daily tuning: usage, reports, runs, simulation.")
+fleet_app = typer.Typer(no_args_is_help=True, help="Fleet-wide daily tuning: usage, reports, runs.")
 app.add_typer(fleet_app, name="fleet")
 
 
 @fleet_app.command("usage")
 def fleet_usage(days: int = 7, limit: int = 20, url: UrlOpt = None) -> None:
     """Where the fleet's kernel time went over the last days."""
-    view = _client(url).fleet_usage(days=days, limit=limit)
+    view = client_from_env(url).fleet_usage(days=days, limit=limit)
     table = Table(title=f"fleet kernel time {view['since']}..{view['until']}: {view['total_seconds']:,.1f} s")
     for col in ("workload", "target", "shape", "calls", "seconds", "share", "fallbacks"):
         table.add_column(col)
@@ -320,7 +197,7 @@ def fleet_usage(days: int = 7, limit: int = 20, url: UrlOpt = None) -> None:
 @fleet_app.command("report")
 def fleet_report(url: UrlOpt = None) -> None:
     """The latest daily run: what it tuned, expected savings vs tuning cost, regressions."""
-    reports = _client(url).fleet_reports(limit=1)
+    reports = client_from_env(url).fleet_reports(limit=1)
     if not reports:
         console.print("no fleet run yet")
         raise typer.Exit(1)
@@ -366,65 +243,30 @@ def fleet_run(
     day: Annotated[str | None, typer.Option(help="ISO date (UTC); default today")] = None, url: UrlOpt = None
 ) -> None:
     """Queue the daily run now (admin); a day that already ran does nothing."""
-    console.print(_client(url).run_fleet(day))
+    console.print(client_from_env(url).run_fleet(day))
 
 
-@fleet_app.command("simulate")
-def fleet_simulate(
-    days: Annotated[int, typer.Option(min=1, max=30)] = 3,
-    calls: Annotated[int, typer.Option(min=10, help="timed calls per layer per simulated day")] = 200,
-    port: int = 8766,
-) -> None:
-    """Run the fleet loop for N simulated days on the embedded default and show fleet time falling."""
-    _service()
-    from service.fleet_sim import main as simulate
-
-    simulate(days=days, calls=calls, port=port)
+EXTENSION_GROUP = "kernelfleet.cli"
 
 
-keys_app = typer.Typer(no_args_is_help=True, help="API keys (needs an admin key).")
-app.add_typer(keys_app, name="keys")
+def load_extensions(target: typer.Typer = app) -> list[str]:
+    """Let installed packages add their commands (the service adds its server commands); returns their names.
+    A package that cannot be imported here adds nothing rather than breaking the client commands."""
+    from importlib.metadata import entry_points
 
-
-@keys_app.command("create")
-def keys_create(
-    name: str,
-    scope: Annotated[list[str], typer.Option(help="read, telemetry, submit or admin; repeat for several")],
-    url: UrlOpt = None,
-) -> None:
-    """Create a key; its secret is printed once."""
-    with _client(url) as client:
-        created = client.create_key(name, scope)
-    console.print(f"id {created['id']}  scopes {','.join(created['scopes'])}")
-    console.print(f"key {created['key']}   (shown once; store it now)")
-
-
-@keys_app.command("list")
-def keys_list(url: UrlOpt = None) -> None:
-    """List keys (ids, names, prefixes, scopes; never secrets)."""
-    with _client(url) as client:
-        table = Table("id", "name", "prefix", "scopes", "created", "revoked")
-        for k in client.api_keys():
-            table.add_row(
-                k["id"],
-                k["name"],
-                k["prefix"],
-                ",".join(k["scopes"]),
-                k["created_at"][:19],
-                (k["revoked_at"] or "")[:19],
-            )
-        console.print(table)
-
-
-@keys_app.command("revoke")
-def keys_revoke(key_id: str, url: UrlOpt = None) -> None:
-    """Revoke a key (effective on every API process within seconds)."""
-    with _client(url) as client:
-        revoked = client.revoke_key(key_id)
-    console.print(f"revoked {revoked['id']} ({revoked['name']})")
+    loaded = []
+    for ep in entry_points(group=EXTENSION_GROUP):
+        try:
+            register = ep.load()
+        except ImportError:
+            continue
+        register(target)
+        loaded.append(ep.name)
+    return loaded
 
 
 def main() -> None:
+    load_extensions()
     try:
         app()
     except KernelFleetError as exc:

@@ -1,11 +1,22 @@
-"""Response types of the SDK (the wire format of the service's /v1 API)."""
+"""The wire schema of the KernelFleet /v1 API: the bodies the service answers with, as pydantic models.
+
+This module is the one source of that schema. The service imports these models as its response models
+(and uses them inside, e.g. the store returns `ConfigRecord`s), so the SDK and the service cannot drift
+apart. Request bodies are the service's to validate (service.models: the operator registry, shape
+distributions, targets); the SDK sends them as plain JSON and surfaces the service's 422s.
+
+Models accept unknown fields (`extra="allow"`), so an older SDK keeps working against a newer service.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
 class _Wire(BaseModel):
@@ -13,14 +24,19 @@ class _Wire(BaseModel):
 
 
 class ShapeResult(_Wire):
+    """One shape of a job: its share of the distribution, its trials and what tuning bought there."""
+
     shape: dict[str, int]
     weight: float
+    priority: float = 0.0
     trials: int
     trials_done: int
     state: str
-    best_latency_s: float | None = None
-    baseline: str | None = None
-    baseline_latency_s: float | None = None
+    best_latency_s: float | None = Field(
+        default=None, description="the tuned kernel as an inference host calls it (Python call included)"
+    )
+    baseline: str | None = Field(default=None, description="the vendor library that ran, e.g. numpy (OpenBLAS ...)")
+    baseline_latency_s: float | None = Field(default=None, description="the vendor library, called the same way")
 
     @property
     def speedup(self) -> float | None:
@@ -29,80 +45,129 @@ class ShapeResult(_Wire):
         return None
 
 
-class Job(_Wire):
+class JobView(_Wire):
+    """A tuning job: what was asked (target, distribution, budget as submitted), its state and results."""
+
     id: str
     kind: str
     state: str
     workload_hash: str
     target: dict[str, Any]
     target_fingerprint: str | None
-    progress: float
+    distribution: dict[str, Any] = Field(default_factory=dict)
+    budget: dict[str, Any] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=dict)
+    progress: float = Field(ge=0, le=1)
     trials_done: int
     trials_total: int
     error: str | None
     attempts: int
+    worker: str | None = None
     created_at: dt.datetime
+    started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
-    shapes: list[ShapeResult] = []
+    heartbeat_at: dt.datetime | None = None
+    shapes: list[ShapeResult] = Field(default_factory=list)
 
     @property
     def done(self) -> bool:
-        return self.state in ("succeeded", "failed", "cancelled")
+        return self.state in TERMINAL_STATES
 
 
-class BestConfig(_Wire):
+class JobList(_Wire):
+    jobs: list[JobView]
+    total: int
+
+
+class ConfigRecord(_Wire):
+    """The best known config for one (workload, target fingerprint, shape)."""
+
     workload_hash: str
     target_fingerprint: str
     shape: dict[str, int]
-    latency_s: float
+    latency_s: float = Field(gt=0, description="the tuner's own measurement of the kernel (TVM's timing loop)")
     kind: str
-    config: dict[str, Any]
-    provenance: dict[str, Any] = {}
+    config: dict[str, Any] = Field(description="format-tagged payload, e.g. a MetaSchedule trace plus its IRModule")
+    provenance: dict[str, Any] = Field(default_factory=dict)
     job_id: str | None = None
+    updated_at: dt.datetime | None = None
 
 
 class Workload(_Wire):
+    """A registered workload: an operator from the registry with its static and symbolic dimensions."""
+
     workload_hash: str
     op: str
     dtype: str = "float32"
     dims: dict[str, int]
     symbolic: list[str]
-    attrs: dict[str, int | bool] = {}
+    attrs: dict[str, int | bool] = Field(default_factory=dict)
 
 
 class Target(_Wire):
+    """A registered target and its fingerprint (hardware + toolchain: the key of every record)."""
+
     target_fingerprint: str
     kind: str
+    mcpu: str | None = None
+    arch: str | None = None
+    num_cores: int = 1
+    features: list[str] = Field(default_factory=list)
+    details: dict[str, str | int] = Field(default_factory=dict)
     toolchain: dict[str, str] | None = None
 
 
 class UKernelRef(_Wire):
-    id: str
-    sha256: str
-    spec: dict[str, Any]
-    size_bytes: int
-    signature: str | None = None
+    """One compiled uKernel: its id in the table, the sha256 of its library and how it was built."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_]{1,64}$")
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    spec: dict[str, Any] = Field(description="kernelfleet.ukernel.UKernelSpec as a dict (N, K, mt, nt, kt, vec, ...)")
+    size_bytes: int = Field(ge=0)
 
 
 class ExactOverride(_Wire):
-    S: int
+    """A per-shape config (from a `sketch` job) measured faster than the table's program at S."""
+
+    S: int = Field(ge=1)
     latency_s: float
     table_latency_s: float | None = None
     config: dict[str, Any]
 
 
 class DispatchDoc(_Wire):
-    """A dispatch table as served by GET /v1/dispatch."""
+    """A dispatch table as served by GET /v1/dispatch: the per-shape programs for a whole dynamic range."""
 
     workload_hash: str
     target_fingerprint: str
-    dim: str
-    s_max: int
-    table: dict[str, Any]
+    dim: str = Field(description="the dynamic dimension the table ranges over")
+    s_max: int = Field(description="the table's last tuned S; larger S extend its last interval")
+    table: dict[str, Any] = Field(description="kernelfleet.dispatch.DispatchTable as a dict")
     ukernels: list[UKernelRef]
-    predicted_latency_s: list[float]
-    measured_latency_s: dict[str, float]
-    overrides: list[ExactOverride] = []
-    validation: dict[str, Any] = {}
+    predicted_latency_s: list[float] = Field(description="predicted seconds of the program for S = 1..s_max")
+    measured_latency_s: dict[str, float] = Field(description="measured seconds of the program at validated S")
+    overrides: list[ExactOverride] = Field(default_factory=list)
+    validation: dict[str, Any] = Field(default_factory=dict)
     job_id: str | None = None
     created_at: dt.datetime
+
+
+class KindInfo(_Wire):
+    """A job kind this service runs (GET /v1/kinds)."""
+
+    name: str
+    summary: str
+    target_kinds: list[str] = Field(description="the platforms it tunes on")
+    publishes: str = Field(description="configs (best config per shape) or dispatch (a table for a whole range)")
+
+
+class PlatformInfo(_Wire):
+    """A hardware platform this service knows (GET /v1/platforms)."""
+
+    name: str
+    summary: str
+
+
+# Names the SDK has always exported.
+Job = JobView
+BestConfig = ConfigRecord

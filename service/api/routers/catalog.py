@@ -7,11 +7,12 @@ import datetime as dt
 from fastapi import APIRouter, Query, status
 from pydantic import BaseModel
 
+from kernelfleet.models import KindInfo, PlatformInfo, Target, Workload
 from service.api.auth import ReadKey, SubmitKey
 from service.api.deps import SessionDep, not_found, unprocessable
 from service.api.limits import enforce
 from service.api.state import submit_bucket
-from service.models import OPERATORS, Target, TargetSpec, Workload, WorkloadSpec
+from service.models import OPERATORS, TargetSpec, WorkloadSpec
 from service.store import catalog
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -40,34 +41,53 @@ def list_operators(_: ReadKey) -> list[OperatorInfo]:
     ]
 
 
+@router.get("/kinds", summary="The job kinds this service runs")
+def list_kinds(_: ReadKey) -> list[KindInfo]:
+    from service.workers.kinds import KINDS
+
+    return [
+        KindInfo(name=k.name, summary=k.summary, target_kinds=sorted(k.target_kinds), publishes=k.publishes)
+        for k in KINDS.all()
+    ]
+
+
+@router.get("/platforms", summary="The hardware platforms this service knows")
+def list_platforms(_: ReadKey) -> list[PlatformInfo]:
+    from service.workers.platforms import PLATFORMS
+
+    return [PlatformInfo(name=name, summary=PLATFORMS.get(name).summary) for name in PLATFORMS.names()]
+
+
 @router.post("/workloads", status_code=status.HTTP_201_CREATED, summary="Register a workload (idempotent)")
 def create_workload(spec: WorkloadSpec, session: SessionDep, who: SubmitKey) -> Workload:
     enforce(submit_bucket(), who.id, "submissions")
-    return catalog.put_workload(session, spec)
+    return Workload.model_validate(catalog.put_workload(session, spec).model_dump())
 
 
 @router.get("/workloads", summary="List registered workloads")
 def list_workloads(
     session: SessionDep, _: ReadKey, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=1_000_000)
 ) -> list[Workload]:
-    return catalog.list_workloads(session, limit, offset)
+    return [Workload.model_validate(w.model_dump()) for w in catalog.list_workloads(session, limit, offset)]
 
 
 @router.get("/workloads/{workload_hash}", summary="Get a workload by hash")
 def get_workload(workload_hash: str, session: SessionDep, _: ReadKey) -> Workload:
-    return catalog.get_workload(session, workload_hash) or not_found(f"workload {workload_hash} is not registered")
+    found = catalog.get_workload(session, workload_hash) or not_found(f"workload {workload_hash} is not registered")
+    return Workload.model_validate(found.model_dump())
 
 
 @router.post("/targets", status_code=status.HTTP_201_CREATED, summary="Register a target and get its fingerprint")
 def create_target(spec: TargetSpec, session: SessionDep, _: ReadKey) -> Target:
     if spec.toolchain is None:
         unprocessable(["body", "toolchain"], "a target fingerprint needs the toolchain, e.g. {'tvm': '0.27.0.post1'}")
-    return catalog.put_target(session, spec)
+    return Target.model_validate(catalog.put_target(session, spec).model_dump())
 
 
 @router.get("/targets/{fingerprint}", summary="Get a target by fingerprint")
 def get_target(fingerprint: str, session: SessionDep, _: ReadKey) -> Target:
-    return catalog.get_target(session, fingerprint) or not_found(f"target {fingerprint} is not registered")
+    found = catalog.get_target(session, fingerprint) or not_found(f"target {fingerprint} is not registered")
+    return Target.model_validate(found.model_dump())
 
 
 @router.get("/workers", summary="Workers seen by the store, newest first, with the hardware each tunes for")
@@ -76,7 +96,7 @@ def list_workers(session: SessionDep, _: ReadKey) -> list[WorkerInfo]:
         WorkerInfo(
             name=w.name,
             queues=w.queues,
-            target=Target(**w.target, target_fingerprint=w.target_fingerprint),
+            target=Target.model_validate({**w.target, "target_fingerprint": w.target_fingerprint}),
             started_at=w.started_at,
             last_seen=w.last_seen,
         )

@@ -12,10 +12,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import Response
 
+from kernelfleet.models import SHA256_PATTERN, DispatchDoc
 from service import signing
 from service.api.auth import ReadKey
 from service.api.deps import SessionDep, not_found
-from service.models.dispatch import SHA256_PATTERN, DispatchDoc
 from service.settings import get_settings
 from service.store import dispatch as dispatch_store
 

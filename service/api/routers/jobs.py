@@ -7,15 +7,15 @@ import logging
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import BaseModel
 
+from kernelfleet.models import JobList
 from service.api.auth import ReadKey, SubmitKey
 from service.api.deps import SessionDep, not_found, unprocessable
 from service.api.limits import enforce
 from service.api.state import submit_bucket
 from service.models import JobSpec, JobState, JobView, WorkloadSpec
 from service.models.auth import Scope
-from service.models.distribution import dims_of
-from service.models.job import KIND_TARGETS, JobList, kind_problem
 from service.store import catalog, jobs
+from service.workers.kinds import check_job
 from service.workers.submission import submit
 
 log = logging.getLogger(__name__)
@@ -30,23 +30,9 @@ class CandidateView(BaseModel):
 
 
 def _validate(spec: JobSpec, workload: WorkloadSpec) -> None:
-    allowed = KIND_TARGETS[spec.kind]
-    if spec.target.kind not in allowed:
-        unprocessable(["body", "target", "kind"], f"{spec.kind} jobs tune {', '.join(sorted(allowed))} targets")
-    dims = dims_of(spec.distribution)
-    if dims != set(workload.symbolic):
-        unprocessable(
-            ["body", "distribution"],
-            f"the distribution covers {sorted(dims)} but the workload's symbolic dims are {workload.symbolic}",
-        )
-    for shape, _ in spec.distribution.support():
-        try:
-            workload.bind(shape)
-        except ValueError as exc:
-            unprocessable(["body", "distribution"], str(exc))
-    problem = kind_problem(spec.kind, workload, spec.distribution)
+    problem = check_job(spec.kind, workload, spec.distribution, spec.target, spec.budget)
     if problem:
-        unprocessable(["body", problem[0]], problem[1])
+        unprocessable(["body", *problem.loc], problem.message)
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, summary="Submit a tuning job")

@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 from service.models import Budget, JobSpec, JobState, TargetSpec, Workload, normalized_support, shape_key
 from service.models.distribution import Explicit, ShapeDistribution, ShapePoint
 from service.models.fleet import FleetCandidate, FleetReport, Regression
-from service.models.job import UKERNEL_MAX_S, kind_problem
 from service.models.shape import parse_shape_key
 from service.settings import Settings
 from service.store import catalog
@@ -31,10 +30,10 @@ from service.store.db import session_scope
 from service.store.tables import BestConfigRow, JobRow, JobShapeRow, TargetRow, utcnow
 from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, group_usage, rank
 from service.workers.fleet.scheduler import Task, allocate
+from service.workers.kinds import KINDS, JobKind, fleet_kind
 from service.workers.submission import submit
 
 log = logging.getLogger(__name__)
-UKERNEL_TRIALS = 8  # a ukernel job's "trials" are the uKernels it builds
 MAX_JOB_SHAPES = 8
 
 
@@ -65,7 +64,9 @@ def _support_keys(distribution: dict[str, object]) -> dict[str, float]:
     return {shape_key(s): w for s, w in normalized_support(dist)}
 
 
-def _knowledge(session: Session, workload: Workload, target: TargetSpec, fp: str, settings: Settings) -> TaskKnowledge:
+def _knowledge(
+    session: Session, workload: Workload, target: TargetSpec, fp: str, settings: Settings, kind: JobKind
+) -> TaskKnowledge:
     wh = workload.workload_hash
     tuned = frozenset(
         session.scalars(
@@ -102,10 +103,9 @@ def _knowledge(session: Session, workload: Workload, target: TargetSpec, fp: str
     if last_fleet is not None and last_fleet.state != JobState.succeeded.value:
         last_fleet = None
     one_dim = workload.symbolic[0] if len(workload.symbolic) == 1 else None
-    probe = Explicit(points=[ShapePoint(shape={d: 1 for d in workload.symbolic})]) if workload.symbolic else None
     return TaskKnowledge(
         queue=target.queue,
-        ukernel_ok=probe is not None and kind_problem("ukernel", workload, probe) is None,
+        kind=kind.name,
         dim=one_dim,
         tuned_shapes=tuned,
         table_s_max=table.s_max if table is not None else None,
@@ -135,12 +135,7 @@ def _valid_shapes(workload: Workload, keys: Iterable[str]) -> list[str]:
 def _job_spec(
     c: FleetCandidate, target: TargetSpec, all_shapes: dict[str, float], trials: int, day: dt.date
 ) -> JobSpec:
-    # a ukernel job covers the whole observed range (up to what it can tune: larger M run on the table's
-    # extended last interval); a sketch job only the candidate shapes, heaviest first
-    if c.kind == "ukernel":
-        weights = {k: w for k, w in all_shapes.items() if max(parse_shape_key(k).values()) <= UKERNEL_MAX_S}
-    else:
-        weights = c.shapes
+    weights = KINDS.get(c.kind).fleet_shapes(all_shapes, c.shapes)  # heaviest first, below
     top = sorted(weights.items(), key=lambda kv: -kv[1])[:4096]
     points = [ShapePoint(shape=parse_shape_key(k), weight=max(w, 1e-12)) for k, w in top]
     return JobSpec(
@@ -261,14 +256,17 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             if not valid:
                 continue
             spec = TargetSpec(**target.model_dump(exclude={"target_fingerprint"}))
+            kind = fleet_kind(workload, spec)
+            if kind is None:
+                continue  # no registered kind tunes this workload on this target
             targets[(wh, fp)], workloads[(wh, fp)] = spec, workload
             usable[(wh, fp)] = {k: shapes[k] for k in valid}
-            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings)
+            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings, kind)
         candidates = rank(usable, knowledge, days)
         realized = _realized(s, day, {k: sum(u.seconds for u in v.values()) / days for k, v in grouped.items()})
     report.realized = realized
 
-    # budget per hardware class, in units; a ukernel task takes one unit whatever the unit size
+    # budget per hardware class, in units; a kind that covers everything in one job saturates after a unit
     unit = settings.fleet_unit_trials
     by_queue: dict[str, list[FleetCandidate]] = {}
     for c in candidates[: settings.fleet_max_tasks]:
@@ -281,7 +279,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             Task(
                 key=f"{c.workload_hash}/{c.target_fingerprint}",
                 expected_saving=c.expected_saving_s_per_day,
-                saturates_after=1 if c.kind == "ukernel" else None,
+                saturates_after=KINDS.get(c.kind).saturates_after,
                 stalled=c.stalled,
             )
             for c in group
@@ -292,7 +290,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             n = units.get(f"{c.workload_hash}/{c.target_fingerprint}", 0)
             if n == 0:
                 continue
-            c.trials = UKERNEL_TRIALS if c.kind == "ukernel" else n * unit
+            c.trials = KINDS.get(c.kind).fleet_trials(n, unit)
             spent += n * unit
             key = (c.workload_hash, c.target_fingerprint)
             all_shapes = {k: u.seconds for k, u in usable[key].items()}

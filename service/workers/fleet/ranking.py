@@ -36,7 +36,7 @@ class TaskKnowledge:
     """What the store knows about one (workload, target) pair."""
 
     queue: str
-    ukernel_ok: bool  # the workload is one `ukernel` jobs tune (dense, dynamic M)
+    kind: str  # the job kind that tunes this task (the highest-priority kind that accepts it)
     dim: str | None  # the single dynamic dimension, if there is exactly one
     tuned_shapes: frozenset[str] = frozenset()
     table_s_max: int | None = None
@@ -108,7 +108,7 @@ def rank(
                 workload_hash=wh,
                 target_fingerprint=fp,
                 queue=know.queue,
-                kind="ukernel" if know.ukernel_ok else "sketch",
+                kind=know.kind,
                 reasons=sorted(reasons),
                 shapes=dict(sorted(per_day.items(), key=lambda kv: -kv[1])),
                 observed_s_per_day=observed_s,

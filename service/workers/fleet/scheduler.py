@@ -4,7 +4,7 @@ Ansor's task scheduler, as GTCO and BACO use it (../shared/research/thesis.md §
 one unit per task, then repeatedly give the next unit to the task whose objective falls the most
 for it, and stop spending on tasks whose gradient has stalled. Here the objective is the fleet's
 time per day, a task's expected saving after t units is E·(1 − e^(−t/τ)) (diminishing returns of
-search), and a `ukernel` task saturates after one unit (it tunes its whole range in one job).
+search), and a task whose kind covers everything in one job (e.g. `ukernel`) saturates after one unit.
 Tasks marked stalled by history (the last fleet job for them changed nothing) get nothing.
 """
 
@@ -22,7 +22,7 @@ MIN_GRADIENT_SHARE = 0.01  # a unit must buy ≥ 1% of the tasks' total expected
 class Task:
     key: str
     expected_saving: float  # seconds of fleet time per day, if fully tuned
-    saturates_after: int | None = None  # units after which more buys nothing (ukernel: 1)
+    saturates_after: int | None = None  # units after which more buys nothing (1 for a one-job kind)
     stalled: bool = False
 
 

@@ -2,7 +2,8 @@
 
 MetaSchedule generates sketches with its CPU schedule rules, samples and evolves them with an
 XGBoost cost model, and measures candidates in separate processes (its LocalBuilder/LocalRunner),
-so a candidate that crashes or hangs fails only itself. Every measured candidate is streamed to
+so a candidate that crashes or hangs fails only itself. The builder, the runner and the build options
+come from the target's platform (service.workers.platforms). Every measured candidate is streamed to
 the sink; the best is returned as a portable trace plus the IRModule it applies to.
 """
 
@@ -21,8 +22,8 @@ from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureC
 
 from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
 from service.models.config import MeasuredCandidate
+from service.workers.platforms import TVMPlatform
 from service.workers.tuners.base import CandidateSink, TuneOutcome, TuningStopped, TuningTask
-from service.workers.tuners.build import make_builder
 from service.workers.tuners.compute import prim_func
 from service.workers.tuners.trace_json import FAILED_RUN_SECS, to_py
 
@@ -104,11 +105,9 @@ class SketchTuner:
                 return sink.should_stop()
 
         recorder = _make_recorder(_Counting())
-        runner = ms.runner.LocalRunner(
-            timeout_sec=task.measure_timeout_s,
-            evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=50),
-            f_run_evaluator=self.run_evaluator,
-        )
+        platform = task.target.platform
+        assert isinstance(platform, TVMPlatform), f"{task.target.kind} targets are not compiled by TVM"
+        runner = platform.metaschedule_runner(task.measure_timeout_s, self.run_evaluator)
         drop_unnamed_ms_handlers()
         try:
             database = ms.tune_tir(
@@ -117,7 +116,7 @@ class SketchTuner:
                 str(work_dir / "ms"),
                 max_trials_global=task.trials,
                 num_trials_per_iter=_batch_size(task.trials),
-                builder=make_builder(),
+                builder=platform.metaschedule_builder(),
                 runner=runner,
                 database="memory",
                 cost_model="xgb",

@@ -8,7 +8,7 @@ from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, rank, total
 
 
 def _know(**kw: object) -> TaskKnowledge:
-    base: dict[str, object] = {"queue": "cpu.x", "ukernel_ok": True, "dim": "M", "speedup_prior": 2.0}
+    base: dict[str, object] = {"queue": "cpu.x", "kind": "ukernel", "dim": "M", "speedup_prior": 2.0}
     base.update(kw)
     return TaskKnowledge(**base)  # type: ignore[arg-type]
 
@@ -18,7 +18,7 @@ def test_expected_saving_is_time_times_gain_and_orders_tasks() -> None:
         ("w1", "f"): {"M=1": ShapeUsage(70.0, 100, 0), "M=2": ShapeUsage(70.0, 100, 5)},
         ("w2", "f"): {"M=8": ShapeUsage(700.0, 10, 0)},
     }
-    knowledge = {("w1", "f"): _know(), ("w2", "f"): _know(ukernel_ok=False, speedup_prior=1.25)}
+    knowledge = {("w1", "f"): _know(), ("w2", "f"): _know(kind="sketch", speedup_prior=1.25)}
     out = rank(usage, knowledge, days=7)
     # w1: 20 s/day × (1 − 1/2) = 10; w2: 100 s/day × (1 − 1/1.25) = 20
     assert [c.workload_hash for c in out] == ["w2", "w1"]
@@ -45,10 +45,10 @@ def test_covered_shapes_drop_out_and_each_reason_is_named() -> None:
 def test_drift_in_the_distribution_and_stalls() -> None:
     assert total_variation({"a": 1}, {"a": 2}) == 0 and math.isclose(total_variation({"a": 1}, {"b": 1}), 1.0)
     usage = {("w", "f"): {"M=7": ShapeUsage(7.0, 10, 0)}}
-    drifted = _know(ukernel_ok=False, tuned_distribution={"M=64": 1.0})
+    drifted = _know(kind="sketch", tuned_distribution={"M=64": 1.0})
     (c,) = rank(usage, {("w", "f"): drifted}, days=7)
     assert "drift" in c.reasons and not c.stalled
-    again = _know(ukernel_ok=False, last_fleet_shapes=frozenset({"M=7"}))  # the last fleet job changed nothing
+    again = _know(kind="sketch", last_fleet_shapes=frozenset({"M=7"}))  # the last fleet job changed nothing
     assert rank(usage, {("w", "f"): again}, days=7)[0].stalled
     busy = _know(in_flight=True)
     assert rank(usage, {("w", "f"): busy}, days=7)[0].stalled

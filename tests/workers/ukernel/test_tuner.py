@@ -8,7 +8,7 @@ import pytest
 
 from service.models import WorkloadSpec
 from service.workers.hardware import host_target
-from service.workers.range_job import verification_shapes, verify
+from service.workers.kinds.ukernel import verification_shapes, verify
 from service.workers.tuners.base import TuningStopped
 from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
 

@@ -28,16 +28,13 @@ import numpy as np
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
 from service.models import TargetSpec, WorkloadSpec
-from service.models.distribution import Explicit, ShapePoint
-from service.models.job import UKERNEL_MAX_S, kind_problem
 from service.workers.tuners.base import TuningStopped
 from service.workers.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.workers.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
 from service.workers.tuners.ukernel.hardware_model import HardwareModel
 from service.workers.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
+from service.workers.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.workers.tuners.ukernel.rules import dense_candidates
-
-MAX_UKERNELS = 8
 
 
 @dataclass(frozen=True)
@@ -126,11 +123,11 @@ class UKernelTuner:
 
     def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
         began = time.perf_counter()
-        if not 1 <= task.s_max <= UKERNEL_MAX_S:
-            raise ValueError(f"s_max must be in 1..{UKERNEL_MAX_S}, got {task.s_max}")
-        problem = kind_problem("ukernel", task.workload, Explicit(points=[ShapePoint(shape={"M": task.s_max})]))
-        if problem:
-            raise ValueError(problem[1])
+        if not 1 <= task.s_max <= MAX_S:
+            raise ValueError(f"s_max must be in 1..{MAX_S}, got {task.s_max}")
+        w = task.workload
+        if w.op != "dense" or w.attrs.get("bias") or w.symbolic != ["M"] or w.dtype != "float32":
+            raise ValueError("uKernels tune float32 dense layers without bias over one dynamic M")
         N, K = _dims(task.workload)
         hw = task.hardware or HardwareModel.from_host()
         proposals = dense_candidates(

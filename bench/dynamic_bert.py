@@ -142,6 +142,9 @@ class ValidationSink:
         self.label = label
         self.started = time.perf_counter()
 
+    def on_ukernel(self, record: dict[str, Any]) -> None:
+        pass
+
     def on_validated(self, S: int, measured: int) -> None:
         elapsed = time.perf_counter() - self.started
         print(f"  {self.label}: validated S={S} ({measured} programs measured), {elapsed:.1f} s", flush=True)

@@ -142,17 +142,11 @@ def _dispatch_workloads(n: int) -> list[WorkloadSpec]:
 
 
 def _tune_once(target: TargetSpec, work_dir: Path) -> Any:
-    from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
-
-    class Sink:
-        def on_validated(self, S: int, measured: int) -> None: ...
-
-        def should_stop(self) -> bool:
-            return False
+    from service.workers.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
 
     spec = WorkloadSpec(op="dense", dims={"N": DISPATCH_N, "K": DISPATCH_K}, symbolic=["M"])
     task = RangeTask(spec, S_MAX, VALIDATE, target, MAX_UKERNELS, work_dir)
-    return UKernelTuner().tune_range(task, Sink())
+    return UKernelTuner().tune_range(task, QuietRangeSink())
 
 
 def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str], str]:

@@ -81,11 +81,12 @@ def demo(
     ] = None,
     trials: Annotated[int | None, typer.Option(help="default: the kind's own default budget")] = None,
     port: int = 8765,
+    keep: Annotated[bool, typer.Option(help="keep the temporary store, broker and logs afterwards")] = False,
 ) -> None:
     """Start everything on the embedded default, tune a BERT-base dense layer, print the results, stop."""
     from service.demo import main
 
-    main(trials=trials, port=port, kind=kind)
+    main(trials=trials, port=port, kind=kind, keep=keep)
 
 
 def import_metaschedule(

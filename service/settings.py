@@ -27,6 +27,12 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = 5.0
     stale_after_s: float = 60.0
     reap_interval_s: float = 15.0
+    worker_stale_after_s: float = Field(
+        default=30.0, gt=0, description="a worker whose heartbeats stopped this long ago is offline"
+    )
+    no_worker_deadline_s: float = Field(
+        default=600.0, gt=0, description="a job queued this long on a queue no live worker consumes fails"
+    )
     max_attempts: int = 3
     worker_queues: str | None = Field(default=None, description="comma-separated; default: the host's own queue")
     measure_timeout_s: int = 30

@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 
 from kernelfleet.models import ConfigRecord
 
+CandidateStatus = Literal["ok", "error", "timeout"]
+
 
 @dataclass(frozen=True)
 class MeasuredCandidate:
@@ -16,7 +18,7 @@ class MeasuredCandidate:
 
     config: dict[str, Any]
     latency_s: float | None
-    status: Literal["ok", "error", "timeout"]
+    status: CandidateStatus
     error: str | None = None
 
 

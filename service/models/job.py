@@ -48,7 +48,7 @@ class JobSpec(BaseModel):
                 {
                     "kind": "sketch",
                     "workload": {"op": "dense", "dims": {"N": 2304, "K": 768}, "symbolic": ["M"]},
-                    "target": {"kind": "llvm", "mcpu": "znver4", "num_cores": 2},
+                    "target": {"kind": "llvm", "mcpu": "host"},
                     "distribution": {"kind": "zipf", "dim": "M", "low": 1, "high": 128, "s": 1.1},
                     "budget": {"trials": 64, "max_shapes": 4},
                 }

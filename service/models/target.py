@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 TUNER_ABI = "1"
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+# `mcpu: "host"` (or `arch: "host"`) on a job names the hardware the live workers of that platform serve, so
+# an example copied from the docs runs on whatever machine the fleet has.
+HOST_ALIAS = "host"
 
 
 class Toolchain(BaseModel):
@@ -74,10 +77,16 @@ class TargetSpec(BaseModel):
             if not _NAME.match(feat):
                 raise ValueError(f"bad feature name {feat!r}")
         self.features = sorted(set(self.features))
+        if self.is_host_alias:
+            return self  # resolved against the live workers when a job is submitted
         problem = self.platform.validate(self)
         if problem:
             raise ValueError(problem)
         return self
+
+    @property
+    def is_host_alias(self) -> bool:
+        return HOST_ALIAS in (self.mcpu, self.arch)
 
     @property
     def platform(self) -> Platform:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import Target, TargetSpec, Workload, WorkloadSpec
+from service.models.target import HOST_ALIAS
 from service.store.tables import TargetRow, WorkerRow, WorkloadRow, utcnow
 
 
@@ -54,5 +58,55 @@ def announce_worker(session: Session, name: str, queues: list[str], target: Targ
     put_target(session, target)
 
 
+def touch_worker(session: Session, name: str) -> bool:
+    """A worker's heartbeat: keep its `last_seen` current. False when the worker never announced itself."""
+    row = session.get(WorkerRow, name)
+    if row is None:
+        return False
+    row.last_seen = utcnow()
+    return True
+
+
 def list_workers(session: Session) -> list[WorkerRow]:
     return list(session.scalars(select(WorkerRow).order_by(WorkerRow.last_seen.desc())))
+
+
+def is_online(worker: WorkerRow, stale_after_s: float, now: dt.datetime | None = None) -> bool:
+    """A worker is live while its heartbeats keep `last_seen` within `stale_after_s`."""
+    return (now or utcnow()) - worker.last_seen <= dt.timedelta(seconds=stale_after_s)
+
+
+def live_workers(session: Session, stale_after_s: float) -> list[WorkerRow]:
+    since = utcnow() - dt.timedelta(seconds=stale_after_s)
+    return list(
+        session.scalars(select(WorkerRow).where(WorkerRow.last_seen >= since).order_by(WorkerRow.last_seen.desc()))
+    )
+
+
+def live_queues(session: Session, stale_after_s: float) -> set[str]:
+    """Queues some live worker consumes: a job on any other queue waits for a worker that is not there."""
+    return {q for w in live_workers(session, stale_after_s) for q in w.queues}
+
+
+def resolve_host_alias(session: Session, spec: TargetSpec, stale_after_s: float) -> TargetSpec | str:
+    """The one target live workers serve for an aliased spec (`mcpu: host`), or why there is not exactly one."""
+    served = [t for t in served_targets(session, stale_after_s) if t.kind == spec.kind]
+    if len(served) == 1:
+        return served[0]
+    if not served:
+        return (
+            f"no live worker serves a {spec.kind} target, so '{HOST_ALIAS}' names nothing: start a worker "
+            "(`kernelfleet worker`) or give the target in full"
+        )
+    choices = "; ".join(
+        json.dumps(t.model_dump(exclude={"toolchain", "details"}, exclude_defaults=True)) for t in served
+    )
+    return f"live workers serve several {spec.kind} targets, so '{HOST_ALIAS}' is ambiguous; pick one of: {choices}"
+
+
+def served_targets(session: Session, stale_after_s: float) -> list[TargetSpec]:
+    """The distinct targets live workers tune for, newest worker first (what `mcpu: host` resolves to)."""
+    seen: dict[str, TargetSpec] = {}
+    for w in live_workers(session, stale_after_s):
+        seen.setdefault(w.target_fingerprint, TargetSpec.model_validate(w.target))
+    return list(seen.values())

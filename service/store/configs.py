@@ -10,7 +10,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.models import ConfigRecord, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import CandidateStatus, MeasuredCandidate
 from service.store.tables import BestConfigRow, CandidateRow, utcnow
 
 
@@ -37,6 +37,23 @@ def record_candidates(
         )
         for c in candidates
     )
+
+
+def job_candidates(session: Session, job_id: str, fingerprint: str, key: str) -> list[MeasuredCandidate]:
+    """The candidates a job recorded for one shape or unit key on one target, oldest first."""
+    rows = session.scalars(
+        select(CandidateRow)
+        .where(
+            CandidateRow.job_id == job_id,
+            CandidateRow.target_fingerprint == fingerprint,
+            CandidateRow.shape_key == key,
+        )
+        .order_by(CandidateRow.id)
+    )
+    return [
+        MeasuredCandidate(config=r.config, latency_s=r.latency_s, status=cast(CandidateStatus, r.status), error=r.error)
+        for r in rows
+    ]
 
 
 def upsert_best(session: Session, record: ConfigRecord) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,11 +255,46 @@ def reap_stale(session: Session, stale_after_s: float, max_attempts: int) -> Rea
     return Reaped(requeued, failed)
 
 
+def no_worker_reason(queue: str, waited_s: float | None = None) -> str:
+    waited = f" for {waited_s:.0f} s" if waited_s is not None else ""
+    return (
+        f"no live worker consumes queue {queue!r}{waited}: start a worker on that hardware, or submit for a "
+        "target the fleet serves (`kernelfleet targets`, or target mcpu 'host')"
+    )
+
+
+def fail_unserved(session: Session, live_queues: Collection[str], deadline_s: float) -> list[str]:
+    """Fail queued jobs that waited longer than `deadline_s` on a queue no live worker consumes.
+
+    A job waits from its submission, or from its last heartbeat when it was requeued after its worker died.
+    Its broker message stays behind: a worker that appears later finds the job failed and skips it; the
+    user resubmits.
+    """
+    cutoff = utcnow() - dt.timedelta(seconds=deadline_s)
+    waiting_since = func.coalesce(JobRow.heartbeat_at, JobRow.created_at)
+    rows = session.execute(
+        select(JobRow.id, JobRow.queue).where(
+            JobRow.state == JobState.queued.value, JobRow.queue.not_in(list(live_queues)), waiting_since < cutoff
+        )
+    ).all()
+    failed = []
+    for job_id, queue in rows:
+        done = session.execute(
+            update(JobRow)
+            .where((JobRow.id == job_id) & (JobRow.state == JobState.queued.value))
+            .values(state=JobState.failed.value, error=no_worker_reason(queue, deadline_s), finished_at=utcnow())
+        )
+        if _count(done):
+            failed.append(job_id)
+    return failed
+
+
 def get_row(session: Session, job_id: str) -> JobRow | None:
     return session.get(JobRow, job_id)
 
 
-def view(session: Session, row: JobRow) -> JobView:
+def view(session: Session, row: JobRow, live_queues: Collection[str] | None = None) -> JobView:
+    """The job as users see it; with `live_queues`, a queued job says when no live worker serves its queue."""
     shapes = session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == row.id).order_by(JobShapeRow.rank))
     total = max(row.trials_total, 1)
     return JobView(
@@ -282,6 +317,11 @@ def view(session: Session, row: JobRow) -> JobView:
         started_at=row.started_at,
         finished_at=row.finished_at,
         heartbeat_at=row.heartbeat_at,
+        waiting_for_worker=(
+            row.queue
+            if live_queues is not None and row.state == JobState.queued.value and row.queue not in live_queues
+            else None
+        ),
         shapes=[
             ShapeResult(
                 shape=s.shape,

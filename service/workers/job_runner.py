@@ -79,6 +79,10 @@ class _StoreSink:
         with session_scope() as s:
             jobs.add_progress(s, self.job_id, shape_key if shape_key in self.shape_keys else None, trials)
 
+    def earlier_candidates(self, unit_key: str) -> list[MeasuredCandidate]:
+        with session_scope() as s:
+            return configs.job_candidates(s, self.job_id, self.fingerprint, unit_key)
+
     def should_stop(self) -> bool:
         return self.hb.lost.is_set()
 

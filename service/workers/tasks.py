@@ -6,6 +6,8 @@ import datetime as dt
 import logging
 import os
 import socket
+import threading
+import time
 from typing import Any
 
 from celery.signals import setup_logging, worker_ready
@@ -48,6 +50,9 @@ def reap() -> dict[str, list[str]]:
     settings = get_settings()
     with session_scope() as s:
         reaped = jobs.reap_stale(s, settings.stale_after_s, settings.max_attempts)
+        unserved = jobs.fail_unserved(
+            s, catalog.live_queues(s, settings.worker_stale_after_s), settings.no_worker_deadline_s
+        )
         pending = jobs.undispatched(s)
     sent = []
     for job_id, queue in pending:
@@ -55,9 +60,15 @@ def reap() -> dict[str, list[str]]:
         with session_scope() as s:
             jobs.mark_dispatched(s, job_id)
         sent.append(job_id)
-    if reaped.requeued or reaped.failed or sent:
-        log.warning("reaper: requeued %s, failed %s, dispatched %s", reaped.requeued, reaped.failed, sent)
-    return {"requeued": reaped.requeued, "failed": reaped.failed, "dispatched": sent}
+    if reaped.requeued or reaped.failed or unserved or sent:
+        log.warning(
+            "reaper: requeued %s, failed %s, no worker for %s, dispatched %s",
+            reaped.requeued,
+            reaped.failed,
+            unserved,
+            sent,
+        )
+    return {"requeued": reaped.requeued, "failed": reaped.failed + unserved, "dispatched": sent}
 
 
 @app.task(name=FLEET_DAILY)
@@ -85,5 +96,20 @@ def _logging(**_: Any) -> None:
 def _announce(sender: Any = None, **_: Any) -> None:
     """Record which hardware this worker tunes for, so users can pick a target the fleet can serve."""
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender else [CONTROL_QUEUE]
+    name = worker_id(getattr(sender, "hostname", None))
     with session_scope() as s:
-        catalog.announce_worker(s, worker_id(getattr(sender, "hostname", None)), queues, host_platform()[1])
+        catalog.announce_worker(s, name, queues, host_platform()[1])
+    threading.Thread(target=_beat_presence, args=(name,), name="worker-presence", daemon=True).start()
+
+
+def _beat_presence(name: str) -> None:
+    """Keep this worker's `last_seen` current while it lives, so the fleet can tell live workers from gone ones
+    (a job on a queue no live worker consumes says so, and fails after a deadline)."""
+    interval = get_settings().heartbeat_interval_s
+    while True:
+        time.sleep(interval)
+        try:
+            with session_scope() as s:
+                catalog.touch_worker(s, name)
+        except Exception:  # the store may be briefly down; the next beat retries
+            log.warning("worker presence heartbeat failed", exc_info=True)

@@ -68,17 +68,13 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
     from service.store import dispatch as dispatch_store
     from service.workers.hardware import host_target
     from service.workers.kinds.ukernel import artifacts_of
-    from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
-
-    class Sink:
-        def on_validated(self, S: int, measured: int) -> None: ...
-
-        def should_stop(self) -> bool:
-            return False
+    from service.workers.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
 
     target = host_target()
     spec = WorkloadSpec.model_validate(DENSE)
-    out = UKernelTuner().tune_range(RangeTask(spec, 12, [12], target, 2, tmp_path / "wd", min_repeat_ms=2), Sink())
+    out = UKernelTuner().tune_range(
+        RangeTask(spec, 12, [12], target, 2, tmp_path / "wd", min_repeat_ms=2), QuietRangeSink()
+    )
     with session_scope() as s:
         wh = catalog.put_workload(s, spec).workload_hash
         catalog.put_target(s, target)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,43 @@ def test_ukernel_jobs_reject_workloads_they_cannot_tune(fleet: Fleet) -> None:
     assert missing.status_code == 404 and "ukernel job" in missing.json()["detail"]
     assert client._http.get("/v1/artifacts/../../etc/passwd").status_code == 404
     assert client._http.get("/v1/artifacts/" + "z" * 64).status_code == 422
+
+
+def test_a_retried_ukernel_job_resumes_from_its_measured_ukernels(tmp_path: Path, pg_url: str, redis_url: str) -> None:
+    env = {
+        "KERNELFLEET_DATABASE_URL": pg_url,
+        "KERNELFLEET_BROKER_URL": redis_url,
+        "KERNELFLEET_BROKER_VISIBILITY_TIMEOUT_S": "8",
+        "KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S": "1",
+        "KERNELFLEET_HEARTBEAT_INTERVAL_S": "1",
+        "KERNELFLEET_STALE_AFTER_S": "4",
+    }
+    fleet = Fleet(tmp_path / "fleet", env)
+    try:
+        fleet.start_api()
+        fleet.start_worker("victim")
+        client = fleet.client()
+        job = client.submit(DENSE, _target(client), DIST, kind="ukernel", budget={"trials": 4})
+
+        def _candidates() -> list[dict[str, object]]:
+            found: list[dict[str, object]] = client._request("GET", f"/v1/jobs/{job.id}/candidates").json()
+            return found
+
+        before = wait_for(lambda: _candidates() or None, 240, "a first measured uKernel", poll_s=0.1)
+        fleet.kill("victim")  # mid-job: some uKernels measured, the table not yet published
+        fleet.start_worker("rescuer")
+        done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+        assert done.state == "succeeded" and done.attempts == 2
+        assert done.trials_done == done.trials_total  # progress counts the resumed uKernels once
+        assert done.trials_total == job.trials_total  # and means the same from submission to the end
+        after = _candidates()
+        assert all(c["shape_key"] == f"M=1..{S_MAX}" for c in after)
+        ids = [c["config"]["id"] for c in after]
+        assert len(ids) == len(set(ids)), ids  # the rescuer measured only what the victim had not
+        resumed = re.search(r"resuming from (\d+) measured uKernels", fleet.log("rescuer"))
+        assert resumed and int(resumed.group(1)) >= len(before)
+        published = client.dispatch_doc(done.workload_hash, done.target_fingerprint)
+        assert published is not None  # and the table it published covers the range
+        assert published[0].s_max == S_MAX
+    finally:
+        fleet.stop()

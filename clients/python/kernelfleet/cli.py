@@ -21,29 +21,91 @@ except ImportError:  # pragma: no cover
     sys.exit("the CLI needs its extras: pip install 'kernelfleet[cli]'")
 
 from kernelfleet.client import Client
-from kernelfleet.errors import KernelFleetError
+from kernelfleet.errors import InvalidRequest, KernelFleetError, ServiceUnavailable, Unauthorized
 
-app = typer.Typer(no_args_is_help=True, help="KernelFleet: tune kernels for shape distributions, serve the best.")
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="KernelFleet: tune kernels for shape distributions, serve the best.",
+)
 console = Console()
+errors = Console(stderr=True)
 UrlOpt = Annotated[str | None, typer.Option("--url", envvar="KERNELFLEET_URL", help="API base URL")]
+_REQUIRED_SPEC_FIELDS = {
+    "workload": '{"op": "dense", "dims": {"N": 768, "K": 768}, "symbolic": ["M"]}',
+    "target": '{"kind": "llvm", "mcpu": "host"}',
+    "distribution": '{"kind": "uniform", "dim": "M", "low": 1, "high": 128}',
+}
+
+
+class UsageProblem(Exception):
+    """Input the user can fix; `main` prints it as one line, with the fix, and no traceback."""
+
+
+def saved_key_path() -> Path:
+    return Path(os.environ.get("KERNELFLEET_DATA_DIR", ".kernelfleet")) / "admin.key"
 
 
 def client_from_env(url: str | None) -> Client:
     """A client with KERNELFLEET_API_KEY, or else the admin key a local standalone saved in its data dir."""
     key = os.environ.get("KERNELFLEET_API_KEY")
-    if not key:
-        saved = Path(os.environ.get("KERNELFLEET_DATA_DIR", ".kernelfleet")) / "admin.key"
-        if saved.is_file():
-            key = saved.read_text().strip()
+    if not key and saved_key_path().is_file():
+        key = saved_key_path().read_text().strip()
     return Client(url, api_key=key)
 
 
-def _parse_kv(text: str) -> dict[str, int]:
+def _parse_kv(text: str, option: str = "--shape") -> dict[str, int]:
     out = {}
     for part in filter(None, text.split(",")):
         name, _, value = part.partition("=")
-        out[name.strip()] = int(value)
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise UsageProblem(f"{option} {text!r}: expected NAME=INT[,NAME=INT...], e.g. {option} M=61") from None
+    if not out:
+        raise UsageProblem(f"{option} is empty: expected NAME=INT[,NAME=INT...], e.g. {option} M=61")
     return out
+
+
+def _read_spec(path: Path) -> dict[str, Any]:
+    try:
+        body = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageProblem(f"cannot read the job spec {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageProblem(f"{path} is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise UsageProblem(f"{path} must hold a JSON object with {', '.join(_REQUIRED_SPEC_FIELDS)}")
+    for name, example in _REQUIRED_SPEC_FIELDS.items():
+        if name not in body:
+            raise UsageProblem(f'{path} has no {name!r}; add one, e.g. "{name}": {example}')
+    return body
+
+
+def error_line(exc: Exception) -> str:
+    """One line that says what went wrong and how to fix it."""
+    if isinstance(exc, UsageProblem):
+        return str(exc)
+    if isinstance(exc, Unauthorized):
+        source = (
+            "KERNELFLEET_API_KEY"
+            if os.environ.get("KERNELFLEET_API_KEY")
+            else f"{saved_key_path().resolve()} (KERNELFLEET_DATA_DIR/admin.key)"
+            if saved_key_path().is_file()
+            else f"KERNELFLEET_API_KEY (unset) or {saved_key_path().resolve()} (missing)"
+        )
+        return (
+            f"the service refused the API key (401) from {source}: set KERNELFLEET_API_KEY to a key "
+            "(`kernelfleet keys create` on the server makes one)"
+        )
+    if isinstance(exc, InvalidRequest) and isinstance(exc.detail, list):
+        return "invalid request: " + "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', []))}: {e.get('msg', e)}" if isinstance(e, dict) else str(e)
+            for e in exc.detail
+        )
+    if isinstance(exc, ServiceUnavailable):
+        return f"{exc} (start it with `kernelfleet standalone`, or point --url / KERNELFLEET_URL at it)"
+    return str(exc).replace("\n", " ")
 
 
 @app.command()
@@ -53,7 +115,7 @@ def submit(
     wait: bool = True,
 ) -> None:
     """Submit a tuning job from a JSON spec and (by default) wait for it with a progress bar."""
-    body = json.loads(spec.read_text())
+    body = _read_spec(spec)
     with client_from_env(url) as client:
         job = client.submit(
             body["workload"],
@@ -73,8 +135,14 @@ def _print_job(job: Any) -> None:
         f"job {job.id} [bold]{job.state}[/] {job.trials_done}/{job.trials_total} trials"
         + (f" — {job.error}" if job.error else "")
     )
+    if job.waiting_for_worker:
+        console.print(
+            f"[yellow]waiting for a worker[/]: no live worker consumes queue {job.waiting_for_worker}; "
+            "`kernelfleet targets` lists what the fleet serves"
+        )
     table = Table()
-    for col in ("shape", "state", "trials", "best (µs)", "baseline (µs)", "speedup"):
+    # both columns time a call as an inference host makes it (Python call included), side by side
+    for col in ("shape", "state", "trials", "tuned, as called (µs)", "vendor, as called (µs)", "speedup"):
         table.add_column(col, justify="right")
     for s in job.shapes:
         table.add_row(
@@ -113,10 +181,22 @@ def status(url: UrlOpt = None) -> None:
     console.print("jobs   " + "  ".join(f"{k} {v}" for k, v in st["jobs"].items()))
     console.print("queues " + "  ".join(f"{k} {'?' if v is None else v}" for k, v in st["queues"].items()))
     console.print(f"trials/s (5 min) {st['trials_per_second']:.2f}")
-    table = Table("worker", "queues", "last seen")
+    table = Table("worker", "queues", "last seen", "state")
     for w in st["workers"]:
-        table.add_row(w["name"], ",".join(w["queues"]), w["last_seen"][:19])
+        table.add_row(w["name"], ",".join(w["queues"]), w["last_seen"][:19], "online" if w["online"] else "offline")
     console.print(table)
+
+
+@app.command()
+def targets(url: UrlOpt = None) -> None:
+    """The targets live workers serve, as JSON to copy into a job spec (or use mcpu "host")."""
+    with client_from_env(url) as client:
+        served = client.targets()
+    if not served:
+        errors.print("no live worker: start one (`kernelfleet worker`), then jobs can target its hardware")
+        raise typer.Exit(1)
+    for t in served:
+        console.print_json(json.dumps(t.model_dump(exclude={"target_fingerprint", "toolchain"}, exclude_defaults=True)))
 
 
 @app.command()
@@ -139,7 +219,10 @@ def best(
     if rec is None:
         console.print("[yellow]miss[/]: no tuned config; run the default kernel and submit a job for this shape")
         raise typer.Exit(1)
-    console.print(f"{rec.kind} config, {rec.latency_s * 1e6:.1f} µs, from job {rec.job_id} {rec.provenance}")
+    console.print(
+        f"{rec.kind} config, {rec.latency_s * 1e6:.1f} µs (the tuner's own timing loop; `kernelfleet job "
+        f"{rec.job_id}` shows it as called), from job {rec.job_id} {rec.provenance}"
+    )
 
 
 @app.command()
@@ -150,7 +233,8 @@ def dispatch(
 ) -> None:
     """The dispatch table a ukernel job published: intervals, uKernels and how well its model ranked them."""
     fetched = client_from_env(url).dispatch_doc(workload, target)
-    assert fetched is not None
+    if fetched is None:
+        raise UsageProblem(f"no dispatch table for workload {workload} on target {target}: run a ukernel job first")
     doc = fetched[0]
     console.print(f"{doc.dim} = 1..{doc.s_max} (larger extend the last interval), from job {doc.job_id}")
     for u in doc.ukernels:
@@ -269,8 +353,8 @@ def main() -> None:
     load_extensions()
     try:
         app()
-    except KernelFleetError as exc:
-        console.print(f"[red]error:[/] {exc}")
+    except (KernelFleetError, UsageProblem) as exc:
+        errors.print(f"[red]error:[/] {error_line(exc)}", soft_wrap=True, markup=True, highlight=False)
         sys.exit(1)
 
 

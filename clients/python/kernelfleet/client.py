@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -22,6 +23,8 @@ from kernelfleet.errors import (
     Unauthorized,
 )
 from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload
+
+log = logging.getLogger("kernelfleet")
 
 if TYPE_CHECKING:
     from kernelfleet.dispatcher import Dispatcher
@@ -154,6 +157,10 @@ class Client:
         result: list[dict[str, Any]] = self._request("GET", "/v1/workers").json()
         return result
 
+    def targets(self) -> list[Target]:
+        """The targets live workers serve: what a job can name (or submit with mcpu "host")."""
+        return [Target.model_validate(t) for t in self._request("GET", "/v1/targets").json()]
+
     # -- jobs ----------------------------------------------------------------------------------------
     def submit(
         self,
@@ -198,9 +205,18 @@ class Client:
         """Poll until the job ends; with `progress=True` draw a progress bar (needs `rich`)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         bar = _ProgressBar(job_id) if progress else None
+        warned = False
         try:
             while True:
                 job = self.job(job_id)
+                if job.waiting_for_worker and not warned:
+                    # the service fails the job after its no-worker deadline; until then say why it sits
+                    log.warning(
+                        "job %s is waiting for a worker: no live worker consumes queue %s",
+                        job_id,
+                        job.waiting_for_worker,
+                    )
+                    warned = True
                 if bar:
                     bar.update(job)
                 if on_update:
@@ -365,7 +381,8 @@ class _ProgressBar:
         self._task = self._progress.add_task(f"job {job_id[:8]}", total=None, state="queued")
 
     def update(self, job: Job) -> None:
-        self._progress.update(self._task, total=job.trials_total or None, completed=job.trials_done, state=job.state)
+        state = f"waiting for a worker on {job.waiting_for_worker}" if job.waiting_for_worker else job.state
+        self._progress.update(self._task, total=job.trials_total or None, completed=job.trials_done, state=state)
 
     def close(self) -> None:
         self._progress.stop()

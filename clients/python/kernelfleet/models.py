@@ -67,6 +67,10 @@ class JobView(_Wire):
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     heartbeat_at: dt.datetime | None = None
+    waiting_for_worker: str | None = Field(
+        default=None,
+        description="set while the job is queued on a queue no live worker consumes: the queue's name",
+    )
     shapes: list[ShapeResult] = Field(default_factory=list)
 
     @property

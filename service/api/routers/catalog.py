@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from fastapi import APIRouter, Query, status
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from kernelfleet.models import KindInfo, PlatformInfo, Target, Workload
 from service.api.auth import ReadKey, SubmitKey
@@ -13,6 +13,7 @@ from service.api.deps import SessionDep, not_found, unprocessable
 from service.api.limits import enforce
 from service.api.state import submit_bucket
 from service.models import OPERATORS, TargetSpec, WorkloadSpec
+from service.settings import get_settings
 from service.store import catalog
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -31,6 +32,7 @@ class WorkerInfo(BaseModel):
     target: Target
     started_at: dt.datetime
     last_seen: dt.datetime
+    online: bool = Field(description="heartbeats arrived within KERNELFLEET_WORKER_STALE_AFTER_S")
 
 
 @router.get("/operators", summary="The operator registry workloads are built from")
@@ -81,6 +83,8 @@ def get_workload(workload_hash: str, session: SessionDep, _: ReadKey) -> Workloa
 def create_target(spec: TargetSpec, session: SessionDep, _: ReadKey) -> Target:
     if spec.toolchain is None:
         unprocessable(["body", "toolchain"], "a target fingerprint needs the toolchain, e.g. {'tvm': '0.27.0.post1'}")
+    if spec.is_host_alias:
+        unprocessable(["body", "mcpu" if spec.mcpu else "arch"], "'host' is resolved on job submission only")
     return Target.model_validate(catalog.put_target(session, spec).model_dump())
 
 
@@ -99,6 +103,18 @@ def list_workers(session: SessionDep, _: ReadKey) -> list[WorkerInfo]:
             target=Target.model_validate({**w.target, "target_fingerprint": w.target_fingerprint}),
             started_at=w.started_at,
             last_seen=w.last_seen,
+            online=catalog.is_online(w, get_settings().worker_stale_after_s),
         )
         for w in catalog.list_workers(session)
+    ]
+
+
+@router.get(
+    "/targets",
+    summary="Targets the live workers serve: copy one into a job, or submit with mcpu 'host'",
+)
+def list_served_targets(session: SessionDep, _: ReadKey) -> list[Target]:
+    return [
+        Target.model_validate({**t.model_dump(), "target_fingerprint": t.fingerprint})
+        for t in catalog.served_targets(session, get_settings().worker_stale_after_s)
     ]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
 
 from kernelfleet.models import JobList
 from service.api.auth import ReadKey, SubmitKey
@@ -14,6 +16,7 @@ from service.api.limits import enforce
 from service.api.state import submit_bucket
 from service.models import JobSpec, JobState, JobView, WorkloadSpec
 from service.models.auth import Scope
+from service.settings import get_settings
 from service.store import catalog, jobs
 from service.workers.kinds import check_job
 from service.workers.submission import submit
@@ -23,8 +26,9 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 class CandidateView(BaseModel):
-    shape_key: str
-    latency_s: float | None
+    shape_key: str = Field(description="the shape measured, or the unit's range for a ukernel job (e.g. M=1..128)")
+    config: dict[str, Any] = Field(description="format-tagged, e.g. a MetaSchedule trace or a uKernel tile")
+    latency_s: float | None = Field(description="the tuner's own measurement (TVM's timing loop)")
     status: str
     error: str | None
 
@@ -38,6 +42,12 @@ def _validate(spec: JobSpec, workload: WorkloadSpec) -> None:
 @router.post("", status_code=status.HTTP_202_ACCEPTED, summary="Submit a tuning job")
 def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: SubmitKey) -> JobView:
     enforce(submit_bucket(), who.id, "submissions")
+    settings = get_settings()
+    if spec.target.is_host_alias:
+        resolved = catalog.resolve_host_alias(session, spec.target, settings.worker_stale_after_s)
+        if isinstance(resolved, str):
+            unprocessable(["body", "target"], resolved)
+        spec = spec.model_copy(update={"target": resolved})
     if isinstance(spec.workload, str):
         workload = catalog.get_workload(session, spec.workload)
         if workload is None:
@@ -47,13 +57,17 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: Subm
     _validate(spec, workload)
     row = submit(session, spec, workload.workload_hash, owner_key_id=who.id)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
-    return jobs.view(session, row)
+    return jobs.view(session, row, _live_queues(session))
+
+
+def _live_queues(session: Session) -> set[str]:
+    return catalog.live_queues(session, get_settings().worker_stale_after_s)
 
 
 @router.get("/{job_id}", summary="State, progress and per-shape results of a job")
 def get_job(job_id: str, session: SessionDep, _: ReadKey) -> JobView:
     row = jobs.get_row(session, job_id)
-    return jobs.view(session, row) if row else not_found(f"job {job_id} not found")
+    return jobs.view(session, row, _live_queues(session)) if row else not_found(f"job {job_id} not found")
 
 
 @router.get("", summary="List jobs, newest first")
@@ -67,7 +81,8 @@ def list_jobs(
     offset: int = Query(0, ge=0, le=1_000_000),
 ) -> JobList:
     rows, total = jobs.list_rows(session, state, kind, workload, limit, offset)
-    return JobList(jobs=[jobs.view(session, r) for r in rows], total=total)
+    live = _live_queues(session)
+    return JobList(jobs=[jobs.view(session, r, live) for r in rows], total=total)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
@@ -77,7 +92,7 @@ def cancel_job(job_id: str, session: SessionDep, who: SubmitKey) -> JobView:
         raise HTTPException(403, "only the key that submitted a job, or an admin key, can cancel it")
     jobs.request_cancel(session, job_id)
     session.flush()
-    return jobs.view(session, row)
+    return jobs.view(session, row, _live_queues(session))
 
 
 @router.get("/{job_id}/candidates", summary="Measured candidates of a job")
@@ -91,6 +106,6 @@ def list_candidates(
     if jobs.get_row(session, job_id) is None:
         not_found(f"job {job_id} not found")
     return [
-        CandidateView(shape_key=c.shape_key, latency_s=c.latency_s, status=c.status, error=c.error)
+        CandidateView(shape_key=c.shape_key, config=c.config, latency_s=c.latency_s, status=c.status, error=c.error)
         for c in jobs.candidates(session, job_id, limit, offset)
     ]

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from service.api.auth import ReadKey
 from service.api.deps import SessionDep
 from service.models import JobState
+from service.settings import get_settings
 from service.store import catalog, fleet
 from service.store.tables import CandidateRow, JobRow, utcnow
 from service.workers.celery_app import CONTROL_QUEUE
@@ -98,8 +99,7 @@ def metrics(session: SessionDep) -> Response:
     for queue, depth in _queue_depths(session).items():
         QUEUE_DEPTH.labels(queue).set(-1 if depth is None else depth)
     TRIALS_PER_S.set(_trials_per_second(session))
-    since = utcnow() - _WINDOW
-    WORKERS.set(sum(1 for w in catalog.list_workers(session) if w.last_seen >= since))
+    WORKERS.set(len(catalog.live_workers(session, get_settings().worker_stale_after_s)))
     latest = next((r for r in fleet.reports(session, limit=5) if r.state == "done"), None)
     if latest is not None:
         FLEET_SECONDS.set(latest.fleet_seconds_per_day)
@@ -112,6 +112,7 @@ class WorkerStatus(BaseModel):
     name: str
     queues: list[str]
     last_seen: dt.datetime
+    online: bool
 
 
 class FleetStatus(BaseModel):
@@ -123,11 +124,13 @@ class FleetStatus(BaseModel):
 
 @router.get("/v1/status", summary="Jobs by state, queue depths, throughput and workers")
 def status(session: SessionDep, _: ReadKey) -> FleetStatus:
+    stale_s = get_settings().worker_stale_after_s
     return FleetStatus(
         jobs=_jobs_by_state(session),
         queues=_queue_depths(session),
         trials_per_second=_trials_per_second(session),
         workers=[
-            WorkerStatus(name=w.name, queues=w.queues, last_seen=w.last_seen) for w in catalog.list_workers(session)
+            WorkerStatus(name=w.name, queues=w.queues, last_seen=w.last_seen, online=catalog.is_online(w, stale_s))
+            for w in catalog.list_workers(session)
         ],
     )

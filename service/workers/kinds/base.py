@@ -60,6 +60,9 @@ class JobSink(Protocol):
     def on_progress(self, shape_key: str | None, trials: int) -> None:
         """Count work that produced no candidate (e.g. a validation measurement) for a shape row or the job."""
 
+    def earlier_candidates(self, unit_key: str) -> list[MeasuredCandidate]:
+        """What earlier attempts of this job measured for the unit on this target: a retry resumes from it."""
+
     def should_stop(self) -> bool:
         """True once the job was cancelled or its lease lost: stop and raise TuningStopped."""
 

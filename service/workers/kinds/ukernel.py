@@ -9,6 +9,7 @@ past S_max against the reference.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -33,6 +34,8 @@ from service.workers.kinds.base import (
 from service.workers.platforms import Platform
 from service.workers.platforms.base import check_result
 from service.workers.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
+
+log = logging.getLogger(__name__)
 
 DIM = "M"
 
@@ -85,12 +88,25 @@ class UKernelKind(JobKind):
         representative = max(1, round(sum(shape[DIM] * w for shape, w in support) / total))
         hot = self.plan(ctx.workload, ctx.distribution, ctx.budget).shapes
 
-        class _ValidationProgress:
+        class _Progress:
+            def on_ukernel(self, record: dict[str, Any]) -> None:
+                ctx.sink.on_candidates(unit.key, _candidates([record]))
+
             def on_validated(self, S: int, measured: int) -> None:
                 ctx.sink.on_progress(shape_key({DIM: S}), 1)
 
             def should_stop(self) -> bool:
                 return ctx.sink.should_stop()
+
+        # a retried job rebuilds the uKernels an earlier attempt measured and keeps their timings
+        measured_before = {
+            str(c.config["id"]): c.config["measured"]
+            for c in ctx.sink.earlier_candidates(unit.key)
+            if c.status == "ok" and c.config.get("measured")
+        }
+        if measured_before:
+            log.info("job %s: resuming from %d measured uKernels", ctx.job_id, len(measured_before))
+            ctx.sink.on_progress(None, len(measured_before))  # they count toward progress again
 
         task = RangeTask(
             workload=ctx.workload,
@@ -100,9 +116,9 @@ class UKernelKind(JobKind):
             max_ukernels=unit.trials,
             work_dir=ctx.work_dir,
             representative_m=representative,
+            measured_before=measured_before,
         )
-        outcome = UKernelTuner().tune_range(task, _ValidationProgress())
-        ctx.sink.on_candidates(unit.key, _candidates(outcome.candidates))
+        outcome = UKernelTuner().tune_range(task, _Progress())
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
         error = verify(outcome, ctx.workload, ctx.platform)

@@ -10,12 +10,12 @@ from service.models import WorkloadSpec
 from service.workers.hardware import host_target
 from service.workers.kinds.ukernel import verification_shapes, verify
 from service.workers.tuners.base import TuningStopped
-from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
+from service.workers.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
 
 WORKLOAD = WorkloadSpec(op="dense", dims={"N": 64, "K": 32}, symbolic=["M"])
 
 
-class Sink:
+class Sink(QuietRangeSink):
     def __init__(self, stop: bool = False) -> None:
         self.validated: list[int] = []
         self.stop = stop

@@ -18,7 +18,7 @@ import functools
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +49,8 @@ class RangeTask:
     hardware: HardwareModel | None = None  # default: read from this host
     measure_points: int = 5
     min_repeat_ms: int = 10
+    # uKernel id → {M: seconds} an earlier attempt of the same job measured: rebuilt, not re-measured
+    measured_before: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 # Timings on a shared machine vary by several percent run to run; a multi-piece program must beat a
@@ -57,9 +59,25 @@ NOISE_TIE = 0.03
 
 
 class RangeSink(Protocol):
+    def on_ukernel(self, record: dict[str, Any]) -> None:
+        """One uKernel newly measured (or failed), as soon as it is: a retried job resumes from these."""
+
     def on_validated(self, S: int, measured: int) -> None: ...
 
     def should_stop(self) -> bool: ...
+
+
+class QuietRangeSink:
+    """A RangeSink that records nothing and never stops: benches and tests override what they watch."""
+
+    def on_ukernel(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_validated(self, S: int, measured: int) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
 
 
 @dataclass
@@ -152,15 +170,23 @@ class UKernelTuner:
             uid = f"mt{c.mt}_nt{c.nt}_kt{c.kt}"
             record: dict[str, Any] = {"id": uid, "tile": list(c.tile), "score": c.score, "reasons": list(c.reasons)}
             candidates.append(record)
+            earlier = task.measured_before.get(uid)
             try:
                 kernel = build_ukernel(N, K, c.mt, c.nt, c.kt, target)
-                timer = functools.partial(kernel.time, repeat=3, min_repeat_ms=task.min_repeat_ms)
-                cost = TileCost.measure(uid, c.mt, timer, sample_ms(c.mt, task.s_max, task.measure_points))
+                if earlier:
+                    cost = TileCost.from_measurements(uid, c.mt, {int(m): sec for m, sec in earlier.items()})
+                    record["resumed"] = True
+                else:
+                    timer = functools.partial(kernel.time, repeat=3, min_repeat_ms=task.min_repeat_ms)
+                    cost = TileCost.measure(uid, c.mt, timer, sample_ms(c.mt, task.s_max, task.measure_points))
             except Exception as exc:  # a tile the compiler rejects is recorded, the others go on
                 errors += 1
                 record["error"] = f"{type(exc).__name__}: {exc}"
+                sink.on_ukernel(record)
                 continue
             record["measured"] = {str(t * c.mt): s for t, s in zip(cost.tiles, cost.seconds, strict=True)}
+            if not earlier:
+                sink.on_ukernel(record)
             kernels[uid] = kernel
             costs.append(cost)
             artifacts[uid] = kernel.export(task.work_dir / "artifacts")

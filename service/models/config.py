@@ -83,7 +83,7 @@ class ImportedRecord(BaseModel):
     target: TargetSpec = Field(description="the target it was measured on, with its toolchain")
     shape: dict[str, int]
     latency_s: FiniteFloat = Field(
-        gt=0, description="seconds per call; below KERNELFLEET_MIN_PLAUSIBLE_LATENCY_S is refused as implausible"
+        gt=0, description="seconds per call; refused below a plausible floor (see the 422 for the settings)"
     )
     config: FiniteJsonObject = Field(description="format-tagged, in the format of a job kind that publishes configs")
     source: str = Field(max_length=200)

@@ -159,6 +159,11 @@ def test_imports_are_checked_against_the_kinds_config_schema(api: TestClient) ->
     assert _names(import_(target=TARGET), [*where, "target", "toolchain"])
     assert api.get("/v1/configs", params={"workload": wh}).json() == []
     assert import_().json() == {"imported": 1, "improved": 1}
+    big = api.post("/v1/workloads", json={**DENSE, "dims": {"N": 4096, "K": 4096}}).json()["workload_hash"]
+    too_fast = _imported(big, shape={"M": 4096}, latency_s=1e-5)  # 1.4e11 FLOPs in 10 us: 14 PFLOP/s
+    assert _names(api.post("/v1/configs/import", json={"records": [too_fast]}), [*where, "latency_s"])
+    plausible = _imported(big, shape={"M": 4096}, latency_s=5e-3)
+    assert api.post("/v1/configs/import", json={"records": [plausible]}).json()["improved"] == 1
 
 
 def test_the_422_body_is_strict_json_whatever_the_errors_hold() -> None:

@@ -109,7 +109,7 @@ def list_configs(
 @router.post("/import", summary="Bring configs measured elsewhere (e.g. a MetaSchedule database) into the store")
 def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> ImportResult:
     improved = 0
-    floor = get_settings().min_plausible_latency_s
+    settings = get_settings()
     for i, rec in enumerate(body.records):
         loc: list[str | int] = ["body", "records", i]
         workload = catalog.get_workload(session, rec.workload_hash)
@@ -125,10 +125,13 @@ def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> Imp
             workload.bind(rec.shape)
         except ValueError as exc:
             unprocessable([*loc, "shape"], str(exc))
+        flops = workload.flops(rec.shape)
+        floor = max(settings.min_plausible_latency_s, flops / settings.max_plausible_flops_per_s)
         if rec.latency_s < floor:
             unprocessable(
                 [*loc, "latency_s"],
-                f"{rec.latency_s:g} s per call is implausible (below KERNELFLEET_MIN_PLAUSIBLE_LATENCY_S={floor:g})",
+                f"{rec.latency_s:g} s per call is implausible for {flops:g} FLOPs: the floor is {floor:g} s "
+                "(KERNELFLEET_MIN_PLAUSIBLE_LATENCY_S, KERNELFLEET_MAX_PLAUSIBLE_FLOPS_PER_S)",
             )
         problem = check_imported_config(rec.config)
         if problem:

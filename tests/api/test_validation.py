@@ -203,3 +203,50 @@ def test_wrong_content_type_gets_415_and_non_utf8_gets_400(api: TestClient) -> N
         assert api.post("/v1/workloads", content=raw, headers={"Content-Type": content_type}).status_code == 201
     job = api.post("/v1/jobs", json=_job()).json()
     assert api.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # no body, no content type: fine
+
+
+CONV = {"op": "conv2d", "dims": {"H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 3}, "symbolic": ["N"]}
+
+
+def test_oversized_workloads_get_422_naming_the_field(api: TestClient) -> None:
+    huge = {**DENSE, "dims": {"N": 10**6, "K": 10**6}}  # W alone: 10^12 elements
+    resp = api.post("/v1/workloads", json=huge)
+    assert _names(resp, ["body", "dims"]) and "elements" in resp.text and "W" in resp.text
+    assert _names(api.post("/v1/jobs", json=_job(workload=huge)), ["body", "workload", "dims"])
+    # each tensor fits, but a call at M=4096 is 1.3e13 FLOPs: refused for the distribution that asks for it
+    wide = {**DENSE, "dims": {"N": 40_000, "K": 40_000}}
+    wide_hash = api.post("/v1/workloads", json=wide).json()["workload_hash"]
+    far = {"kind": "uniform", "dim": "M", "low": 4000, "high": 4096}
+    for workload in (wide, wide_hash):
+        resp = api.post("/v1/jobs", json=_job(workload=workload, distribution=far))
+        assert _names(resp, ["body", "distribution"]) and "FLOPs" in resp.text
+    near = {"kind": "uniform", "dim": "M", "low": 1, "high": 16}
+    assert api.post("/v1/jobs", json=_job(workload=wide_hash, distribution=near)).status_code == 202
+
+
+def test_conv2d_kernels_larger_than_the_padded_input_get_422(api: TestClient) -> None:
+    tall = {**CONV, "dims": {**CONV["dims"], "KH": 7}}
+    resp = api.post("/v1/workloads", json=tall)
+    assert _names(resp, ["body", "dims", "KH"]) and "larger than H" in resp.text
+    wide = {**CONV, "dims": {**CONV["dims"], "KW": 7}, "attrs": {"padding": 1}}  # 4 + 2*1 < 7
+    assert _names(api.post("/v1/workloads", json=wide), ["body", "dims", "KW"])
+    job = _job(workload=tall, distribution={"kind": "uniform", "dim": "N", "low": 1, "high": 4})
+    assert _names(api.post("/v1/jobs", json=job), ["body", "workload", "dims", "KH"])
+    padded = {**wide, "attrs": {"padding": 2}}  # 4 + 2*2 >= 7
+    assert api.post("/v1/workloads", json=padded).status_code == 201
+
+
+def test_422_locations_are_the_fields_a_user_wrote(api: TestClient) -> None:
+    detail = api.post("/v1/jobs", json=_job(workload={"op": "dense", "dims": {"N": 10}, "symbolic": ["M"]})).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "dims"]]  # one error, no union labels
+    detail = api.post("/v1/jobs", json=_job(workload={**DENSE, "dims": {"N": 8, "K": "x"}})).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "dims", "K"]]
+    detail = api.post("/v1/jobs", json=_job(workload={**DENSE, "symbolic": ["M", "Q"]})).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "symbolic", 1]]
+    detail = api.post("/v1/jobs", json=_job(workload=5)).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload"]] and "hash" in detail["detail"][0]["msg"]
+    assert api.post("/v1/jobs", json=_job(workload="0" * 32)).status_code == 422  # unknown hash: still named
+    for body in (_job(workload={"op": "nope"}), _job(workload={**DENSE, "attrs": {"bias": 3}})):
+        for error in api.post("/v1/jobs", json=body).json()["detail"]:
+            assert error["loc"][:2] == ["body", "workload"] and error["loc"][2:3] != ["str"], error
+            assert not any(str(part).startswith("function-") for part in error["loc"]), error

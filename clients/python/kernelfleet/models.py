@@ -38,17 +38,23 @@ def _non_finite(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[tupl
     return []
 
 
+def field_errors(title: str, errors: list[tuple[tuple[str | int, ...], str, Any]]) -> ValidationError:
+    """A ValidationError with one error per (loc, message, input). Raised inside a validator, each loc continues
+    the validated value's own, so a model-level check can name the field it blames."""
+    return ValidationError.from_exception_data(
+        title,
+        [
+            InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=value)
+            for loc, message, value in errors
+        ],
+    )
+
+
 def _finite_json(value: dict[str, Any]) -> dict[str, Any]:
     bad = _non_finite(value)
-    if bad:  # raised as a ValidationError, so each error's loc continues the field's own
+    if bad:
         message = "Input should be a finite number (JSON has no NaN or Infinity)"
-        raise ValidationError.from_exception_data(
-            "FiniteJsonObject",
-            [
-                InitErrorDetails(type=PydanticCustomError("finite_number", message), loc=path, input=repr(number))
-                for path, number in bad[:20]
-            ],
-        )
+        raise field_errors("FiniteJsonObject", [(path, message, repr(number)) for path, number in bad[:20]])
     return value
 
 

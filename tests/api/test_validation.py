@@ -205,7 +205,8 @@ def test_wrong_content_type_gets_415_and_non_utf8_gets_400(api: TestClient) -> N
     assert api.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # no body, no content type: fine
 
 
-CONV = {"op": "conv2d", "dims": {"H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 3}, "symbolic": ["N"]}
+CONV_DIMS = {"H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 3}
+CONV: dict[str, Any] = {"op": "conv2d", "dims": CONV_DIMS, "symbolic": ["N"]}
 
 
 def test_oversized_workloads_get_422_naming_the_field(api: TestClient) -> None:
@@ -225,10 +226,10 @@ def test_oversized_workloads_get_422_naming_the_field(api: TestClient) -> None:
 
 
 def test_conv2d_kernels_larger_than_the_padded_input_get_422(api: TestClient) -> None:
-    tall = {**CONV, "dims": {**CONV["dims"], "KH": 7}}
+    tall = {**CONV, "dims": {**CONV_DIMS, "KH": 7}}
     resp = api.post("/v1/workloads", json=tall)
     assert _names(resp, ["body", "dims", "KH"]) and "larger than H" in resp.text
-    wide = {**CONV, "dims": {**CONV["dims"], "KW": 7}, "attrs": {"padding": 1}}  # 4 + 2*1 < 7
+    wide = {**CONV, "dims": {**CONV_DIMS, "KW": 7}, "attrs": {"padding": 1}}  # 4 + 2*1 < 7
     assert _names(api.post("/v1/workloads", json=wide), ["body", "dims", "KW"])
     job = _job(workload=tall, distribution={"kind": "uniform", "dim": "N", "low": 1, "high": 4})
     assert _names(api.post("/v1/jobs", json=job), ["body", "workload", "dims", "KH"])

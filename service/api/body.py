@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 from email.message import Message as MimeHeader
+from typing import Any
 
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
@@ -92,3 +94,31 @@ async def _answer(send: Send, status: int, detail: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+_DETAIL = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
+_BODY_ERRORS = {
+    "400": "the body is not UTF-8",
+    "413": "the body is larger than KERNELFLEET_MAX_BODY_BYTES",
+    "415": "the body is not sent as Content-Type: application/json",
+}
+
+
+def document(app: FastAPI) -> None:
+    """Add the answers above to every operation that takes a body, in the OpenAPI schema."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    if isinstance(operation, dict) and "requestBody" in operation:
+                        for status, why in _BODY_ERRORS.items():
+                            operation["responses"].setdefault(
+                                status, {"description": why, "content": {"application/json": {"schema": _DETAIL}}}
+                            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -21,6 +21,10 @@ FieldProblem = tuple[tuple[str | int, ...], str]  # the field to blame (under th
 
 class WorkloadSpec(BaseModel):
     """What a user posts: e.g. a BERT-base QKV projection with dynamic sequence length `M`."""
+
+    # Checks added later (size bounds, empty conv2d outputs) apply to what users post, not to workloads the
+    # store already holds: those load as they were registered, whatever the bounds are set to today.
+    _new: ClassVar[bool] = True
 
     model_config = ConfigDict(
         extra="forbid",
@@ -52,7 +56,7 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
-        problem = self._structure_problem() or self._size_problem(self._smallest(), "")
+        problem = self._structure_problem() or (self._registration_problem() if self._new else None)
         if problem:
             loc, message = problem
             raise field_errors("WorkloadSpec", [(loc, message, self._input_at(loc))])
@@ -76,19 +80,21 @@ class WorkloadSpec(BaseModel):
             return ("dims",), f"dimension(s) {', '.join(sorted(missing))} need a size in dims or a place in symbolic"
         for name in self.attrs:
             if name not in op.attrs:
-                return (
-                    "attrs",
-                    name,
-                ), f"{self.op} has no attribute {name!r}; its attributes are {list(op.attrs) or 'none'}"
+                known = list(op.attrs) or "none"
+                return ("attrs", name), f"{self.op} has no attribute {name!r}; its attributes are {known}"
         self.attrs = {**op.attrs, **self.attrs}
         for name, value in self.attrs.items():
             if isinstance(op.attrs[name], bool) != isinstance(value, bool):
                 return ("attrs", name), f"attribute {name!r} must be {type(op.attrs[name]).__name__}"
             if not isinstance(value, bool) and not 0 <= value <= 64:
                 return ("attrs", name), f"attribute {name!r}={value} out of range 0..64"
+        if self.op == "conv2d" and self.attrs["stride"] < 1:
+            return ("attrs", "stride"), "attribute 'stride' must be >= 1"
+        return None
+
+    def _registration_problem(self) -> FieldProblem | None:
+        """What a new workload must also pass: no empty output, and bounded sizes at its smallest shape."""
         if self.op == "conv2d":
-            if self.attrs["stride"] < 1:
-                return ("attrs", "stride"), "attribute 'stride' must be >= 1"
             padding = int(self.attrs["padding"])
             for size, kernel in (("H", "KH"), ("W", "KW")):
                 if size in self.dims and kernel in self.dims and self.dims[size] + 2 * padding < self.dims[kernel]:
@@ -96,7 +102,7 @@ class WorkloadSpec(BaseModel):
                         f"{kernel}={self.dims[kernel]} is larger than {size}={self.dims[size]} plus padding "
                         f"2×{padding}: the output would be empty"
                     )
-        return None
+        return self._size_problem(self._smallest(), "")
 
     def _smallest(self) -> dict[str, int]:
         """Every dimension at its smallest: the static sizes, 1 for the symbolic ones."""
@@ -179,4 +185,5 @@ class Workload(WorkloadSpec):
     """A registered workload as the service returns it."""
 
     model_config = ConfigDict(extra="ignore")
+    _new: ClassVar[bool] = False
     workload_hash: str

@@ -107,3 +107,14 @@ def test_size_bounds_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
             spec.bind({"M": 200})
     finally:
         get_settings.cache_clear()
+
+
+def test_registered_workloads_load_whatever_the_bounds_are_today() -> None:
+    from service.models import Workload
+
+    huge = {"op": "dense", "dims": {"N": 10**6, "K": 10**6}, "symbolic": ["M"]}
+    with pytest.raises(ValidationError):
+        WorkloadSpec.model_validate(huge)
+    stored = Workload.model_validate({**huge, "workload_hash": "h"})  # registered before the bound existed
+    with pytest.raises(ValueError, match="elements"):
+        stored.bind({"M": 1})  # but no job or lookup can use it at a size past the bound

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pydantic import BaseModel
+
 from service.models import Budget, WorkloadSpec, parse_shape_key, shape_key
+from service.models.config import TraceConfig
 from service.models.distribution import ShapeDistribution
 from service.workers import planning
 from service.workers.kinds.base import JobKind, Plan, ShapeOutcome, UnitContext, UnitResult, WorkUnit
@@ -23,6 +26,7 @@ class SketchKind(JobKind):
     publishes = "configs"
     default_trials = 256
     fleet_priority = 10
+    config_schema: ClassVar[type[BaseModel] | None] = TraceConfig
 
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         shapes = planning.plan(workload, distribution, budget.trials, budget.max_shapes)

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from service.models import Budget, TargetSpec, WorkloadSpec, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import MeasuredCandidate, UKernelTileConfig
 from service.models.distribution import ShapeDistribution
 from service.store.dispatch import NewArtifact
 from service.store.jobs import PlannedShape
@@ -48,6 +49,7 @@ class UKernelKind(JobKind):
     default_trials = MAX_UKERNELS
     fleet_priority = 20
     saturates_after = 1  # one job tunes the whole range: more budget buys nothing
+    config_schema: ClassVar[type[BaseModel] | None] = UKernelTileConfig  # its candidates' configs
 
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget

@@ -11,6 +11,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service import __version__
+from service.api import dashboard
 from service.api.limits import BodySizeLimit
 from service.api.routers import catalog, configs, dispatch, fleet, health, jobs, keys, ops, telemetry
 from service.settings import get_settings
@@ -33,6 +34,7 @@ def create_app(run_migrations: bool = True) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=get_settings().max_body_bytes)
     for module in (health, ops, catalog, jobs, configs, dispatch, telemetry, fleet, keys):
         app.include_router(module.router)
+    dashboard.install(app)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)

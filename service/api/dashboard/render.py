@@ -44,6 +44,8 @@ def seconds(value: float | None) -> str:
     """A latency for people: 12.3 µs, 4.56 ms, 1.2 s."""
     if value is None:
         return "–"
+    if value == 0:
+        return "0 s"
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if value >= scale:
             return f"{value / scale:.3g} {unit}"

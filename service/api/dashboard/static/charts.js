@@ -70,7 +70,8 @@
     return (norm >= 5 ? 10 : norm >= 2 ? 5 : norm >= 1 ? 2 : 1) * mag;
   }
 
-  function scale(values, axis, lo, hi, integer) {
+  // `tight`: the domain is the data's own range (x axes: M = 1..128 should not run to 150)
+  function scale(values, axis, lo, hi, integer, tight) {
     const log = !!axis.log;
     let vs = values.filter((v) => isFinite(v) && (!log || v > 0));
     if (!vs.length) vs = log ? [1, 10] : [0, 1];
@@ -90,12 +91,13 @@
       const f = (v) => lo + (Math.log10(v) - a) / (b - a) * (hi - lo);
       return { f, ticks, min, max };
     }
-    if (min === max) { min -= Math.abs(min) * 0.5 || 1; max += Math.abs(max) * 0.5 || 1; }
-    if (axis.unit === "x" && min > 0) min = 0; // speedups read against 0 and 1
+    if (!tight && min >= 0) min = 0;  // seconds, latencies and speedups read against zero
+    if (min === max) { min -= Math.abs(min) * 0.5 || (min === 0 ? 0 : 1); max += Math.abs(max) * 0.5 || 1; }
     let step = niceStep(max - min, 6);
     if (integer) step = Math.max(1, Math.round(step));
-    const start = Math.floor(min / step) * step, end = Math.ceil(max / step) * step;
-    for (let t = start; t <= end + step / 2; t += step) ticks.push(Number(t.toPrecision(12)));
+    const start = tight ? min : Math.floor(min / step) * step, end = tight ? max : Math.ceil(max / step) * step;
+    for (let t = Math.ceil(start / step) * step; t <= end + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
+    if (tight && ticks[0] !== start) ticks.unshift(start);  // the first value is worth a label (e.g. M = 1)
     const f = (v) => lo + (v - start) / (end - start || 1) * (hi - lo);
     return { f, ticks, min: start, max: end };
   }
@@ -106,7 +108,7 @@
     const xs = [], ys = [];
     for (const s of series) for (const [x, y] of s.points) { xs.push(x); ys.push(y); }
     const integerX = panel.x.unit === "count" || panel.x.unit === "day" || xs.every(Number.isInteger);
-    const sx = scale(xs, panel.x, M.left, W - M.right, integerX);
+    const sx = scale(xs, panel.x, M.left, W - M.right, integerX, true);
     const sy = scale(ys, panel.y, H - M.bottom, M.top, false);
     const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, class: "kf-chart", role: "img", "aria-label": panel.title,
                             "data-series": series.length, "data-points": xs.length });
@@ -123,8 +125,12 @@
       if (i % every) return;
       const x = sx.f(t);
       el("line", { x1: x, x2: x, y1: M.top, y2: H - M.bottom, class: "vgrid" }, grid);
-      el("text", { x, y: H - M.bottom + 16, "text-anchor": "middle", class: "tick" }, grid).textContent = format(t, panel.x.unit);
+      const anchor = x <= M.left + 1 ? "start" : x >= W - M.right - 1 ? "end" : "middle";  // edge labels stay inside
+      el("text", { x, y: H - M.bottom + 16, "text-anchor": anchor, class: "tick" }, grid).textContent = format(t, panel.x.unit);
     });
+    if (panel.y.unit === "x" && sy.min <= 1 && sy.max >= 1) {  // speedups: the vendor's own level
+      el("line", { x1: M.left, x2: W - M.right, y1: sy.f(1), y2: sy.f(1), class: "parity" }, svg);
+    }
     el("rect", { x: M.left, y: M.top, width: W - M.left - M.right, height: H - M.top - M.bottom, class: "frame" }, svg);
     el("text", { x: (M.left + W - M.right) / 2, y: H - 8, "text-anchor": "middle", class: "axis-label" }, svg).textContent =
       panel.x.label + (panel.x.log ? " (log)" : "");

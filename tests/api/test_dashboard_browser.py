@@ -176,7 +176,7 @@ def tuned(world: World) -> World:
     dist = {"kind": "explicit", "points": [{"shape": {"M": m}, "weight": 1 / m} for m in spread]}
     ukernel = w.client.submit(DENSE, w.target, dist, kind="ukernel", budget={"trials": 3, "max_shapes": len(spread)})
     points = {"kind": "explicit", "points": [{"shape": {"M": 16}}, {"shape": {"M": 64}}]}
-    sketch = w.client.submit(DENSE, w.target, points, kind="sketch", budget={"trials": 12, "max_shapes": 2})
+    sketch = w.client.submit(DENSE, w.target, points, kind="sketch", budget={"trials": 8, "max_shapes": 2})
     seen: dict[str, list[tuple[str, float]]] = {ukernel.id: [], sketch.id: []}
 
     def sample() -> None:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernelfleet.models import DispatchDoc, JobView
-from service.models.shape import parse_shape_key
 
 Unit = Literal["", "s", "x", "J", "count", "seconds", "day"]
 
@@ -289,12 +288,16 @@ _ENERGY_KEYS = {"energy_j": 1.0, "energy_mj": 1e-3, "energy_uj": 1e-6, "energy_n
 _LATENCY_KEYS = {"latency_s": 1.0, "latency_ms": 1e-3, "latency_us": 1e-6, "latency_ns": 1e-9}
 
 
+_PREFIXES = ("measured_", "", "model_")  # a measurement wins over an analytical model's estimate
+
+
 def _scaled(sources: Sequence[dict[str, Any]], keys: dict[str, float]) -> float | None:
-    for source in sources:
-        for key, scale in keys.items():
-            value = source.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                return float(value) * scale
+    for prefix in _PREFIXES:
+        for source in sources:
+            for key, scale in keys.items():
+                value = source.get(prefix + key)
+                if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                    return float(value) * scale
     return None
 
 
@@ -320,7 +323,9 @@ def _role(config: dict[str, Any]) -> str:
 
 
 def energy_points(candidates: Sequence[CandidatePoint]) -> list[EnergyPoint]:
-    """Candidates whose config (or its `metrics`) carries both a latency and an energy, in SI units.
+    """Candidates whose config (or its `metrics`) carries both a latency and an energy, in SI units (keys such
+    as `energy_pj` or `latency_s`, optionally prefixed `measured_` or `model_`; the candidate's own latency
+    when the config names none).
 
     Which is the default hardware config and which was chosen is read from the candidate (`role`, or a
     `default`/`chosen` flag); with no chosen one marked, the lowest energy-delay product is."""
@@ -342,7 +347,8 @@ def energy_points(candidates: Sequence[CandidatePoint]) -> list[EnergyPoint]:
 
 
 def _label(p: EnergyPoint) -> str:
-    name = p.candidate.config.get("name") or p.candidate.config.get("id") or f"candidate #{p.candidate.id}"
+    config = p.candidate.config
+    name = config.get("name") or config.get("layer") or config.get("id") or f"candidate #{p.candidate.id}"
     return f"{name} ({p.candidate.shape_key}): EDP {p.edp:.3g} J·s"
 
 
@@ -366,11 +372,3 @@ def energy_scatter(candidates: Sequence[CandidatePoint], panel_id: str = "energy
         series,
         empty="no candidate carries both a latency and an energy yet",
     )
-
-
-def shape_of(key: str) -> dict[str, int] | None:
-    """A candidate's concrete shape, or None for a unit key such as M=1..128."""
-    try:
-        return parse_shape_key(key)
-    except ValueError:
-        return None

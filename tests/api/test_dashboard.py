@@ -150,3 +150,5 @@ def test_a_queued_job_page_and_feed(browser: TestClient) -> None:
     shapes = next(p for p in feed["panels"] if p["id"] == "shapes")
     assert len(shapes["rows"]) == len(job["shapes"])  # the planned shapes, none measured yet
     assert not next(p for p in feed["panels"] if p["id"] == "curve-trials")["has_data"]  # nothing measured yet
+    again = browser.get(f"/dashboard/api/jobs/{job['id']}", params={"known": feed["version"]}).json()
+    assert again["panels"] is None and again["version"] == feed["version"]  # unchanged: no panels rebuilt

@@ -29,8 +29,8 @@ def job_list(
 
 
 @router.get("/jobs/{job_id}")
-def job(job_id: str, session: SessionDep, _: Reader) -> JSONResponse:
+def job(job_id: str, session: SessionDep, _: Reader, known: str | None = Query(None, max_length=64)) -> JSONResponse:
     row = jobs.get_row(session, job_id)
     if row is None:
         raise DashboardError(404, f"job {job_id} not found")
-    return render.json_response(views.job_feed(session, row))
+    return render.json_response(views.job_feed(session, row, known))

@@ -129,12 +129,18 @@ def job_panels(data: ui.JobData) -> list[dict[str, Any]]:
     return [p.to_json() for p in panels]
 
 
-def job_feed(session: Session, row: JobRow) -> dict[str, Any]:
-    data = job_data(session, row)
+def job_feed(session: Session, row: JobRow, known: str | None = None) -> dict[str, Any]:
+    """The job's summary, and its panels unless the page already shows this version of them (`known`): a
+    page polls each second, and building panels loads the candidates, so an unchanged job costs two queries."""
+    view = jobs.view(session, row, _live(session))
+    total = jobs.count_candidates(session, row.id)
+    version = f"{view.state}|{view.trials_done}|{total}"
+    changed = known != version
     return {
-        "job": job_summary(data.job, Labels(session)),
-        "candidates_total": data.candidates_total,
-        "panels": job_panels(data),
+        "job": job_summary(view, Labels(session)),
+        "candidates_total": total,
+        "version": version,
+        "panels": job_panels(job_data(session, row)) if changed else None,
     }
 
 

@@ -97,7 +97,7 @@
   function jobsPage() {
     drawJobs(readJson("jobs-data"));
     const feed = "/dashboard/api/jobs" + window.location.search;
-    every(POLL_MS, async () => {
+    every(2 * POLL_MS, async () => {
       const listing = await poll(feed);
       if (listing) drawJobs(listing);
     });
@@ -106,9 +106,9 @@
   // -- a job ---------------------------------------------------------------------------------------------
   function jobPage(jobId) {
     drawPanels(readJson("panels-data"));
-    let last = "";
+    let shown = document.body.dataset.version || "";  // the version of the panels on screen
     every(POLL_MS, async () => {
-      const feed = await poll("/dashboard/api/jobs/" + encodeURIComponent(jobId));
+      const feed = await poll(`/dashboard/api/jobs/${encodeURIComponent(jobId)}?known=${encodeURIComponent(shown)}`);
       if (!feed) return false;
       const j = feed.job;
       const state = document.getElementById("job-state");
@@ -126,9 +126,8 @@
         const cancel = document.getElementById("cancel-form");
         if (cancel) cancel.remove();
       }
-      // redraw the charts only when something they show changed
-      const key = `${j.state}|${j.trials_done}|${feed.candidates_total}`;
-      if (key !== last) { drawPanels(feed.panels); last = key; }
+      // the feed sends panels only when something they show changed
+      if (feed.panels) { drawPanels(feed.panels); shown = feed.version; }
       return !j.done;  // a finished job changes no more
     });
   }

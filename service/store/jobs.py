@@ -340,7 +340,13 @@ def view(session: Session, row: JobRow, live_queues: Collection[str] | None = No
 
 
 def list_rows(
-    session: Session, state: JobState | None, kind: str | None, workload_hash: str | None, limit: int, offset: int
+    session: Session,
+    state: JobState | None,
+    kind: str | None,
+    workload_hash: str | None,
+    limit: int,
+    offset: int,
+    target_fingerprint: str | None = None,
 ) -> tuple[list[JobRow], int]:
     q = select(JobRow)
     if state:
@@ -349,6 +355,8 @@ def list_rows(
         q = q.where(JobRow.kind == kind)
     if workload_hash:
         q = q.where(JobRow.workload_hash == workload_hash)
+    if target_fingerprint:
+        q = q.where(JobRow.target_fingerprint == target_fingerprint)
     total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
     rows = list(session.scalars(q.order_by(JobRow.created_at.desc()).limit(limit).offset(offset)))
     return rows, total
@@ -357,3 +365,17 @@ def list_rows(
 def candidates(session: Session, job_id: str, limit: int, offset: int) -> list[CandidateRow]:
     q = select(CandidateRow).where(CandidateRow.job_id == job_id).order_by(CandidateRow.id)
     return list(session.scalars(q.limit(limit).offset(offset)))
+
+
+def count_candidates(session: Session, job_id: str) -> int:
+    return session.scalar(select(func.count()).where(CandidateRow.job_id == job_id)) or 0
+
+
+def rows_on_target_kind(session: Session, target_kind: str, limit: int) -> list[JobRow]:
+    """The newest jobs for targets of one kind (e.g. every Gemmini job, whatever its job kind)."""
+    q = select(JobRow).where(JobRow.target["kind"].as_string() == target_kind)
+    return list(session.scalars(q.order_by(JobRow.created_at.desc()).limit(limit)))
+
+
+def distinct_kinds(session: Session) -> list[str]:
+    return list(session.scalars(select(JobRow.kind).distinct().order_by(JobRow.kind)))

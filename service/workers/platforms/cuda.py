@@ -69,8 +69,10 @@ class CUDAPlatform(TVMPlatform):
             registers_per_block=int(details.get("regs_per_block", gpu.REGISTERS_PER_BLOCK)),
         )
 
-    def pass_config(self) -> dict[str, object]:
-        return {"tirx.use_async_copy": True}
+    def pass_config(self, target: TargetSpec) -> dict[str, object]:
+        from service.workers.tuners.pipeline.schedule import pass_config
+
+        return pass_config(str(target.arch))  # async copies on sm_80+
 
     def metaschedule_builder(self) -> Any:
         from service.workers.tuners.build import make_builder
@@ -94,6 +96,10 @@ class CUDAPlatform(TVMPlatform):
             dev.sync()
             samples.append((time.perf_counter() - start) / calls)
         return float(np.median(samples))
+
+    def host_call(self, kernel: Any, inputs: list[np.ndarray]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        # a GPU inference host already holds its tensors on the device: no host copies per call
+        return kernel.run_device, tuple(kernel.device_args(*inputs))
 
     def check(self, got: Any, expected: np.ndarray, tolerance: float) -> str | None:
         host = got.numpy() if hasattr(got, "numpy") else got  # a device tensor comes back to the host once

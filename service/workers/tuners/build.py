@@ -21,10 +21,13 @@ def fast_build(mod: Any, target: Any, _params: Any) -> Any:
 
 def fast_build_cuda(mod: Any, target: Any, params: Any) -> Any:
     """`fast_build` under the async-copy PassContext, so the pipelines MetaSchedule's CUDA rules annotate
-    get real `cp.async` copies (../shared/research/gpu.md §3: 182/192 built, against 3/128 with the default)."""
+    get real `cp.async` copies where the arch has them, sm_80+ (../shared/research/gpu.md §3: 182/192
+    built, against 3/128 with the default builder)."""
     import tvm
 
-    with tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+    from service.workers.tuners.pipeline.schedule import pass_config
+
+    with tvm.transform.PassContext(config=pass_config(str(target.attrs.get("arch", "")))):
         return fast_build(mod, target, params)
 
 

@@ -14,6 +14,7 @@ API (imported by the ALCOP tuner in this package, keep it stable):
     dense_module(n, k, m=None, dtype)       -> IRModule        m=None: symbolic M
     schedule_gemm(tile, n, k, m=None, dtype)-> s_tir.Schedule  (not built; inspect or build it)
     cuda_target(arch, **limits)             -> dict            the TVM target dict with the limits MetaSchedule needs
+    supports_async_copy(arch) / pass_config(arch)              cp.async is sm_80+; the PassContext options
     build_gemm(tile, n, k, target, m=None)  -> runtime.Module  tirx.build under the pipeline PassContext
     cuda_source(module)                     -> str             the generated .cu text
     compile_cuda(source, arch, fmt="cubin") -> bytes           nvcc (no GPU needed)
@@ -37,6 +38,17 @@ from typing import Any
 
 _BYTES = {"float32": 4, "float16": 2}
 PIPELINE_PASS_CONFIG: dict[str, object] = {"tirx.use_async_copy": True}
+
+
+def supports_async_copy(arch: str) -> bool:
+    """cp.async exists from sm_80 (Ampere) on; ptxas rejects it for older targets."""
+    match = re.fullmatch(r"sm_(\d+)a?", arch)
+    return bool(match) and int(match.group(1)) >= 80  # type: ignore[union-attr]
+
+
+def pass_config(arch: str) -> dict[str, object]:
+    """The PassContext options for a CUDA build: async copies where the arch has them."""
+    return {"tirx.use_async_copy": supports_async_copy(arch)}
 
 
 @dataclass(frozen=True)
@@ -247,9 +259,12 @@ def build_gemm(
     and a driver stub, tvm.md §3.1) it holds a fatbin."""
     import tvm
 
+    arch = str(target.get("arch", ""))
+    if tile.async_copy and tile.stages > 1 and not supports_async_copy(arch):
+        raise ValueError(f"async copies (cp.async) need sm_80 or newer, not {arch}; use async_copy=False")
     sch = schedule_gemm(tile, n, k, m, dtype)
     tgt = tvm.target.Target(dict(target))
-    with tgt, tvm.transform.PassContext(opt_level=3, config=PIPELINE_PASS_CONFIG):
+    with tgt, tvm.transform.PassContext(config=pass_config(arch)):
         return tvm.tirx.build(sch.mod, target=tgt)
 
 

@@ -215,7 +215,7 @@ def gpu_candidates(
                 if bm % tm or bn % tn:
                     continue
                 for bk in limits.bk:
-                    tile = GemmTile(bm, bn, bk, tm, tn, stages=limits.stages)
+                    tile = GemmTile(bm, bn, bk, tm, tn, stages=limits.stages, async_copy=hw.async_copy)
                     if tile.problem(n, k):
                         continue
                     tile = with_split_k(tile, choose_split_k(hw, representative_m, n, k, tile, limits))

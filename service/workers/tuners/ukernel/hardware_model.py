@@ -42,6 +42,7 @@ class HardwareModel:
     max_threads_per_sm: int = 0
     max_blocks_per_sm: int = 0
     regs_per_block: int = 0
+    async_copy: bool = False  # GPU: cp.async (global -> shared without registers), sm_80 and newer
 
     def lanes(self, dtype: str = "float32") -> int:
         """Elements of `dtype` per vector register: the alignment unit of the contiguous tile axis."""
@@ -175,6 +176,7 @@ def _gpu(
         max_threads_per_sm=threads_per_sm,
         max_blocks_per_sm=blocks_per_sm,
         regs_per_block=65536,
+        async_copy=int(arch[3:]) >= 80,
     )
 
 

@@ -109,7 +109,14 @@ def test_pipeline_depth_was_searched(outcome: Any) -> None:
             assert len(record["depths_s"]) >= 2, record  # at least two depths timed per uKernel
 
 
-@pytest.mark.skipif(importlib.util.find_spec("celery") is None, reason="the full job needs the service stack (celery)")
+def _has_service_stack() -> bool:
+    try:
+        return importlib.util.find_spec("celery") is not None and importlib.util.find_spec("pydantic") is not None
+    except ImportError:
+        return False
+
+
+@pytest.mark.skipif(not _has_service_stack(), reason="the full job needs the service stack (celery, pydantic)")
 def test_full_ukernel_job_on_a_gpu_worker(tmp_path: Path, pg_url: str, redis_url: str) -> None:
     from kernelfleet.cuda_ukernel import CudaDispatcher
     from tests.helpers import Fleet, wait_for

@@ -116,25 +116,25 @@ GPU_CONSTANTS: dict[str, GPUConstants] = {
         fp16_lanes_per_sm=256, smem_per_sm=164 << 10, regs_per_sm=65536, max_threads_per_sm=2048,
         max_blocks_per_sm=32, l2_bytes=40 << 20, dram_bw=1.555e12, dram_write_bw=1.555e12, llc_bw=4.8e12,
         smem_bytes_per_clock=128, lat_dram_s=4.0e-7, lat_llc_s=1.5e-7, lat_smem_s=2.0e-8, lat_dram_write_s=4.0e-7,
-    ),  # fmt: skip
+    ),
     "sm_86": GPUConstants(
         arch="sm_86", name="RTX 3090", sm_count=82, clock_hz=1.695e9, fp32_lanes_per_sm=128,
         fp16_lanes_per_sm=128, smem_per_sm=100 << 10, regs_per_sm=65536, max_threads_per_sm=1536,
         max_blocks_per_sm=16, l2_bytes=6 << 20, dram_bw=9.36e11, dram_write_bw=9.36e11, llc_bw=2.5e12,
         smem_bytes_per_clock=128, lat_dram_s=4.5e-7, lat_llc_s=1.5e-7, lat_smem_s=2.0e-8, lat_dram_write_s=4.5e-7,
-    ),  # fmt: skip
+    ),
     "sm_89": GPUConstants(
         arch="sm_89", name="RTX 4090", sm_count=128, clock_hz=2.52e9, fp32_lanes_per_sm=128,
         fp16_lanes_per_sm=128, smem_per_sm=100 << 10, regs_per_sm=65536, max_threads_per_sm=1536,
         max_blocks_per_sm=24, l2_bytes=72 << 20, dram_bw=1.008e12, dram_write_bw=1.008e12, llc_bw=5.0e12,
         smem_bytes_per_clock=128, lat_dram_s=4.5e-7, lat_llc_s=1.2e-7, lat_smem_s=1.5e-8, lat_dram_write_s=4.5e-7,
-    ),  # fmt: skip
+    ),
     "sm_90": GPUConstants(
         arch="sm_90", name="H100 SXM5", sm_count=132, clock_hz=1.98e9, fp32_lanes_per_sm=128,
         fp16_lanes_per_sm=256, smem_per_sm=228 << 10, regs_per_sm=65536, max_threads_per_sm=2048,
         max_blocks_per_sm=32, l2_bytes=50 << 20, dram_bw=3.35e12, dram_write_bw=3.35e12, llc_bw=7.5e12,
         smem_bytes_per_clock=128, lat_dram_s=4.5e-7, lat_llc_s=1.3e-7, lat_smem_s=1.5e-8, lat_dram_write_s=4.5e-7,
-    ),  # fmt: skip
+    ),
 }
 
 Bound = Literal["compute", "load"]

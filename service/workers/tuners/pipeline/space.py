@@ -78,7 +78,7 @@ class PipelineConfig:
     smem_stages: int = 1  # 1 = a single shared buffer, no pipelining
     async_copy: bool = False  # fill shared memory with cp.async (Ampere+)
     reg_stages: int = 1  # register-level fragments in flight over the inner k loop
-    fuse_inner: bool = False  # inner-pipeline fusion (only with reg_stages > 1)
+    fuse_inner: bool = False  # inner-pipeline fusion (needs smem_stages > 1 and reg_stages > 1)
 
     @property
     def threads(self) -> int:
@@ -162,11 +162,12 @@ def tiles(shape: GemmShape, limits: SpaceLimits = SpaceLimits()) -> Iterator[tup
 
 def pipeline_variants(limits: SpaceLimits = SpaceLimits()) -> Iterator[tuple[int, bool, int, bool]]:
     """(smem stages, async copy, register stages, fuse inner). A single shared stage with cp.async would
-    wait for each copy right after issuing it, so async starts at 2 stages; fusion needs an inner pipeline."""
+    wait for each copy right after issuing it, so async starts at 2 stages; fusion moves the inner
+    pipeline's prologue into the outer pipelined loop, so it needs both levels pipelined."""
     for smem_stages in range(1, limits.max_smem_stages + 1):
         for async_copy in (False, True) if smem_stages > 1 else (False,):
             for reg_stages in range(1, limits.max_reg_stages + 1):
-                for fuse in (False, True) if reg_stages > 1 else (False,):
+                for fuse in (False, True) if reg_stages > 1 and smem_stages > 1 else (False,):
                     yield smem_stages, async_copy, reg_stages, fuse
 
 

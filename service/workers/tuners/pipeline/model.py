@@ -7,6 +7,8 @@
     Pipeline(t_load, t_use, n_loop, n_pipe, n_mplx) =
         t_use · n_loop                          if t_load ≤ (n_pipe · n_mplx − 1) · t_use   (compute-bound)
         (t_load + t_use) · n_loop / n_pipe      otherwise                                   (load-bound)
+        (with t_use one stream's use phase, the compute-bound case takes n_mplx · t_use · n_loop:
+        see `pipeline_latency`)
     T_compute    = FLOPs_one_reg_loop / (Throughput_SM × Util(warps, blocks per SM))
     T_smem_load  = max(T_LLC_load, T_DRAM_load)
     T_LLC_load   = LAT_LLC + Bytes_one_smem_loop × N_threadblk_per_batch / BW_LLC
@@ -22,7 +24,8 @@ Choices the thesis leaves open (each marked [Inferred] in thesis.md §3.5), made
   extra shared stages take no load off the critical path: N_smem_pipe = 1 (ALCOP's "TVM-DB: no
   obvious speedup"). A pipeline never has more stages in flight than the loop has iterations.
 - Util(warps, blocks) = min(1, resident warps × independent FMAs per thread / (4 schedulers × 4-cycle
-  FMA latency)); a block's share of the SM is 1 / (resident blocks).
+  FMA latency)). T_compute and T_reg_load are a block's with the SM to itself; the outer pipeline
+  shares the SM among its N_mplx resident blocks (see `pipeline_latency`).
 - Two throughput floors the latency formula does not see: the batch's bytes per k step over the
   L2/DRAM bandwidth bounds the outer loop, the warps' shared-memory bytes over its bandwidth bound the
   inner one, and T_compute is at least the FMAs plus the shared loads feeding them over the SM's
@@ -141,9 +144,16 @@ Bound = Literal["compute", "load"]
 
 
 def pipeline_latency(t_load: float, t_use: float, n_loop: int, n_pipe: int, n_mplx: int) -> tuple[float, Bound]:
-    """ALCOP's pipeline latency model (Table 5.1) and which case applied."""
+    """ALCOP's pipeline latency model (Table 5.1) and which case applied.
+
+    `t_use` is one stream's use phase with the SM to itself (one warp at the register level, one block
+    at the shared level); the SM runs `n_mplx` streams, so a compute-bound loop takes n_mplx · t_use per
+    iteration. With n_mplx = 1 this is Table 5.1 verbatim; reading T_use as the SM's time for all
+    streams keeps the two cases continuous where they meet (otherwise a faster use phase can flip a loop
+    into the load-bound case and predict it slower).
+    """
     if t_load <= (n_pipe * n_mplx - 1) * t_use:
-        return t_use * n_loop, "compute"
+        return n_mplx * t_use * n_loop, "compute"
     return (t_load + t_use) * n_loop / n_pipe, "load"
 
 
@@ -251,20 +261,18 @@ def threadblock(
     """T_threadblk and its terms for a batch of `blocks_in_batch` resident blocks (`seconds` = T_threadblk)."""
     nbytes = shape.dtype_bytes
     mplx = math.ceil(blocks_in_batch / gpu.sm_count)
-    # -- register level: one inner k step of the whole block -------------------------------------
-    warps_resident = config.warps * mplx
-    util = min(1.0, warps_resident * config.tm * config.tn / _ISSUE_SLOTS)
-    block_flops_per_s = 2 * gpu.lanes(shape.dtype) * gpu.clock_hz * util / mplx
+    # -- register level: one inner k step of the block, with the SM to itself ---------------------
+    util = min(1.0, config.warps * mplx * config.tm * config.tn / _ISSUE_SLOTS)  # all resident warps hide latency
+    block_flops_per_s = 2 * gpu.lanes(shape.dtype) * gpu.clock_hz * util
     # every FMA shares the SM's issue slots with the shared-memory loads that feed it
     instructions = config.warps * (config.tm * config.tn + config.tm + config.tn)
-    t_issue = instructions / (_ISSUE_PER_CLOCK * gpu.clock_hz / mplx)
+    t_issue = instructions / (_ISSUE_PER_CLOCK * gpu.clock_hz)
     t_compute = max(2 * config.bm * config.bn / block_flops_per_s, t_issue)
-    smem_read = config.warps * _warp_smem_bytes(config, nbytes)
-    smem_transfer = smem_read / (gpu.smem_bw_per_sm / mplx)
+    smem_transfer = config.warps * _warp_smem_bytes(config, nbytes) / gpu.smem_bw_per_sm
     t_reg_load = gpu.lat_smem_s + smem_transfer
     n_reg_loop = config.bk
     t_smem_use, reg_bound = pipeline_latency(
-        t_reg_load, t_compute, n_reg_loop, min(config.reg_stages, n_reg_loop), config.warps
+        t_reg_load, t_compute / config.warps, n_reg_loop, min(config.reg_stages, n_reg_loop), config.warps
     )
     t_smem_use = max(t_smem_use, smem_transfer * n_reg_loop)  # bandwidth shared by all warps bounds it
     if config.reg_stages > 1 and not config.fuse_inner:

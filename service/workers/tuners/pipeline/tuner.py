@@ -170,8 +170,8 @@ class PipelineTuner:
             for start in range(0, budget, task.batch_size):
                 if should_stop():
                     break
-                batch = [space[i] for i in order[start : start + task.batch_size]]
-                self._measure(outcome, batch, predicted, space, measure)
+                chosen = [space[i] for i in order[start : start + task.batch_size]]
+                self._measure(outcome, chosen, predicted, space, measure)
             return outcome
         x = np.asarray([features(task.gemm, c, task.gpu) for c in space])
         prior = _labels(predicted)

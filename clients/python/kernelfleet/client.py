@@ -27,6 +27,7 @@ from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload
 log = logging.getLogger("kernelfleet")
 
 if TYPE_CHECKING:
+    from kernelfleet.cuda_ukernel import CudaDispatcher
     from kernelfleet.dispatcher import Dispatcher
     from kernelfleet.telemetry import TelemetryReporter
 
@@ -313,13 +314,17 @@ class Client:
 
     def dispatcher(
         self, workload: str, target: str, *, cache_dir: Path | None = None, trusted_key: str | None = None
-    ) -> Dispatcher:
+    ) -> Dispatcher | CudaDispatcher:
         """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
 
         Fetched once (revalidated by ETag), the document's signature and every artifact's hash verified; falls
         back to the disk cache when the service cannot answer and to numpy when nothing verified is cached.
         `trusted_key` pins the signing key (default: $KERNELFLEET_TRUSTED_KEY, else the key this service
         presented first, kept in the cache).
+
+        A CUDA target's table gives a `CudaDispatcher` (kernelfleet.cuda_ukernel): it takes the device tensors
+        the host already has (torch CUDA tensors or anything with DLPack) and returns a device tensor, no host
+        copies; on a host without a GPU it raises NoCudaDevice saying why.
         """
         from kernelfleet.dispatch_cache import load_dispatcher
 

@@ -19,7 +19,7 @@ from service.workers.platforms import TVMPlatform
 class SketchKind(JobKind):
     name = "sketch"
     summary = "Ansor-style sketch search: MetaSchedule with an XGBoost cost model, per hot shape"
-    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm"})
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm", "cuda"})
     publishes = "configs"
     default_trials = 256
     fleet_priority = 10
@@ -66,7 +66,8 @@ class SketchKind(JobKind):
         error = platform.check(kernel(*inputs), reference(ctx.workload)(*inputs), tolerance(ctx.workload, shape))
         if error:
             return UnitResult([ShapeOutcome(shape, error=f"tuned kernel: {error}", vendor=vendor)])
-        seconds = platform.time_call(kernel, *inputs)
+        call, args = platform.host_call(kernel, inputs)
+        seconds = platform.time_call(call, *args)
         result = ShapeOutcome(
             shape,
             latency_s=seconds,

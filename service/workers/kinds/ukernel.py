@@ -43,7 +43,7 @@ DIM = "M"
 class UKernelKind(JobKind):
     name = "ukernel"
     summary = "FTuner/DietCode uKernels over a symbolic M, combined per shape into one dispatch table for M = 1..S_max"
-    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm"})
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm", "cuda"})
     publishes = "dispatch"
     default_trials = MAX_UKERNELS
     fleet_priority = 20
@@ -82,6 +82,12 @@ class UKernelKind(JobKind):
         from service.workers.tuners.base import TuningStopped
         from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
 
+        tuner: Any = UKernelTuner()
+        if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
+            from service.workers.tuners.ukernel.gpu_tuner import GPUUKernelTuner
+
+            tuner = GPUUKernelTuner()
+
         support = ctx.distribution.support()
         s_max = max(shape[DIM] for shape, _ in support)
         total = sum(w for _, w in support)
@@ -118,7 +124,7 @@ class UKernelKind(JobKind):
             representative_m=representative,
             measured_before=measured_before,
         )
-        outcome = UKernelTuner().tune_range(task, _Progress())
+        outcome = tuner.tune_range(task, _Progress())
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
         error = verify(outcome, ctx.workload, ctx.platform)
@@ -193,7 +199,8 @@ def verify(outcome: Any, workload: WorkloadSpec, platform: Platform | None = Non
     from service.workers.tuners.compute import random_inputs, reference, tolerance
 
     N, K = workload.dims["N"], workload.dims["K"]
-    dispatcher = Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
+    # GPU outcomes bring their CudaDispatcher (numpy in, copied to the device, numpy out)
+    dispatcher = outcome.dispatcher or Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
     x_all, w = random_inputs(workload, {DIM: max(verification_shapes(outcome))}, seed=1)
     for S in verification_shapes(outcome):
         x = x_all[:S]

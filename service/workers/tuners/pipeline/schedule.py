@@ -14,6 +14,7 @@ API (imported by the ALCOP tuner in this package, keep it stable):
     dense_module(n, k, m=None, dtype)       -> IRModule        m=None: symbolic M
     schedule_gemm(tile, n, k, m=None, dtype)-> s_tir.Schedule  (not built; inspect or build it)
     cuda_target(arch, **limits)             -> dict            the TVM target dict with the limits MetaSchedule needs
+    supports_async_copy(arch) / pass_config(arch)              cp.async is sm_80+; the PassContext options
     build_gemm(tile, n, k, target, m=None)  -> runtime.Module  tirx.build under the pipeline PassContext
     cuda_source(module)                     -> str             the generated .cu text
     compile_cuda(source, arch, fmt="cubin") -> bytes           nvcc (no GPU needed)
@@ -25,6 +26,7 @@ partial [split_k, M, N] sum and a second kernel adds them. It is for small M·N,
 gives too few thread blocks to fill the SMs (gpu.md §5).
 
 Nothing here needs a GPU: building, CUDA codegen and nvcc run on a CPU host. Running needs one.
+Imports only TVM (lazily): GPU measurement hosts have no pydantic, so nothing from kernelfleet/service.models.
 """
 
 from __future__ import annotations
@@ -34,10 +36,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernelfleet.tvm_kernel import import_tvm
-
 _BYTES = {"float32": 4, "float16": 2}
 PIPELINE_PASS_CONFIG: dict[str, object] = {"tirx.use_async_copy": True}
+
+
+def supports_async_copy(arch: str) -> bool:
+    """cp.async exists from sm_80 (Ampere) on; ptxas rejects it for older targets."""
+    match = re.fullmatch(r"sm_(\d+)a?", arch)
+    return bool(match) and int(match.group(1)) >= 80  # type: ignore[union-attr]
+
+
+def pass_config(arch: str) -> dict[str, object]:
+    """The PassContext options for a CUDA build: async copies where the arch has them."""
+    return {"tirx.use_async_copy": supports_async_copy(arch)}
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,7 @@ class GemmTile:
 
 def dense_module(n: int, k: int, m: int | None = None, dtype: str = "float32") -> Any:
     """Y = X·Wᵀ as an IRModule; M is a symbolic var when m is None. Accumulates and outputs fp32."""
-    tvm = import_tvm()
+    import tvm
     from tvm import te
 
     rows: Any = te.var("M") if m is None else m
@@ -120,9 +131,12 @@ def dense_module(n: int, k: int, m: int | None = None, dtype: str = "float32") -
     return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
 
 
-def _cooperative_fetch(sch: Any, block: Any, tile: GemmTile, dtype: str) -> None:
-    """All threads of the block copy one shared tile, `vector_width` elements (one cp.async) at a time."""
-    fused = sch.fuse(*sch.get_loops(block)[-2:])
+def _cooperative_fetch(sch: Any, block: Any, depth: int, tile: GemmTile, dtype: str) -> None:
+    """All threads of the block copy one shared tile, `vector_width` elements (one cp.async) at a time.
+
+    `depth` = loops above the copy (down to the k-loop); the copy's own loops are fused (bm = 1 leaves one)."""
+    own = sch.get_loops(block)[depth:]
+    fused = sch.fuse(*own) if len(own) > 1 else own[0]
     vec = tile.vector_width(dtype)
     _, t_y, t_x, v = sch.split(fused, [None, tile.threads_y, tile.threads_x, vec])
     sch.bind(t_y, "threadIdx.y")
@@ -146,7 +160,6 @@ def schedule_gemm(tile: GemmTile, n: int, k: int, m: int | None = None, dtype: s
         raise ValueError(problem)
     if dtype not in _BYTES:
         raise ValueError(f"dtype must be one of {sorted(_BYTES)}, not {dtype!r}")
-    import_tvm()
     from tvm import s_tir
 
     sch = s_tir.Schedule(dense_module(n, k, m, dtype))
@@ -175,7 +188,7 @@ def schedule_gemm(tile: GemmTile, n: int, k: int, m: int | None = None, dtype: s
     for idx in (0, 1):
         shared = sch.cache_read(blk, idx, "shared")
         sch.compute_at(shared, ko)
-        _cooperative_fetch(sch, shared, tile, dtype)
+        _cooperative_fetch(sch, shared, 5, tile, dtype)  # under bj, bi, ty, tx, ko
     if xpad is not None:
         sch.compute_inline(xpad)
     sch.decompose_reduction(blk, ko)
@@ -204,7 +217,7 @@ def _schedule_split_k(sch: Any, blk: Any, xpad: Any, ycopy: Any, tile: GemmTile,
     for idx in (0, 1):
         shared = sch.cache_read(rf, idx, "shared")
         sch.compute_at(shared, ko)
-        _cooperative_fetch(sch, shared, tile, dtype)
+        _cooperative_fetch(sch, shared, 6, tile, dtype)  # under kz, bj, bi, ty, tx, ko
     if xpad is not None:
         sch.compute_inline(xpad)
     sch.decompose_reduction(rf, ko)
@@ -244,10 +257,14 @@ def build_gemm(
 
     Without a GPU runtime the device part is CUDA source only; with one (or with TVM_CUDA_COMPILE_MODE=nvcc
     and a driver stub, tvm.md §3.1) it holds a fatbin."""
-    tvm = import_tvm()
+    import tvm
+
+    arch = str(target.get("arch", ""))
+    if tile.async_copy and tile.stages > 1 and not supports_async_copy(arch):
+        raise ValueError(f"async copies (cp.async) need sm_80 or newer, not {arch}; use async_copy=False")
     sch = schedule_gemm(tile, n, k, m, dtype)
     tgt = tvm.target.Target(dict(target))
-    with tgt, tvm.transform.PassContext(opt_level=3, config=PIPELINE_PASS_CONFIG):
+    with tgt, tvm.transform.PassContext(config=pass_config(arch)):
         return tvm.tirx.build(sch.mod, target=tgt)
 
 
@@ -262,7 +279,7 @@ def cuda_source(module: Any) -> str:
 
 def compile_cuda(source: str, arch: str, fmt: str = "cubin") -> bytes:
     """nvcc the source for `arch` (ptx, cubin or fatbin) on this host; needs no GPU."""
-    tvm = import_tvm()
+    import tvm
     from tvm.support import nvcc
 
     with tvm.target.Target({"kind": "cuda", "arch": arch}):  # without it: "No CUDA architecture was specified"

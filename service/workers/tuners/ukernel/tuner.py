@@ -21,13 +21,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
-from service.models import TargetSpec, WorkloadSpec
 from service.workers.tuners.base import TuningStopped
 from service.workers.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.workers.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
@@ -35,6 +34,9 @@ from service.workers.tuners.ukernel.hardware_model import HardwareModel
 from service.workers.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
 from service.workers.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.workers.tuners.ukernel.rules import dense_candidates
+
+if TYPE_CHECKING:  # annotations only: the GPU tuner imports this module on hosts without pydantic
+    from service.models import TargetSpec, WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,8 @@ class QuietRangeSink:
 @dataclass
 class RangeOutcome:
     table: DispatchTable
-    kernels: dict[str, UKernel]
-    artifacts: dict[str, UKernelArtifact]
+    kernels: dict[str, Any]  # UKernel on CPUs, kernelfleet.cuda_ukernel.CudaUKernel on GPUs
+    artifacts: dict[str, Any]  # UKernelArtifact-shaped: path, sha256, spec
     predicted_s: list[float]  # predicted seconds of the chosen program at S = 1..s_max
     measured_s: dict[int, float]  # measured seconds of the chosen program at the validated S
     validation: dict[str, Any]
@@ -92,6 +94,7 @@ class RangeOutcome:
     errors: int
     seconds: float
     hardware: dict[str, Any] = field(default_factory=dict)
+    dispatcher: Any = None  # the SDK dispatcher that ran the validation (None: the CPU Dispatcher over kernels)
 
     @property
     def padding_ratio(self) -> float:

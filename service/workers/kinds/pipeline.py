@@ -178,6 +178,10 @@ def gpu_constants(target: TargetSpec, samples: list[tuple[Any, Any, float]], min
     from service.workers.tuners.pipeline.model import GPUConstants, calibrate
 
     gpu = GPUConstants.for_arch(target.arch or "")
+    details = target.details or {}
+    # the worker's detected part (an H100 PCIe has 114 SMs, not the SXM's 132) replaces the arch's defaults
+    sm_count, l2 = details.get("sm_count"), details.get("l2_bytes")
+    gpu = gpu.with_hardware(int(sm_count) if sm_count else None, int(l2) if l2 else None)
     if len(samples) < min_samples:
         return gpu
     fitted, before, after = calibrate(gpu, samples)

@@ -23,10 +23,10 @@ from typing import Any
 from service.models import TargetSpec, WorkloadSpec
 from service.workers.tuners.pipeline.rules import gemm_plan, require_legal
 from service.workers.tuners.pipeline.schedule import (
-    PIPELINE_PASS_CONFIG,
     GemmTile,
     cuda_source,
     cuda_target,
+    pass_config,
     schedule_gemm,
 )
 from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig, gemm_of
@@ -93,7 +93,7 @@ def build(config: PipelineConfig, gemm: GemmShape, arch: str, symbolic_m: bool =
     tvm = import_tvm()
     sch = schedule(config, gemm, symbolic_m)
     target = tvm.target.Target(cuda_target(arch))
-    with target, tvm.transform.PassContext(opt_level=3, config=PIPELINE_PASS_CONFIG):
+    with target, tvm.transform.PassContext(opt_level=3, config=pass_config(arch)):
         return tvm.tirx.build(sch.mod, target=target)
 
 

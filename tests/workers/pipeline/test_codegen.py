@@ -21,6 +21,8 @@ from service.workers.tuners.pipeline.tuner import legal_space
 
 RN50_FC = GemmShape(1, 64, 1024, 2048)  # ALCOP's MM_RN50_FC: output 1024×64, reduction 2048
 BERT_FC = GemmShape(1, 128, 3072, 768)
+BERT_QK = GemmShape(12, 128, 128, 64)  # batch_matmul: 12 heads, sequence 128, head dim 64
+BERT_SV = GemmShape(12, 128, 64, 128)
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this host")
 
@@ -54,6 +56,8 @@ def _best_by_model(shape: GemmShape, arch: str) -> PipelineConfig:
         (SHARED_ONLY, RN50_FC, "sm_80"),
         (None, RN50_FC, "sm_80"),  # what the analytical model ranks first
         (None, BERT_FC, "sm_90"),
+        (None, BERT_QK, "sm_80"),  # batch_matmul: blockIdx.z over the batch
+        (MULTI_LEVEL_FUSED, BERT_SV, "sm_90"),
     ],
 )
 def test_pipelined_schedules_codegen_and_compile(config: PipelineConfig | None, shape: GemmShape, arch: str) -> None:
@@ -70,10 +74,11 @@ def test_pipelined_schedules_codegen_and_compile(config: PipelineConfig | None, 
     assert config.smem_stages - 1 in structure.wait_groups
     assert _has_prologue(src)
     if config.reg_stages > 1:  # register fragments × register stages (multi-level); TVM may add versions
+        lhs, rhs = ("X_pad", "W") if shape.batch == 1 else ("A_pad", "Bt")
         fragments = _fragments(src)
-        assert set(fragments) == {"X_pad", "W"}
-        assert fragments["X_pad"] % (config.reg_stages * config.tm) == 0
-        assert fragments["W"] % (config.reg_stages * config.tn) == 0
+        assert set(fragments) == {lhs, rhs}
+        assert fragments[lhs] % (config.reg_stages * config.tm) == 0
+        assert fragments[rhs] % (config.reg_stages * config.tn) == 0
     else:
         assert _fragments(src) == {}
     assert len(compile_cuda(src, arch, "cubin")) > 1000

@@ -11,25 +11,30 @@ tile i: the next tile's first register loads are issued before the previous tile
 inner pipeline never drains between outer iterations.
 
 Every configuration is checked against ALCOP's rules (`rules.require_legal`) before it is scheduled.
-Building and CUDA codegen need no GPU; `Measurer` runs kernels and needs one.
+Building and CUDA codegen need no GPU; `Measurer` runs kernels and needs one. Imports only TVM (lazily)
+outside `Measurer`, so the GPU benchmark can use it on hosts without the service's dependencies.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from service.models import TargetSpec, WorkloadSpec
 from service.workers.tuners.pipeline.rules import gemm_plan, require_legal
 from service.workers.tuners.pipeline.schedule import (
     GemmTile,
+    _annotate_pipeline,
+    _cooperative_fetch,
     cuda_source,
     cuda_target,
     pass_config,
     schedule_gemm,
 )
 from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig, gemm_of
+
+if TYPE_CHECKING:  # the benchmark imports this module on GPU hosts without pydantic
+    from service.models import TargetSpec, WorkloadSpec
 
 STAGE_KEYS = ("software_pipeline_stage", "software_pipeline_order")
 
@@ -54,18 +59,76 @@ def tile_of(config: PipelineConfig) -> GemmTile:
 def schedule(config: PipelineConfig, gemm: GemmShape, symbolic_m: bool = False) -> Any:
     """The scheduled module for `config` (rules checked first; IllegalSchedule names the broken rule).
 
-    Dense GEMMs (batch 1) only: `schedule_gemm` has no batch axis yet."""
+    Batch 1 is `schedule.schedule_gemm`'s dense GEMM; a batch_matmul adds blockIdx.z over the batch."""
     require_legal(gemm_plan(config))
-    if gemm.batch != 1:
-        raise NotImplementedError("the pipelined GEMM schedule has no batch axis yet (batch_matmul, batch > 1)")
-    sch = schedule_gemm(tile_of(config), gemm.n, gemm.k, None if symbolic_m else gemm.m, gemm.dtype)
+    tile = tile_of(config)
+    m = None if symbolic_m else gemm.m
+    if gemm.batch == 1:
+        sch, block = schedule_gemm(tile, gemm.n, gemm.k, m, gemm.dtype), "Y_update"
+    else:
+        sch, block = _schedule_batched(tile, gemm, m), "C_update"
     if config.reg_stages > 1:
-        _register_pipeline(sch, config)
+        _register_pipeline(sch, config, block)
     return sch
 
 
-def _register_pipeline(sch: Any, config: PipelineConfig) -> None:
-    block = sch.get_sblock("Y_update")  # the reduction body after decompose_reduction
+def batch_matmul_module(batch: int, n: int, k: int, m: int | None = None, dtype: str = "float32") -> Any:
+    """C[b,M,N] = A[b,M,K]·Bt[b,N,K]ᵀ (the registry's batch_matmul), fp32 accumulate; M symbolic when None."""
+    import tvm
+    from tvm import te
+
+    rows: Any = te.var("M") if m is None else m
+    a = te.placeholder((batch, rows, k), name="A", dtype=dtype)
+    bt = te.placeholder((batch, n, k), name="Bt", dtype=dtype)
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute(
+        (batch, rows, n),
+        lambda b, i, j: te.sum(a[b, i, r].astype("float32") * bt[b, j, r].astype("float32"), axis=r),
+        name="C",
+    )
+    return tvm.IRModule({"main": te.create_prim_func([a, bt, c])})
+
+
+def _schedule_batched(tile: GemmTile, gemm: GemmShape, m: int | None) -> Any:
+    """`schedule_gemm`'s recipe with the batch bound to blockIdx.z: pad M, tile, stage A/Bt tiles through
+    shared memory with cooperative (cp.async) fetches at the k loop, pipeline it, inline the padding last."""
+    from tvm import s_tir
+
+    problem = tile.problem(gemm.n, gemm.k)
+    if problem:
+        raise ValueError(problem)
+    sch = s_tir.Schedule(batch_matmul_module(gemm.batch, gemm.n, gemm.k, m, gemm.dtype))
+    blk = sch.get_sblock("C")
+    sch.pad_einsum(blk, [1, tile.bm, 1, 1])
+    producers = sch.get_producers(blk)
+    apad = producers[0] if producers else None
+    consumers = sch.get_consumers(blk)
+    ccopy = consumers[0] if consumers else sch.cache_write(blk, 0, "global")
+    b, i, j, kk = sch.get_loops(blk)
+    bi, ty, ii = sch.split(i, [None, tile.threads_y, tile.tm])
+    bj, tx, jj = sch.split(j, [None, tile.threads_x, tile.tn])
+    ko, ki = sch.split(kk, [None, tile.bk])
+    sch.reorder(b, bj, bi, ty, tx, ko, ki, ii, jj)
+    sch.bind(b, "blockIdx.z")
+    sch.bind(bj, "blockIdx.x")
+    sch.bind(bi, "blockIdx.y")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.set_scope(blk, 0, "local")
+    sch.reverse_compute_at(ccopy, tx)
+    for idx in (0, 1):
+        shared = sch.cache_read(blk, idx, "shared")
+        sch.compute_at(shared, ko)
+        _cooperative_fetch(sch, shared, 6, tile, gemm.dtype)  # under b, bj, bi, ty, tx, ko
+    if apad is not None:
+        sch.compute_inline(apad)
+    sch.decompose_reduction(blk, ko)
+    _annotate_pipeline(sch, ko, tile)
+    return sch
+
+
+def _register_pipeline(sch: Any, config: PipelineConfig, block_name: str) -> None:
+    block = sch.get_sblock(block_name)  # the reduction body after decompose_reduction
     ko, ki = sch.get_loops(block)[-4:-2]
     for operand in (1, 2):  # reads: [accumulator, X_shared, W_shared]
         fragment = sch.cache_read(block, operand, "local")

@@ -140,16 +140,18 @@ def _fits(size: int, tile: int, smallest: int) -> bool:
 
 
 def tiles(shape: GemmShape, limits: SpaceLimits = SpaceLimits()) -> Iterator[tuple[int, int, int, int, int]]:
-    """(B_m, B_n, B_k, t_m, t_n) with a legal thread count and register budget, sized to the GEMM."""
+    """(B_m, B_n, B_k, t_m, t_n) with a legal thread count, sized to the GEMM."""
+    # M is padded to a multiple of B_m inside the kernel (it may be symbolic); N and K are static and
+    # must be whole multiples of B_n and B_k
     smallest = min(limits.block_tiles)
     for bm in limits.block_tiles:
         if not _fits(shape.m, bm, smallest):
             continue
         for bn in limits.block_tiles:
-            if not _fits(shape.n, bn, smallest):
+            if shape.n % bn:
                 continue
             for bk in limits.k_tiles:
-                if not _fits(shape.k, bk, min(limits.k_tiles)):
+                if shape.k % bk:
                     continue
                 for tm in limits.thread_tiles:
                     for tn in limits.thread_tiles:
@@ -173,6 +175,9 @@ def pipeline_variants(limits: SpaceLimits = SpaceLimits()) -> Iterator[tuple[int
 
 def feasible(config: PipelineConfig, shape: GemmShape, limits: SpaceLimits = SpaceLimits()) -> str | None:
     """Why a configuration cannot run on one thread block's resources, or None."""
+    steps = shape.k // config.bk
+    if config.smem_stages > steps:
+        return f"{config.smem_stages} stages need at least as many k-steps (K/B_k = {steps})"
     smem = config.smem_bytes(shape.dtype_bytes)
     if smem > limits.smem_per_block:
         return f"shared memory {smem} B > {limits.smem_per_block} B per block"

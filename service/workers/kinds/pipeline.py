@@ -7,7 +7,9 @@ pipeline kernels this target already measured in the store) and searched with an
 pre-trained on the model's predictions ("anal+xgb", the default), or measured in model order
 ("analytical"; tag `pipeline_search`). Every job records best-in-top-k and the model's rank correlation.
 The best kernel per shape is rebuilt, checked against the reference and published as an ordinary best
-config (format `pipeline-gemm`). Jobs are queued on `gpu.<arch>` and only GPU workers consume them.
+config (format `pipeline-gemm`). A conv2d kernel takes its filter packed as W[CO, KH·KW·CI]
+(`lowering.pack_filter`, once per weight) and writes the NHWC output. Jobs are queued on `gpu.<arch>`
+and only GPU workers consume them.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ class PipelineKind(JobKind):
             return Problem(("workload", "op"), f"pipeline jobs tune {', '.join(OPS)}, not {workload.op}")
         if workload.op == "dense" and workload.attrs.get("bias"):
             return Problem(("workload", "attrs", "bias"), "pipeline jobs tune dense layers without bias")
+        if workload.op == "conv2d" and "CI" in workload.dims:
+            from service.workers.tuners.pipeline.lowering import Conv2dGeometry, check_conv
+
+            dims = {**dict.fromkeys(workload.symbolic, 1), **workload.dims}
+            problem = check_conv(Conv2dGeometry.of(dims, workload.attrs), workload.dtype)
+            if problem:
+                return Problem(("workload", "dims", "CI"), problem)
         return None
 
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:

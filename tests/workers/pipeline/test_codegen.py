@@ -12,11 +12,11 @@ import shutil
 
 import pytest
 
-from service.workers.tuners.pipeline.lowering import source, tile_of
+from service.workers.tuners.pipeline.lowering import Conv2dGeometry, source, tile_of
 from service.workers.tuners.pipeline.model import GPUConstants, rank
 from service.workers.tuners.pipeline.rules import IllegalSchedule
 from service.workers.tuners.pipeline.schedule import compile_cuda, pipeline_structure
-from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig
+from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig, gemm_of
 from service.workers.tuners.pipeline.tuner import legal_space
 
 RN50_FC = GemmShape(1, 64, 1024, 2048)  # ALCOP's MM_RN50_FC: output 1024×64, reduction 2048
@@ -40,6 +40,24 @@ def _has_prologue(src: str) -> bool:
     body = src[src.index("__global__ void") :]
     head = body[: body.index("for (int k_0 ")]
     return re.search(r"^\s+ptx_cp_async\w*\(", head, re.MULTILINE) is not None and "commit_group" in head
+
+
+@needs_nvcc
+@pytest.mark.parametrize("symbolic_n", [False, True])
+def test_conv2d_as_implicit_gemm_codegen_and_compile(symbolic_n: bool) -> None:
+    """A ResNet 3×3 conv (14×14×256 → 256, padding 1): padding and im2col are inlined into the pipelined copy
+    of the input (ALCOP's case 2), which stays a predicated cp.async; the filter is packed [CO, KH·KW·CI]."""
+    dims = {"N": 1, "H": 14, "W": 14, "CI": 256, "CO": 256, "KH": 3, "KW": 3}
+    gemm = gemm_of("conv2d", dims, {"padding": 1})
+    conv = Conv2dGeometry.of(dims, {"padding": 1}, symbolic_n=symbolic_n)
+    src = source(MULTI_LEVEL_FUSED, gemm, "sm_80", conv=conv)
+    structure = pipeline_structure(src)
+    assert structure.is_pipelined(tile_of(MULTI_LEVEL_FUSED)) and _has_prologue(src)
+    assert re.search(r"ptx_cp_async\w*pred\w*\(A_pad_shared_ptr, [^;]*I_ptr", src)  # predicated: padding, rows
+    assert len(compile_cuda(src, "sm_80", "cubin")) > 1000
+    with pytest.raises(ValueError, match="CI=3"):
+        source(MULTI_LEVEL_FUSED, gemm_of("conv2d", {**dims, "CI": 3}, {"padding": 1}), "sm_80",
+               conv=Conv2dGeometry.of({**dims, "CI": 3}, {"padding": 1}))  # fmt: skip
 
 
 def _best_by_model(shape: GemmShape, arch: str) -> PipelineConfig:

@@ -42,6 +42,8 @@ def test_pipeline_jobs_take_gemm_like_operators_on_ampere_and_newer() -> None:
     assert loc == ("target", "kind")
     loc, _ = _problem({**DENSE, "attrs": {"bias": True}}, A100) or ((), "")
     assert loc == ("workload", "attrs", "bias")
+    loc, _ = _problem({**CONV, "dims": {**CONV["dims"], "CI": 3}}, A100, "N") or ((), "")  # type: ignore[dict-item]
+    assert loc == ("workload", "dims", "CI")
 
 
 def test_a_pipeline_job_is_queued_on_its_gpu_arch() -> None:

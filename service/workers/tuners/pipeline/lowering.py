@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.workers.tuners.pipeline.rules import gemm_plan, require_legal
@@ -56,20 +57,65 @@ def tile_of(config: PipelineConfig) -> GemmTile:
     )
 
 
-def schedule(config: PipelineConfig, gemm: GemmShape, symbolic_m: bool = False) -> Any:
+@dataclass(frozen=True)
+class Conv2dGeometry:
+    """An NHWC conv2d as the implicit GEMM C[N·OH·OW, CO] = im2col(I)[·, KH·KW·CI] · F'[CO, KH·KW·CI]ᵀ.
+    C is the NHWC output O[N, OH, OW, CO] with its first three axes flattened (the same memory)."""
+
+    n: int | None  # None: symbolic batch
+    h: int
+    w: int
+    ci: int
+    co: int
+    kh: int
+    kw: int
+    stride: int = 1
+    padding: int = 0
+
+    @property
+    def oh(self) -> int:
+        return (self.h + 2 * self.padding - self.kh) // self.stride + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + 2 * self.padding - self.kw) // self.stride + 1
+
+    @classmethod
+    def of(cls, dims: Mapping[str, int], attrs: Mapping[str, int | bool], symbolic_n: bool = False) -> Conv2dGeometry:
+        return cls(
+            None if symbolic_n else dims["N"], dims["H"], dims["W"], dims["CI"], dims["CO"], dims["KH"], dims["KW"],
+            int(attrs.get("stride", 1)), int(attrs.get("padding", 0)),
+        )  # fmt: skip
+
+
+def schedule(
+    config: PipelineConfig, gemm: GemmShape, symbolic_m: bool = False, conv: Conv2dGeometry | None = None
+) -> Any:
     """The scheduled module for `config` (rules checked first; IllegalSchedule names the broken rule).
 
-    Batch 1 is `schedule.schedule_gemm`'s dense GEMM; a batch_matmul adds blockIdx.z over the batch."""
+    Dense (batch 1) is `schedule.schedule_gemm`; batch_matmul and conv2d (`conv` given, its batch symbolic
+    when `symbolic_m`) follow the same recipe on their own modules, the batch bound to blockIdx.z."""
     require_legal(gemm_plan(config))
     tile = tile_of(config)
     m = None if symbolic_m else gemm.m
-    if gemm.batch == 1:
-        sch, block = schedule_gemm(tile, gemm.n, gemm.k, m, gemm.dtype), "Y_update"
+    if conv is not None:
+        problem = check_conv(conv, gemm.dtype)
+        if problem:
+            raise ValueError(problem)
+        sch = _schedule_gemm_like(_conv2d_module(conv, gemm.dtype), tile, gemm, batched=False)
+    elif gemm.batch == 1:
+        sch = schedule_gemm(tile, gemm.n, gemm.k, m, gemm.dtype)
     else:
-        sch, block = _schedule_batched(tile, gemm, m), "C_update"
+        sch = _schedule_gemm_like(batch_matmul_module(gemm.batch, gemm.n, gemm.k, m, gemm.dtype), tile, gemm, True)
     if config.reg_stages > 1:
-        _register_pipeline(sch, config, block)
+        _register_pipeline(sch, config, "C_update" if conv is not None or gemm.batch > 1 else "Y_update")
     return sch
+
+
+def _accumulate(a: Any, b: Any, axis: Any) -> Any:
+    from tvm import te
+
+    return te.sum(a.astype("float32") * b.astype("float32"), axis=axis)
 
 
 def batch_matmul_module(batch: int, n: int, k: int, m: int | None = None, dtype: str = "float32") -> Any:
@@ -81,50 +127,103 @@ def batch_matmul_module(batch: int, n: int, k: int, m: int | None = None, dtype:
     a = te.placeholder((batch, rows, k), name="A", dtype=dtype)
     bt = te.placeholder((batch, n, k), name="Bt", dtype=dtype)
     r = te.reduce_axis((0, k), name="k")
-    c = te.compute(
-        (batch, rows, n),
-        lambda b, i, j: te.sum(a[b, i, r].astype("float32") * bt[b, j, r].astype("float32"), axis=r),
-        name="C",
-    )
+    c = te.compute((batch, rows, n), lambda b, i, j: _accumulate(a[b, i, r], bt[b, j, r], r), name="C")
     return tvm.IRModule({"main": te.create_prim_func([a, bt, c])})
 
 
-def _schedule_batched(tile: GemmTile, gemm: GemmShape, m: int | None) -> Any:
-    """`schedule_gemm`'s recipe with the batch bound to blockIdx.z: pad M, tile, stage A/Bt tiles through
-    shared memory with cooperative (cp.async) fetches at the k loop, pipeline it, inline the padding last."""
+def _conv2d_module(g: Conv2dGeometry, dtype: str) -> Any:
+    """I[N,H,W,CI], W = pack_filter(F) → C[N·OH·OW, CO]; the padding and im2col are computations the schedule
+    inlines into the shared-memory copy of I after pipelining (ALCOP's ordering rule). A 16-byte copy of
+    im2col(I) stays inside one filter tap only when CI is a multiple of the copy's vector (`check_conv`)."""
+    import tvm
+    from tvm import te, tirx
+
+    batch: Any = te.var("N") if g.n is None else g.n
+    p, s = g.padding, g.stride
+    inp = te.placeholder((batch, g.h, g.w, g.ci), name="I", dtype=dtype)
+    packed = te.placeholder((g.co, g.kh * g.kw * g.ci), name="W", dtype=dtype)  # `pack_filter(F)`
+    padded = te.compute(
+        (batch, g.h + 2 * p, g.w + 2 * p, g.ci),
+        lambda n, y, x, c: tirx.if_then_else(
+            tirx.all(y >= p, y < g.h + p, x >= p, x < g.w + p), inp[n, y - p, x - p, c], tirx.const(0, dtype)
+        ),
+        name="I_pad",
+    )
+    window, hw = g.kw * g.ci, g.oh * g.ow
+    a = te.compute(
+        (batch * hw, g.kh * window),
+        lambda m, r: padded[m // hw, (m % hw) // g.ow * s + r // window, m % g.ow * s + r % window // g.ci, r % g.ci],
+        name="A",
+    )
+    r = te.reduce_axis((0, g.kh * window), name="k")
+    c = te.compute((batch * hw, g.co), lambda i, j: _accumulate(a[i, r], packed[j, r], r), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([inp, packed, c])})
+
+
+def pack_filter(flt: Any) -> Any:
+    """F[KH,KW,CI,CO] → W[CO, KH·KW·CI], once per weight: the implicit GEMM's B operand, contiguous along the
+    reduction. (Reading F in place would gather along K with stride CO, which TVM 0.27 lowers to 16-byte
+    cp.async copies of the wrong elements.)"""
+    kh, kw, ci, co = flt.shape
+    return flt.transpose(3, 0, 1, 2).reshape(co, kh * kw * ci).copy()
+
+
+def check_conv(g: Conv2dGeometry, dtype: str) -> str | None:
+    """Why the implicit GEMM cannot serve this conv2d, or None."""
+    lanes = 16 // (4 if dtype == "float32" else 2)
+    if g.ci % lanes:
+        return f"CI={g.ci} must be a multiple of {lanes} (one 16-byte copy must not cross a filter tap)"
+    return None
+
+
+def _schedule_gemm_like(module: Any, tile: GemmTile, gemm: GemmShape, batched: bool) -> Any:
+    """`schedule_gemm`'s recipe on block "C" of `module`: pad M, tile, stage both operands through shared memory
+    with cooperative (cp.async) fetches at the k loop, pipeline it, then inline every computed producer (M's
+    padding, im2col, the filter transpose) into the copies. A batch axis goes to blockIdx.z."""
     from tvm import s_tir
 
     problem = tile.problem(gemm.n, gemm.k)
     if problem:
         raise ValueError(problem)
-    sch = s_tir.Schedule(batch_matmul_module(gemm.batch, gemm.n, gemm.k, m, gemm.dtype))
+    sch = s_tir.Schedule(module)
     blk = sch.get_sblock("C")
-    sch.pad_einsum(blk, [1, tile.bm, 1, 1])
-    producers = sch.get_producers(blk)
-    apad = producers[0] if producers else None
+    sch.pad_einsum(blk, [1, tile.bm, 1, 1] if batched else [tile.bm, 1, 1])
     consumers = sch.get_consumers(blk)
     ccopy = consumers[0] if consumers else sch.cache_write(blk, 0, "global")
-    b, i, j, kk = sch.get_loops(blk)
+    *batch, i, j, kk = sch.get_loops(blk)
     bi, ty, ii = sch.split(i, [None, tile.threads_y, tile.tm])
     bj, tx, jj = sch.split(j, [None, tile.threads_x, tile.tn])
     ko, ki = sch.split(kk, [None, tile.bk])
-    sch.reorder(b, bj, bi, ty, tx, ko, ki, ii, jj)
-    sch.bind(b, "blockIdx.z")
+    sch.reorder(*batch, bj, bi, ty, tx, ko, ki, ii, jj)
+    if batch:
+        sch.bind(batch[0], "blockIdx.z")
     sch.bind(bj, "blockIdx.x")
     sch.bind(bi, "blockIdx.y")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.set_scope(blk, 0, "local")
     sch.reverse_compute_at(ccopy, tx)
+    computed = _computed_producers(sch, blk)
     for idx in (0, 1):
         shared = sch.cache_read(blk, idx, "shared")
         sch.compute_at(shared, ko)
-        _cooperative_fetch(sch, shared, 6, tile, gemm.dtype)  # under b, bj, bi, ty, tx, ko
-    if apad is not None:
-        sch.compute_inline(apad)
+        _cooperative_fetch(sch, shared, 5 + len(batch), tile, gemm.dtype)  # under [b,] bj, bi, ty, tx, ko
+    for producer in computed:  # after pipelining: the copies stay copies of global memory (with predicates)
+        sch.compute_inline(producer)
     sch.decompose_reduction(blk, ko)
     _annotate_pipeline(sch, ko, tile)
     return sch
+
+
+def _computed_producers(sch: Any, block: Any) -> list[Any]:
+    """Every computed block feeding `block`, nearest first (inlining order: each into its consumer)."""
+    out: list[Any] = []
+    frontier = list(sch.get_producers(block))
+    while frontier:
+        producer = frontier.pop(0)
+        out.append(producer)
+        frontier += list(sch.get_producers(producer))
+    return out
 
 
 def _register_pipeline(sch: Any, config: PipelineConfig, block_name: str) -> None:
@@ -148,20 +247,23 @@ def _register_pipeline(sch: Any, config: PipelineConfig, block_name: str) -> Non
             sch.annotate(ko, "software_pipeline_order", [0, 1, 2, 3, 4])
 
 
-def build(config: PipelineConfig, gemm: GemmShape, arch: str, symbolic_m: bool = False) -> Any:
-    """Compile under the pipeline PassContext (cp.async on); on a host without a GPU the device part is
+def build(
+    config: PipelineConfig, gemm: GemmShape, arch: str, symbolic_m: bool = False, conv: Conv2dGeometry | None = None
+) -> Any:
+    """Compile under the pipeline PassContext (cp.async on sm_80+); on a host without a GPU the device part is
     CUDA source only."""
-    from kernelfleet.tvm_kernel import import_tvm
+    import tvm
 
-    tvm = import_tvm()
-    sch = schedule(config, gemm, symbolic_m)
+    sch = schedule(config, gemm, symbolic_m, conv)
     target = tvm.target.Target(cuda_target(arch))
     with target, tvm.transform.PassContext(opt_level=3, config=pass_config(arch)):
         return tvm.tirx.build(sch.mod, target=target)
 
 
-def source(config: PipelineConfig, gemm: GemmShape, arch: str, symbolic_m: bool = False) -> str:
-    return cuda_source(build(config, gemm, arch, symbolic_m))
+def source(
+    config: PipelineConfig, gemm: GemmShape, arch: str, symbolic_m: bool = False, conv: Conv2dGeometry | None = None
+) -> str:
+    return cuda_source(build(config, gemm, arch, symbolic_m, conv))
 
 
 class Measurer:
@@ -170,8 +272,10 @@ class Measurer:
     def __init__(self, workload: WorkloadSpec, shape: Mapping[str, int], target: TargetSpec, timeout_s: float) -> None:
         self.workload, self.shape, self.target = workload, dict(shape), target
         self.gemm = gemm_for(workload, shape)
+        self.conv = Conv2dGeometry.of(workload.bind(shape), workload.attrs) if workload.op == "conv2d" else None
         self.timeout_s = timeout_s
         self.errors: dict[PipelineConfig, str] = {}
+        self._inputs: tuple[list[Any], Any] | None = None
 
     def __call__(self, configs: Sequence[PipelineConfig]) -> list[float]:
         out = []
@@ -183,23 +287,34 @@ class Measurer:
                 out.append(math.inf)
         return out
 
+    def _data(self) -> tuple[list[Any], Any]:
+        """The kernel's arguments (a conv2d filter packed once) and the expected output, in the kernel's shape."""
+        if self._inputs is None:
+            from service.workers.tuners.compute import random_inputs, reference
+
+            inputs = random_inputs(self.workload, self.shape, seed=1)
+            expected = reference(self.workload)(*inputs)
+            if self.conv is not None:
+                inputs = [inputs[0], pack_filter(inputs[1])]
+                expected = expected.reshape(-1, self.conv.co)  # NHWC output = C[N·OH·OW, CO]
+            self._inputs = (inputs, expected)
+        return self._inputs
+
     def _time(self, config: PipelineConfig, check: bool = False) -> tuple[float, str | None]:
         import numpy as np
+        import tvm
 
-        from kernelfleet.tvm_kernel import import_tvm
-        from service.workers.tuners.compute import random_inputs, reference, tolerance
+        from service.workers.tuners.compute import tolerance
 
-        tvm = import_tvm()
-        module = build(config, self.gemm, self.target.arch or "")
+        module = build(config, self.gemm, self.target.arch or "", conv=self.conv)
         dev = tvm.cuda(0)
-        inputs = random_inputs(self.workload, self.shape, seed=1)
+        inputs, expected = self._data()
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        out = tvm.runtime.tensor(np.zeros((self.gemm.m, self.gemm.n), dtype="float32"), dev)
+        out = tvm.runtime.tensor(np.zeros(expected.shape, dtype="float32"), dev)
         module["main"](*args, out)
         error = None
         if check:
-            got = out.numpy()
-            err = float(np.abs(got - reference(self.workload)(*inputs)).max())
+            err = float(np.abs(out.numpy() - expected).max())
             error = None if err <= tolerance(self.workload, self.shape) else f"max abs error {err:.3g}"
         timer = module.time_evaluator("main", dev, number=20, repeat=5)
         return float(np.median(timer(*args, out).results)), error

@@ -114,7 +114,7 @@ class PipelineKind(JobKind):
             shape,
             latency_s=seconds,
             vendor=vendor,
-            config=config_record(gemm, best.config, ctx.target.arch or ""),
+            config=config_record(gemm, best.config, ctx.target.arch or "", ctx.workload.op),
             config_latency_s=best.measured_s,
             provenance={"tuner": "pipeline", "search": mode, "gpu": gpu.name, **outcome.quality()},
         )
@@ -140,14 +140,17 @@ def search_mode(job_id: str) -> Mode:
     raise ValueError(f"tag {SEARCH_TAG}={value!r}: the search is one of {', '.join(MODES)}")
 
 
-def config_record(gemm: Any, config: Any, arch: str) -> dict[str, Any]:
+def config_record(gemm: Any, config: Any, arch: str, op: str = "") -> dict[str, Any]:
     """A published pipeline config: self-describing, so later jobs calibrate the model from it."""
-    return {
+    record = {
         "format": CONFIG_FORMAT,
         "arch": arch,
         "gemm": {"batch": gemm.batch, "m": gemm.m, "n": gemm.n, "k": gemm.k, "dtype": gemm.dtype},
         "config": config.to_dict(),
     }
+    if op == "conv2d":  # the kernel's contract with its caller: packed filter in, NHWC out
+        record["layout"] = {"filter": "W[CO, KH*KW*CI] = F.transpose(3, 0, 1, 2)", "output": "O[N*OH*OW, CO]"}
+    return record
 
 
 def candidate(gemm: Any, config: Any, seconds: float, error: str | None) -> MeasuredCandidate:

@@ -99,3 +99,34 @@ def test_pipeline_job_goes_to_gpu_queue_and_no_cpu_worker_takes_it(
         get_settings.cache_clear()
     failed = client.job(job.id)
     assert failed.state == "failed" and "no CUDA GPU" in (failed.error or "")
+
+
+def test_the_model_is_calibrated_from_the_targets_measured_pipeline_kernels(use_store: str) -> None:
+    """Candidates a pipeline job recorded (here from a *synthetic* GPU: the model with slower DRAM, no GPU on
+    this host) calibrate the next job's model for that target fingerprint; too few leave the arch's table."""
+    from service.models.config import MeasuredCandidate
+    from service.models.target import Toolchain
+    from service.store import catalog, configs, jobs
+    from service.store.db import session_scope
+    from service.workers.kinds.pipeline import calibration_samples, candidate, gpu_constants
+    from service.workers.tuners.pipeline.model import GPUConstants, predict
+    from service.workers.tuners.pipeline.space import GemmShape, enumerate_space
+
+    target = TargetSpec(**A100, toolchain=Toolchain(tvm="0.27.0"), details={"sm_count": 100, "l2_bytes": 40 << 20})
+    table = GPUConstants.for_arch("sm_80")
+    synthetic = table.replaced(sm_count=100, dram_bw=table.dram_bw / 2, lat_dram_s=table.lat_dram_s * 2)
+    gemm = GemmShape(1, 64, 1024, 2048)
+    measured = [(c, predict(gemm, c, synthetic).seconds) for c in enumerate_space(gemm)[::500]]
+    spec = JobSpec(kind="pipeline", workload=WorkloadSpec(**DENSE), target=target, distribution=DIST)
+    with session_scope() as s:
+        workload = catalog.put_workload(s, WorkloadSpec(**DENSE))
+        job = jobs.create_job(s, spec, workload.workload_hash)
+        records = [candidate(gemm, c, t, None) for c, t in measured]
+        records.append(MeasuredCandidate(config={"format": "ms-trace"}, latency_s=1.0, status="ok"))  # not ours
+        configs.record_candidates(s, job.id, workload.workload_hash, target.fingerprint, "M=64", records)
+    samples = calibration_samples(target.fingerprint)
+    assert len(samples) == len(measured) >= 16
+    assert gpu_constants(target, samples[:3]).sm_count == 100  # the detected part, not the table's 108
+    fitted = gpu_constants(target, samples)
+    assert fitted.dram_bw < table.dram_bw
+    assert calibration_samples("0" * 32) == []

@@ -1,7 +1,12 @@
 """KernelFleet Python SDK: submit tuning jobs, look up and run the best kernel per shape."""
 
-from kernelfleet.client import Client, local_toolchain, shape_key
-from kernelfleet.errors import (
+# Before numpy loads (the imports below bring it): OpenBLAS reads its thread settings once, at load.
+from kernelfleet.runtime import configure_threads
+
+configure_threads()
+
+from kernelfleet.client import Client, local_toolchain, shape_key  # noqa: E402
+from kernelfleet.errors import (  # noqa: E402
     Forbidden,
     InvalidRequest,
     JobFailed,
@@ -11,7 +16,7 @@ from kernelfleet.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from kernelfleet.models import BestConfig, Job, ShapeResult, Target, Workload
+from kernelfleet.models import BestConfig, Job, ShapeResult, Target, Workload  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [

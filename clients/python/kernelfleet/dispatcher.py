@@ -14,6 +14,7 @@ runs numpy and counts every call as a fallback, so the fleet can see what it mis
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable, Piece
+from kernelfleet.runtime import blas_spin_warning
 from kernelfleet.ukernel import ALIGN, UKernel, aligned_empty, as_aligned, is_aligned
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,8 @@ class Dispatcher:
         self.dtype = np.dtype(next(iter(self.kernels.values())).spec.dtype if self.kernels else "float32")
         row_bytes = [(d or 0) * self.dtype.itemsize for d in (K, N)]
         self._rows_aligned = all(b % ALIGN == 0 for b in row_bytes)
+        if self.kernels:
+            _warn_blas_spin_once()
 
     @property
     def fallback(self) -> bool:
@@ -195,6 +199,13 @@ class Dispatcher:
             if reset:
                 self._usage = {}
         return snapshot
+
+
+@functools.cache
+def _warn_blas_spin_once() -> None:
+    warning = blas_spin_warning()
+    if warning:
+        log.warning(warning)
 
 
 def _copy_into(out: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -6,8 +6,10 @@ first call for that S), finds W's packed copies by identity, and runs the pieces
 never tuned still get a program: the table extends past its last interval (see DispatchTable.lookup).
 
 Exact-shape kernels (from `sketch` jobs, measured faster than the table's program for that S) take
-precedence for their S. With no table at all (service unreachable and nothing cached) the dispatcher
-runs numpy and counts every call as a fallback, so the fleet can see what it missed.
+precedence for their S. Where the table routes S to the vendor (the job measured numpy faster there)
+the dispatcher calls numpy, as the table chose: not a fallback. With no table at all (service
+unreachable and nothing cached) the dispatcher runs numpy and counts every call as a fallback, so the
+fleet can see what it missed.
 
 `usage()` returns what ran per S (calls, kernel seconds, fallbacks): the raw material for telemetry.
 """
@@ -98,7 +100,7 @@ class Dispatcher:
         return self.table is None
 
     def program(self, S: int) -> tuple[Piece, ...]:
-        """The pieces that run S rows; empty when S runs on an exact kernel or numpy."""
+        """The pieces that run S rows; empty when S runs on an exact kernel or numpy (the vendor)."""
         pieces = self._programs.get(S)
         if pieces is None:
             pieces = _FALLBACK if self.table is None or S in self.exact else self.table.lookup(S)
@@ -178,7 +180,7 @@ class Dispatcher:
         else:
             y = x @ w.T
             out = y if out is None else _copy_into(out, y)
-            fell_back = True
+            fell_back = self.table is None  # else the table routed S to the vendor: its choice, not a miss
         self._record(S, time.perf_counter() - start, fell_back)
         return out
 

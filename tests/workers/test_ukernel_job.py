@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from kernelfleet import Client
 from kernelfleet.cli import app
+from kernelfleet.errors import NotFound
 from kernelfleet.signing import UntrustedArtifact
 from tests.helpers import Fleet, wait_for
 
@@ -209,7 +210,9 @@ def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
         assert done.publish_reason and "vendor (numpy) is faster" in done.publish_reason, done.publish_reason
         assert any("published nothing" in r.getMessage() for r in caplog.records)
         assert done.target_fingerprint is not None
-        assert client.dispatch_doc(done.workload_hash, done.target_fingerprint) is None
+        with pytest.raises(NotFound, match="no dispatch table"):
+            client.dispatch_doc(done.workload_hash, done.target_fingerprint)
+        assert fleet.api_key is not None
         monkeypatch.setenv("KERNELFLEET_API_KEY", fleet.api_key)
         shown = CliRunner().invoke(app, ["job", job.id, "--url", fleet.url], terminal_width=400)
         assert shown.exit_code == 0, shown.output

@@ -48,6 +48,7 @@ if __name__ == "__main__":
     import kernelfleet  # noqa: F401  (its thread settings must precede numpy: kernelfleet.runtime)
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -171,6 +172,7 @@ def tune_ukernel(name: str, K: int, N: int, args: argparse.Namespace) -> dict[st
         target=host_target(),
         max_ukernels=args.max_ukernels,
         work_dir=args.artifacts_dir / name,
+        vendor_routes=not args.no_vendor_routes,
     )
     started = time.perf_counter()
     out = UKernelTuner().tune_range(task, ValidationSink(f"{name} ukernel"))
@@ -230,7 +232,7 @@ def run_tuning(args: argparse.Namespace) -> None:
         "layers": {},
     }
     env = data["tuning_environment"]
-    data["warmup_s"] = warm_up_tuner()
+    data["warmup_s"] = 0.0 if args.no_ms else warm_up_tuner()  # the warm-up is MetaSchedule's
     dense = [name for name in args.layers if name in LAYERS]
     print(
         f"phase 1: tuning {', '.join(dense) or 'nothing'} on {env['tvm_target_str']}: one ukernel job (T=1..{S_MAX}) "
@@ -419,10 +421,10 @@ def measure_dense(torch: Any, name: str, entry: dict[str, Any], args: argparse.N
         }
         rows.append(row)
         med = {n: c["median_s"] for n, c in res.items()}
-        vendor = min(med["numpy"], med["torch"])
+        vendor = _vendor(med)
         bad = [n for n, c in res.items() if not c["ok"]]
         print(
-            f"  {T:>4}{us(med['ukernel']):>10}{us(med['numpy']):>10}{us(med['torch']):>10}"
+            f"  {T:>4}{us(med['ukernel']):>10}{us(med['numpy']):>10}{us(med.get('torch')):>10}"
             f"{us(med.get('ms_pad128')):>10}{us(med.get('ms_exact')):>10}{vendor / med['ukernel']:>11.2f}  "
             f"{program_text(dispatcher, T)}{'  WRONG OUTPUT: ' + ', '.join(bad) if bad else ''}",
             flush=True,
@@ -438,7 +440,7 @@ def measure_bmm(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
     for T in args.shapes:
         a = rng.standard_normal((HEADS, T, HEAD_DIM), dtype=np.float32)
         b = rng.standard_normal((HEADS, HEAD_DIM, T), dtype=np.float32)
-        at, bt = torch.from_numpy(a), torch.from_numpy(b)
+        at, bt = (torch.from_numpy(a), torch.from_numpy(b)) if torch is not None else (None, None)
 
         def numpy_call(a: np.ndarray = a, b: np.ndarray = b) -> np.ndarray:
             return a @ b
@@ -446,31 +448,35 @@ def measure_bmm(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
         def torch_call(at: Any = at, bt: Any = bt) -> Any:
             return torch.matmul(at, bt)
 
-        contenders = [
-            Contender("numpy", python_sampler(numpy_call), numpy_call, pool="openblas"),
-            Contender("torch", python_sampler(torch_call), lambda f=torch_call: f().numpy(), pool="torch"),
-        ]
+        contenders = [Contender("numpy", python_sampler(numpy_call), numpy_call, pool="openblas")]
+        if torch is not None:
+            contenders.append(
+                Contender("torch", python_sampler(torch_call), lambda f=torch_call: f().numpy(), pool="torch")
+            )
         tol = tolerance(bmm_workload(), {"M": T})
         settle_s, res = timed(contenders, a @ b, tol, args)
         rows.append(
             {"T": T, "settle_s": settle_s, "flop": 2 * HEADS * T * T * HEAD_DIM, "tolerance": tol, "contenders": res}
         )
-        print(f"  {T:>4}{us(res['numpy']['median_s']):>10}{us(res['torch']['median_s']):>10}", flush=True)
+        torch_s = res["torch"]["median_s"] if "torch" in res else None
+        print(f"  {T:>4}{us(res['numpy']['median_s']):>10}{us(torch_s):>10}", flush=True)
     return {"name": BMM, "covered_by_ukernel": False, "rows": rows}
 
 
 def run_measurement(args: argparse.Namespace) -> dict[str, Any]:
     data = json.loads(args.out.read_text())
-    import torch  # here, not at the top: the tuning child runs with torch hidden
+    torch: Any = None
+    if not args.no_torch:
+        import torch  # here, not at the top: the tuning child runs with torch hidden
 
     set_vendor_threads(torch, cores())
-    env = {**host_info(), "blas": blas_info(), "torch": torch_info(torch)}
+    env = {**host_info(), "blas": blas_info(), "torch": torch_info(torch) if torch is not None else NO_TORCH}
     print(f"phase 2: measuring; numpy and torch use {env['cores']} threads, TVM {env['tvm_threads']}")
     for line in environment_lines(env):
         print("  " + line)
     results = []
     other_load = OtherLoad()
-    with torch.inference_mode():
+    with torch.inference_mode() if torch is not None else contextlib.nullcontext():
         for name in args.layers:
             if name == BMM:
                 results.append(measure_bmm(torch, args))
@@ -513,7 +519,16 @@ def _speedups(rows: Sequence[dict[str, Any]], other: str | Callable[[dict[str, f
 
 
 def _vendor(med: dict[str, float]) -> float:
-    return min(med["numpy"], med["torch"])
+    return min(med[name] for name in ("numpy", "torch") if name in med)
+
+
+NO_TORCH = {
+    "version": "not loaded (--no-torch)",
+    "num_threads": 0,
+    "blas_info": "-",
+    "mkldnn": False,
+    "parallel_info": [],
+}
 
 
 def summarize(data: dict[str, Any]) -> dict[str, Any]:
@@ -719,7 +734,8 @@ def layer_section(data: dict[str, Any], res: dict[str, Any]) -> list[str]:
         for row in res["rows"]:
             c = row["contenders"]
             ok = "yes" if all(v["ok"] for v in c.values()) else "**NO**"
-            lines.append(f"| {row['T']} | {us(c['numpy']['median_s'])} | {us(c['torch']['median_s'])} | {ok} |")
+            torch_s = c["torch"]["median_s"] if "torch" in c else None
+            lines.append(f"| {row['T']} | {us(c['numpy']['median_s'])} | {us(torch_s)} | {ok} |")
         return [*lines, ""]
     entry = data["layers"][res["name"]]
     uk = entry["ukernel"]
@@ -757,7 +773,7 @@ def layer_section(data: dict[str, Any], res: dict[str, Any]) -> list[str]:
             else "**NO**: " + ", ".join(n for n, v in c.items() if not v["ok"])
         )
         lines.append(
-            f"| {row['T']} | {us(med['ukernel'])} | {us(med['numpy'])} | {us(med['torch'])} | "
+            f"| {row['T']} | {us(med['ukernel'])} | {us(med['numpy'])} | {us(med.get('torch'))} | "
             f"{_vendor(med) / med['ukernel']:.2f} | {us(med.get('ms_pad128'))} | {us(med.get('ms_exact'))} | "
             f"{row['flop'] / med['ukernel'] / 1e9:.1f} | {prog} | {ok} |"
         )
@@ -825,6 +841,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="before a sample on another library's threads, wait until the previous library's threads are idle "
         "(the old behaviour; by default the SDK's thread settings make waits unnecessary for TVM and OpenBLAS)",
+    )
+    p.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="leave torch out: the vendor is numpy alone, the library the SDK dispatcher routes to",
+    )
+    p.add_argument(
+        "--no-vendor-routes",
+        action="store_true",
+        help="publish the tables whole, every T on uKernels (how tables were before vendor routes)",
     )
     p.add_argument(
         "--no-ms", action="store_true", help="skip MetaSchedule (ms_pad128, ms_exact): the ukernel job vs the vendors"

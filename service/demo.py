@@ -54,9 +54,8 @@ def _wait_ready(client: Client, timeout_s: float = 120) -> dict[str, object]:
 
 def _median_s(fn: object, *args: np.ndarray, repeat: int = 30) -> float:
     assert callable(fn)
-    # OpenBLAS's and TVM's worker threads spin for a while after a call; on 2 cores the other library then
-    # waits for them (measured: numpy at M=1 goes from 60 µs to milliseconds). Let them go idle first.
-    time.sleep(0.5)
+    # No pause between libraries: the SDK's thread settings (kernelfleet.runtime, applied when the
+    # `kernelfleet` command imports the SDK before numpy) keep TVM's and OpenBLAS's idle threads off the cores.
     fn(*args)
     samples = []
     for _ in range(repeat):

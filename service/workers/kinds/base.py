@@ -115,6 +115,7 @@ class UnitResult:
     shapes: list[ShapeOutcome] = field(default_factory=list)
     dispatch: DispatchPublication | None = None
     fatal: str | None = None  # fails the whole job with this reason
+    not_published: str | None = None  # why the unit's verified result (e.g. its dispatch table) is not served
 
 
 class JobKind(ABC):

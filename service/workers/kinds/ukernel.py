@@ -2,9 +2,11 @@
 
 Unlike a `sketch` job (one search per hot shape), the job tunes the range M = 1..S_max once, as one
 unit. Its shape rows are the hot shapes it validates: each is measured with every uKernel alone and with
-the program the table chose, next to the vendor library, so the job reports speedups per shape. Before
-anything is published the SDK dispatcher runs every S ≤ 256, both ends of every interval and two primes
-past S_max against the reference.
+the program the table chose, next to the vendor library, so the job reports speedups per shape. The
+table routes every S where the vendor (numpy) is faster as the SDK calls both to the vendor (the tuner
+times both at every S up to 256); a table that would route every S to the vendor is not published, and
+the job says so (`published: false` with the reason). Before anything is published the SDK dispatcher
+runs every S ≤ 256, both ends of every interval and two primes past S_max against the reference.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class UKernelKind(JobKind):
             work_dir=ctx.work_dir,
             representative_m=representative,
             measured_before=measured_before,
+            vendor_routes=ctx.settings.ukernel_vendor_routes,
         )
         outcome = tuner.tune_range(task, _Progress())
         if ctx.sink.should_stop():
@@ -133,14 +136,6 @@ class UKernelKind(JobKind):
         error = verify(outcome, ctx.workload, ctx.platform)
         if error:
             return UnitResult(fatal=error)
-        publication = DispatchPublication(
-            dim=DIM,
-            table=outcome.table.to_dict(),
-            artifacts=artifacts_of(outcome),
-            predicted=outcome.predicted_s,
-            measured=outcome.measured_s,
-            validation=validation_record(outcome, ctx.worker),
-        )
         shapes = [
             ShapeOutcome(
                 p.shape,
@@ -149,6 +144,22 @@ class UKernelKind(JobKind):
             )
             for p in hot
         ]
+        if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
+            # every S went to the vendor: a table of vendor routes only would change nothing for anyone
+            routes = outcome.validation.get("vendor_routes", {})
+            return UnitResult(
+                shapes=shapes,
+                not_published=f"the vendor (numpy) is faster as the SDK calls both at every {DIM} in 1..{s_max} "
+                f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
+            )
+        publication = DispatchPublication(
+            dim=DIM,
+            table=outcome.table.to_dict(),
+            artifacts=artifacts_of(outcome),
+            predicted=outcome.predicted_s,
+            measured=outcome.measured_s,
+            validation=validation_record(outcome, ctx.worker),
+        )
         return UnitResult(shapes=shapes, dispatch=publication)
 
     # -- the fleet loop ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ KINDS: Registry[JobKind] = Registry(
     {
         "sketch": "service.workers.kinds.sketch:SketchKind",
         "ukernel": "service.workers.kinds.ukernel:UKernelKind",
+        "gemmini": "service.workers.kinds.gemmini:GemminiKind",
     },
 )
 

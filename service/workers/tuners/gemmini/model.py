@@ -65,8 +65,10 @@ def layer_cost(hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
     rows = eff["N"] * eff["P"] * eff["Q"]
     cc, ck = ceil_to(math.ceil(eff["C"]), d), ceil_to(math.ceil(eff["K"]), d)
     rs = eff["R"] * eff["S"]
-    in_px = rows if layer.op == "gemm" else eff["N"] * layer.in_rows(math.ceil(eff["P"])) * layer.in_cols(
-        math.ceil(eff["Q"])
+    in_px = (
+        rows
+        if layer.op == "gemm"
+        else eff["N"] * layer.in_rows(math.ceil(eff["P"])) * layer.in_cols(math.ceil(eff["Q"]))
     )
     in_tile, w_tile = in_px * cc, rs * cc * ck
     padded_macs = rows * rs * cc * ck

@@ -55,8 +55,17 @@ class Layer:
 
     @staticmethod
     def conv(
-        name: str, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, padding: int = 0,
-        batch: int = 1, weight: int = 1,
+        name: str,
+        H: int,
+        W: int,
+        CI: int,
+        CO: int,
+        KH: int,
+        KW: int,
+        stride: int = 1,
+        padding: int = 0,
+        batch: int = 1,
+        weight: int = 1,
     ) -> Layer:
         P = (H + 2 * padding - KH) // stride + 1
         Q = (W + 2 * padding - KW) // stride + 1
@@ -134,10 +143,20 @@ class HwConfig:
     def generator_config(self) -> dict[str, Any]:
         """The full GemminiArrayConfig this point builds: the key of its bitstream."""
         return {
-            "meshRows": self.dim, "meshColumns": self.dim, "tileRows": 1, "tileColumns": 1,
-            "dataflow": self.dataflow, "sp_capacity_kib": self.sp_kib, "acc_capacity_kib": self.acc_kib,
-            "sp_banks": SP_BANKS, "acc_banks": ACC_BANKS, "dma_buswidth": self.dma_buswidth, "dma_maxbytes": 64,
-            "max_in_flight_mem_reqs": 16, "inputType": "SInt8", "accType": "SInt32",
+            "meshRows": self.dim,
+            "meshColumns": self.dim,
+            "tileRows": 1,
+            "tileColumns": 1,
+            "dataflow": self.dataflow,
+            "sp_capacity_kib": self.sp_kib,
+            "acc_capacity_kib": self.acc_kib,
+            "sp_banks": SP_BANKS,
+            "acc_banks": ACC_BANKS,
+            "dma_buswidth": self.dma_buswidth,
+            "dma_maxbytes": 64,
+            "max_in_flight_mem_reqs": 16,
+            "inputType": "SInt8",
+            "accType": "SInt32",
         }
 
     def key(self) -> str:

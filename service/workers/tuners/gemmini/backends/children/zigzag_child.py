@@ -27,8 +27,16 @@ def accelerator(hw):
     epa_sp = 0.49 + 0.025 * hw["sp_kib"]
 
     def mem(size, cost, bw, operands, ports, served):
-        return {"size": size, "r_cost": cost, "w_cost": cost, "area": 0, "latency": 1, "operands": operands,
-                "ports": ports, "served_dimensions": served}
+        return {
+            "size": size,
+            "r_cost": cost,
+            "w_cost": cost,
+            "area": 0,
+            "latency": 1,
+            "operands": operands,
+            "ports": ports,
+            "served_dimensions": served,
+        }
 
     def port(name, typ, bw, alloc):
         return {"name": name, "type": typ, "bandwidth_min": bw, "bandwidth_max": bw, "allocation": alloc}
@@ -36,16 +44,51 @@ def accelerator(hw):
     return {
         "name": f"gemmini_{d}x{d}",
         "memories": {
-            "pe_w_reg": mem(8, 0.487, 8, ["I2"], [port("r_port_1", "read", 8, ["I2, tl"]), port("w_port_1", "write", 8, ["I2, fh"])], []),
-            "accumulator": mem(hw["acc_kib"] * 8192, epa_acc * 2 * d, acc_bw, ["O"],
-                               [port("r_port_1", "read", acc_bw, ["O, tl", "O, th"]), port("w_port_1", "write", acc_bw, ["O, fh", "O, fl"])],
-                               ["D1", "D2"]),
-            "scratchpad": mem(hw["sp_kib"] * 8192, epa_sp * 2 * d, spad_bw, ["I1", "I2"],
-                              [port("r_port_1", "read", spad_bw, ["I1, tl", "I2, tl"]), port("w_port_1", "write", spad_bw, ["I1, fh", "I2, fh"])],
-                              ["D1", "D2"]),
-            "dram": mem(10**10, 100.0 * bus / 8, bus, ["I1", "I2", "O"],
-                        [port("rw_port_1", "read_write", bus, ["I1, fh", "I1, tl", "I2, fh", "I2, tl", "O, fh", "O, tl", "O, fl", "O, th"])],
-                        ["D1", "D2"]),
+            "pe_w_reg": mem(
+                8,
+                0.487,
+                8,
+                ["I2"],
+                [port("r_port_1", "read", 8, ["I2, tl"]), port("w_port_1", "write", 8, ["I2, fh"])],
+                [],
+            ),
+            "accumulator": mem(
+                hw["acc_kib"] * 8192,
+                epa_acc * 2 * d,
+                acc_bw,
+                ["O"],
+                [
+                    port("r_port_1", "read", acc_bw, ["O, tl", "O, th"]),
+                    port("w_port_1", "write", acc_bw, ["O, fh", "O, fl"]),
+                ],
+                ["D1", "D2"],
+            ),
+            "scratchpad": mem(
+                hw["sp_kib"] * 8192,
+                epa_sp * 2 * d,
+                spad_bw,
+                ["I1", "I2"],
+                [
+                    port("r_port_1", "read", spad_bw, ["I1, tl", "I2, tl"]),
+                    port("w_port_1", "write", spad_bw, ["I1, fh", "I2, fh"]),
+                ],
+                ["D1", "D2"],
+            ),
+            "dram": mem(
+                10**10,
+                100.0 * bus / 8,
+                bus,
+                ["I1", "I2", "O"],
+                [
+                    port(
+                        "rw_port_1",
+                        "read_write",
+                        bus,
+                        ["I1, fh", "I1, tl", "I2, fh", "I2, tl", "O, fh", "O, tl", "O, fl", "O, th"],
+                    )
+                ],
+                ["D1", "D2"],
+            ),
         },
         "operational_array": {"unit_energy": 0.561, "unit_area": 1, "dimensions": ["D1", "D2"], "sizes": [d, d]},
     }
@@ -68,26 +111,58 @@ def problem(payload):
     full = {x: t[x] * n[x] for x in t}
     prec = {"W": 8, "I": 8, "O": 32, "O_final": 8}
     if lay["op"] == "gemm":
-        wl = {"id": 0, "name": "gemm", "operator_type": "Gemm", "equation": "O[b][k]+=I[b][c]*W[c][k]",
-              "loop_dims": ["B", "C", "K"], "loop_sizes": [full["N"], full["C"], full["K"]],
-              "operand_precision": prec, "operand_source": {"I": 0}}
+        wl = {
+            "id": 0,
+            "name": "gemm",
+            "operator_type": "Gemm",
+            "equation": "O[b][k]+=I[b][c]*W[c][k]",
+            "loop_dims": ["B", "C", "K"],
+            "loop_sizes": [full["N"], full["C"], full["K"]],
+            "operand_precision": prec,
+            "operand_source": {"I": 0},
+        }
         inner = [["B", t["N"]], ["C", t["C"] // d], ["K", t["K"] // d]]
         outer = [["C", n["C"]], ["K", n["K"]], ["B", n["N"]]]
     else:
         s = lay["stride"]
-        wl = {"id": 0, "name": "conv", "operator_type": "Conv",
-              "equation": "O[b][k][oy][ox]+=W[k][c][fy][fx]*I[b][c][iy][ix]",
-              "dimension_relations": [f"ix={s}*ox+1*fx", f"iy={s}*oy+1*fy"],
-              "loop_dims": ["B", "K", "C", "OY", "OX", "FY", "FX"],
-              "loop_sizes": [full["N"], full["K"], full["C"], full["P"], full["Q"], full["R"], full["S"]],
-              "operand_precision": prec, "operand_source": {"I": 0}}
-        inner = [["OX", t["Q"]], ["OY", t["P"]], ["B", t["N"]], ["FX", t["S"]], ["FY", t["R"]],
-                 ["C", t["C"] // d], ["K", t["K"] // d]]
-        outer = [["C", n["C"]], ["FX", n["S"]], ["FY", n["R"]], ["K", n["K"]], ["OX", n["Q"]], ["OY", n["P"]],
-                 ["B", n["N"]]]
+        wl = {
+            "id": 0,
+            "name": "conv",
+            "operator_type": "Conv",
+            "equation": "O[b][k][oy][ox]+=W[k][c][fy][fx]*I[b][c][iy][ix]",
+            "dimension_relations": [f"ix={s}*ox+1*fx", f"iy={s}*oy+1*fy"],
+            "loop_dims": ["B", "K", "C", "OY", "OX", "FY", "FX"],
+            "loop_sizes": [full["N"], full["K"], full["C"], full["P"], full["Q"], full["R"], full["S"]],
+            "operand_precision": prec,
+            "operand_source": {"I": 0},
+        }
+        inner = [
+            ["OX", t["Q"]],
+            ["OY", t["P"]],
+            ["B", t["N"]],
+            ["FX", t["S"]],
+            ["FY", t["R"]],
+            ["C", t["C"] // d],
+            ["K", t["K"] // d],
+        ]
+        outer = [
+            ["C", n["C"]],
+            ["FX", n["S"]],
+            ["FY", n["R"]],
+            ["K", n["K"]],
+            ["OX", n["Q"]],
+            ["OY", n["P"]],
+            ["B", n["N"]],
+        ]
     order = [[dim, size] for dim, size in inner + outer if size > 1]
-    mapping = [{"name": wl["name"], "spatial_mapping": {"D1": [f"K, {d}"], "D2": [f"C, {d}"]},
-                "temporal_ordering": order, "memory_operand_links": {"O": "O", "W": "I2", "I": "I1"}}]
+    mapping = [
+        {
+            "name": wl["name"],
+            "spatial_mapping": {"D1": [f"K, {d}"], "D2": [f"C, {d}"]},
+            "temporal_ordering": order,
+            "memory_operand_links": {"O": "O", "W": "I2", "I": "I1"},
+        }
+    ]
     # ZigZag's validator insists on a `default` entry; ours never applies (the layer's entry matches by name)
     mapping.append({**mapping[0], "name": "default"})
     del mapping[-1]["temporal_ordering"]
@@ -108,8 +183,13 @@ def score(payload, td):
     energy, latency, _ = get_hardware_performance_zigzag(
         wl, acc_path, map_path, opt="latency", dump_folder=os.path.join(td, "dump"), loma_show_progress_bar=False
     )
-    return {"cycles": float(latency), "energy_pj": float(energy), "seconds": time.time() - t0,
-            "padded_to_tiles": padded, "temporal_ordering": mapping[0]["temporal_ordering"]}
+    return {
+        "cycles": float(latency),
+        "energy_pj": float(energy),
+        "seconds": time.time() - t0,
+        "padded_to_tiles": padded,
+        "temporal_ordering": mapping[0]["temporal_ordering"],
+    }
 
 
 def main():

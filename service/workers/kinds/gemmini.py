@@ -74,9 +74,8 @@ class GemminiKind(JobKind):
             if any(m.energy_pj is None for m in ms):
                 return None
             w = [lay.weight for lay in layers]
-            return sum(a * m.cycles for a, m in zip(w, ms, strict=True)) * sum(
-                a * m.energy_pj for a, m in zip(w, ms, strict=True)
-            )
+            cycles = sum(a * m.cycles for a, m in zip(w, ms, strict=True))
+            return float(cycles * sum(a * m.energy_pj for a, m in zip(w, ms, strict=True)))
 
         tuned_edp, base_edp = edp(tuned), edp(base)
         hw = result.hw.to_dict()

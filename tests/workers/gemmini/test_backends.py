@@ -105,15 +105,22 @@ def test_fake_firesim_groups_requests_by_hardware_config(fake_firesim: FireSimBa
     bit.write_text("FAKE")
     fake_firesim.registry.register(other, "gemmini_32_fake", str(bit), "gemmini_params_32.h")
     layers, maps = _candidates()
-    out = fake_firesim.measure_many([Request(DEFAULT_HW, layers[:2], maps[:2]), Request(other, layers[2:3],
-                                     [Mapping({"N": 64, "K": 64, "C": 64})]), Request(DEFAULT_HW, layers[3:], maps[3:])])
+    out = fake_firesim.measure_many(
+        [
+            Request(DEFAULT_HW, layers[:2], maps[:2]),
+            Request(other, layers[2:3], [Mapping({"N": 64, "K": 64, "C": 64})]),
+            Request(DEFAULT_HW, layers[3:], maps[3:]),
+        ]
+    )
     assert [len(r) for r in out] == [2, 1, 1]
     runtimes = sorted((fake_firesim.dir / "deploy" / "workloads").glob("*/config_runtime.yaml"))
     names = sorted(json.loads(p.read_text())["target_config"]["default_hw_config"] for p in runtimes)
     assert names == ["gemmini_32_fake", "gemmini_default_fake"]  # one run per config: 3 default ones batched
 
 
-def test_fake_firesim_hung_run_times_out_and_kills(fake_firesim: FireSimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_firesim_hung_run_times_out_and_kills(
+    fake_firesim: FireSimBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_FIRESIM_MODE", "hang")
     fake_firesim.timeout_s = 2
     layers, maps = _candidates()
@@ -122,7 +129,9 @@ def test_fake_firesim_hung_run_times_out_and_kills(fake_firesim: FireSimBackend,
     assert (fake_firesim.dir / "deploy" / "FAKE_KILLED").read_text() == "kill\n"
 
 
-def test_fake_firesim_malformed_uartlog_is_an_error(fake_firesim: FireSimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_firesim_malformed_uartlog_is_an_error(
+    fake_firesim: FireSimBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_FIRESIM_MODE", "malformed")
     layers, maps = _candidates()
     with pytest.raises(BackendError, match="malformed result line"):
@@ -136,7 +145,7 @@ def test_fake_firesim_missing_bitstream(fake_firesim: FireSimBackend, tmp_path: 
     # registered but the image is gone: the FAKE manager's infrasetup fails and the adapter says so
     gone = HwConfig(dim=8)
     fake_firesim.registry.register(gone, "gemmini_gone_fake", str(tmp_path / "missing.tar.gz"), "p.h")
-    with pytest.raises(BackendError, match="infrasetup exited 1.*bitstream"):
+    with pytest.raises(BackendError, match=r"infrasetup exited 1.*bitstream"):
         fake_firesim.measure(gone, layers[:1], [Mapping({"N": 64, "K": 64, "C": 64})])
 
 

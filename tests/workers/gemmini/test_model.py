@@ -83,8 +83,11 @@ def test_importance_prefers_layers_that_still_improve_and_drops_stalled_ones() -
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_co_exploration_beats_random_search_at_equal_budget(seed: int) -> None:
-    layers = [Layer.gemm("qkv", 128, 768, 768, weight=2), Layer.gemm("v", 1, 1024, 1024),
-              Layer.conv("c", 28, 28, 64, 64, 3, 3, padding=1, weight=3)]
+    layers = [
+        Layer.gemm("qkv", 128, 768, 768, weight=2),
+        Layer.gemm("v", 1, 1024, 1024),
+        Layer.conv("c", 28, 28, 64, 64, 3, 3, padding=1, weight=3),
+    ]
     co = co_explore(layers, 3000, seed=seed)
     rnd = random_search(layers, 3000, seed=seed)
     assert co.calls <= 3000 and rnd.calls <= 3000

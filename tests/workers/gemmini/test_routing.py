@@ -31,8 +31,6 @@ def test_gemmini_job_is_routed_to_the_firesim_queue_only(api: TestClient, monkey
     resp = api.post("/v1/jobs", json=GEMM_LIST)
     assert resp.status_code == 202, resp.text
     assert sent == [(resp.json()["id"], "firesim")]
-    # one unit co-tunes the whole list: progress counts model calls plus one measurement per layer
-    assert resp.json().get("trials_total", 502) == 502
 
 
 def test_gemmini_job_problems_name_the_field(api: TestClient) -> None:  # noqa: F811

@@ -98,6 +98,15 @@ def _neighbour(hw: HwConfig, layer: Layer, m: Mapping, rng: random.Random) -> Ma
     return out
 
 
+def _line(hw: HwConfig, layer: Layer, m: Mapping, rng: random.Random) -> list[Mapping]:
+    """Every choice of one randomly picked tile factor, the others fixed (a coordinate line search)."""
+    dims = [d for d in DIMS if len(tile_choices(hw, layer, d)) > 1]
+    if not dims:
+        return []
+    d = rng.choice(dims)
+    return [m.with_tile(d, v) for v in tile_choices(hw, layer, d) if v != m.t(d)]
+
+
 def project(hw: HwConfig, layer: Layer, m: Mapping) -> Mapping:
     """A mapping carried to another config: matmul tiles rounded to the new DIM (within the padded dim)."""
     if layer.op != "gemm":
@@ -139,12 +148,12 @@ def tune_mappings(
         [LayerState(lay.weight, 2.0 * lay.macs, (lay.op, lay.R, lay.S, lay.stride)) for lay in layers]
     )
     stop_at = min(ev.budget, ev.calls + calls)
-    while ev.calls + unit <= stop_at:
+    while ev.calls + unit <= stop_at:  # (a unit may overrun `stop_at` by one line search)
         i = sched.next_layer()
         if i is None:
             break
-        for _ in range(unit):
-            cand = _neighbour(hw, layers[i], maps[i], rng)
+        # one unit: a line search over one tile factor's choices, then random local moves
+        for cand in [*_line(hw, layers[i], maps[i], rng), *(_neighbour(hw, layers[i], maps[i], rng) for _ in range(2))]:
             c = ev.layer(hw, layers[i], cand)
             cur = costs[i]
             if c is not None and (cur is None or c.edp < cur.edp):
@@ -166,7 +175,7 @@ def _network(hw: HwConfig, layers: list[Layer], maps: list[Mapping], costs: list
 
 
 # -- hardware ------------------------------------------------------------------------------------------
-def hw_neighbours(hw: HwConfig) -> list[HwConfig]:
+def hw_neighbours(hw: HwConfig, buses: tuple[int, ...] = BUS_WIDTHS) -> list[HwConfig]:
     out = []
     i = ARRAY_DIMS.index(hw.dim)
     for j in (i - 2, i - 1, i + 1, i + 2):
@@ -178,10 +187,10 @@ def hw_neighbours(hw: HwConfig) -> list[HwConfig]:
             sp = min(max(round(hw.sp_kib * r), SP_KIB[0]), SP_KIB[1])
             acc = min(max(round(hw.acc_kib * r), ACC_KIB[0]), ACC_KIB[1])
             out.append(replace(hw, dim=ARRAY_DIMS[j], sp_kib=sp, acc_kib=acc))
-    b = BUS_WIDTHS.index(hw.dma_buswidth)
+    b = buses.index(hw.dma_buswidth)
     for j in (b - 1, b + 1):
-        if 0 <= j < len(BUS_WIDTHS):
-            out.append(replace(hw, dma_buswidth=BUS_WIDTHS[j]))
+        if 0 <= j < len(buses):
+            out.append(replace(hw, dma_buswidth=buses[j]))
     for f in (0.25, 0.5, 2.0, 4.0):
         out.append(replace(hw, sp_kib=min(max(round(hw.sp_kib * f), SP_KIB[0]), SP_KIB[1])))
         out.append(replace(hw, acc_kib=min(max(round(hw.acc_kib * f), ACC_KIB[0]), ACC_KIB[1])))
@@ -189,14 +198,14 @@ def hw_neighbours(hw: HwConfig) -> list[HwConfig]:
     return [h for h in out if h != hw and h.problem() is None]
 
 
-def random_hw(rng: random.Random) -> HwConfig:
+def random_hw(rng: random.Random, buses: tuple[int, ...] = BUS_WIDTHS) -> HwConfig:
     while True:
         hw = HwConfig(
             dim=rng.choice(ARRAY_DIMS),
             sp_kib=round(math.exp(rng.uniform(math.log(16), math.log(SP_KIB[1])))),
             acc_kib=round(math.exp(rng.uniform(math.log(4), math.log(ACC_KIB[1])))),
             dataflow=rng.choice(("WS", "OS")),
-            dma_buswidth=rng.choice(BUS_WIDTHS),
+            dma_buswidth=rng.choice(buses),
         )
         if hw.problem() is None:
             return hw
@@ -226,11 +235,13 @@ def co_explore(
     seed: int = 0,
     start_hw: HwConfig = DEFAULT_HW,
     progress: Callable[[int, float], None] | None = None,
+    buses: tuple[int, ...] = BUS_WIDTHS,
 ) -> SearchResult:
     """Hardware and mappings co-tuned for the occurrence-weighted network EDP within `budget` model calls.
 
     Iterated local search: hill-climb the hardware from `start_hw` (BACO starts from the default), then from
-    random hardware points (BACO's random start points) until the budget is spent."""
+    random hardware points (BACO's random start points) until the budget is spent. `buses` restricts the DMA
+    bus widths (e.g. (128,) keeps the default's DRAM bandwidth fixed, as BACO's Table 6.3 does)."""
     rng = random.Random(seed)
     ev = Evaluator(budget)
     per_hw = max(8 * len(layers), min(60 * len(layers), budget // 60))
@@ -248,7 +259,7 @@ def co_explore(
             add(a)
             while net is not None:  # first-improvement hill climbing on the hardware
                 moved = False
-                neighbours = hw_neighbours(hw)
+                neighbours = hw_neighbours(hw, buses)
                 rng.shuffle(neighbours)
                 for cand in neighbours:
                     if cand in seen:
@@ -270,7 +281,7 @@ def co_explore(
                 n2 = _network(hw, layers, maps2, costs2)
                 if n2 is not None:
                     ev.offer(hw, maps2, n2)
-            hw0 = random_hw(rng)
+            hw0 = random_hw(rng, buses)
     except BudgetSpent:
         pass
     return _result(ev, layers, alloc)
@@ -280,13 +291,15 @@ def random_mapping(hw: HwConfig, layer: Layer, rng: random.Random) -> Mapping:
     return Mapping({d: rng.choice(tile_choices(hw, layer, d)) for d in DIMS})
 
 
-def random_search(layers: list[Layer], budget: int, seed: int = 0) -> SearchResult:
+def random_search(
+    layers: list[Layer], budget: int, seed: int = 0, buses: tuple[int, ...] = BUS_WIDTHS
+) -> SearchResult:
     """Uniform random hardware + mappings, `budget` model calls (one network sample = one call per layer)."""
     rng = random.Random(seed)
     ev = Evaluator(budget)
     try:
         while True:
-            hw = random_hw(rng)
+            hw = random_hw(rng, buses)
             maps = [random_mapping(hw, lay, rng) for lay in layers]
             costs = [ev.layer(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
             net = _network(hw, layers, maps, costs)

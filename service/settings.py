@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     publish_only_faster_than_vendor: bool = Field(
         default=True, description="publish a tuned config only if it beats the vendor as the SDK calls both"
     )
+    ukernel_vendor_routes: bool = Field(
+        default=True,
+        description="ukernel tables route each S where the vendor is faster as the SDK calls both to the vendor "
+        "(off: every S runs on uKernels, e.g. to study the tables themselves)",
+    )
     # fleet-wide daily tuning (service/workers/fleet)
     fleet_daily_hour: int = Field(default=3, ge=0, le=23, description="UTC hour of the daily fleet run")
     fleet_daily_minute: int = Field(default=0, ge=0, le=59)

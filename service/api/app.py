@@ -11,7 +11,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service import __version__
-from service.api import body, errors
+from service.api import body, dashboard, errors
 from service.api.limits import BodySizeLimit
 from service.api.routers import catalog, configs, dispatch, fleet, health, jobs, keys, ops, telemetry
 from service.settings import get_settings
@@ -37,6 +37,7 @@ def create_app(run_migrations: bool = True) -> FastAPI:
     body.document(app)
     for module in (health, ops, catalog, jobs, configs, dispatch, telemetry, fleet, keys):
         app.include_router(module.router)
+    dashboard.install(app)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)

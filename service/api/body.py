@@ -37,7 +37,8 @@ class JsonBodies:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
+        # Only the JSON API: the dashboard's HTML forms (/dashboard) post urlencoded bodies.
+        if scope["type"] != "http" or scope["method"] not in _WITH_BODY or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])

@@ -81,7 +81,7 @@ def test_submit_get_list_cancel(api: TestClient) -> None:
         (_job(workload={"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]}), ["body", "workload"]),
         (_job(workload="0" * 32), ["body", "workload"]),
         (_job(target={"kind": "llvm", "num_cores": 2}), ["body", "target"]),
-        (_job(target={"kind": "cuda", "arch": "sm_80"}), ["body", "target", "kind"]),
+        (_job(target={"kind": "gemmini", "arch": "default"}), ["body", "target", "kind"]),
         (_job(distribution={"kind": "uniform", "dim": "T", "low": 1, "high": 4}), ["body", "distribution"]),
         (_job(distribution={"kind": "uniform", "dim": "M", "low": 1, "high": 10**6}), ["body", "distribution"]),
         (_job(budget={"trials": 0}), ["body", "budget", "trials"]),

@@ -114,6 +114,14 @@ class JobView(_Wire):
         default=None,
         description="set while the job is queued on a queue no live worker consumes: the queue's name",
     )
+    published: bool | None = Field(
+        default=None,
+        description="whether the job published a config or a dispatch table (set when it ends); a job can "
+        "succeed and publish nothing, e.g. when the vendor is faster as the SDK calls both",
+    )
+    publish_reason: str | None = Field(
+        default=None, description="why something was not published (all of it when published is false)"
+    )
     shapes: list[ShapeResult] = Field(default_factory=list)
 
     @property

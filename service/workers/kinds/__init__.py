@@ -30,6 +30,8 @@ KINDS: Registry[JobKind] = Registry(
     {
         "sketch": "service.workers.kinds.sketch:SketchKind",
         "ukernel": "service.workers.kinds.ukernel:UKernelKind",
+        "pipeline": "service.workers.kinds.pipeline:PipelineKind",
+        "gemmini": "service.workers.kinds.gemmini:GemminiKind",
     },
 )
 

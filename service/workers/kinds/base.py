@@ -26,6 +26,7 @@ from service.models.distribution import ShapeDistribution
 from service.settings import Settings
 from service.store.dispatch import NewArtifact
 from service.store.jobs import PlannedShape
+from service.workers.kinds.panels import JobData, Panel, default_panels
 from service.workers.platforms import Platform, VendorTiming
 
 
@@ -114,6 +115,7 @@ class UnitResult:
     shapes: list[ShapeOutcome] = field(default_factory=list)
     dispatch: DispatchPublication | None = None
     fatal: str | None = None  # fails the whole job with this reason
+    not_published: str | None = None  # why the unit's verified result (e.g. its dispatch table) is not served
 
 
 class JobKind(ABC):
@@ -171,6 +173,15 @@ class JobKind(ABC):
     def fleet_shapes(self, observed: Mapping[str, float], candidates: Mapping[str, float]) -> dict[str, float]:
         """The distribution (shape key → weight) a fleet job tunes, from what hosts ran and what ranked."""
         return dict(candidates)
+
+    # -- the dashboard -------------------------------------------------------------------------------
+    def dashboard_panels(self, data: JobData) -> list[Panel]:
+        """The charts and tables of this kind's job page (the dashboard draws them; see kinds/panels.py).
+
+        The default suits any kind: tuning curves, per-shape results against the vendor, every measured
+        candidate, errors, and a latency/energy scatter when candidates carry energy. Override to show what
+        is particular to the algorithm; this runs in the API process, so it must not need a compiler."""
+        return default_panels(data)
 
 
 def unit_done(plan_rows: Sequence[Any], unit: WorkUnit) -> bool:

@@ -203,6 +203,9 @@ def test_wrong_content_type_gets_415_and_non_utf8_gets_400(api: TestClient) -> N
         assert api.post("/v1/workloads", content=raw, headers={"Content-Type": content_type}).status_code == 201
     job = api.post("/v1/jobs", json=_job()).json()
     assert api.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # no body, no content type: fine
+    # the dashboard's HTML forms are urlencoded, outside /v1
+    form = api.post("/dashboard/login", data={"key": "kf_wrong"}, headers={"Origin": str(api.base_url)})
+    assert form.status_code not in (400, 415), form.text
 
 
 CONV_DIMS = {"H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 3}

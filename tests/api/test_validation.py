@@ -254,3 +254,13 @@ def test_422_locations_are_the_fields_a_user_wrote(api: TestClient) -> None:
         for error in api.post("/v1/jobs", json=body).json()["detail"]:
             assert error["loc"][:2] == ["body", "workload"] and error["loc"][2:3] != ["str"], error
             assert not any(str(part).startswith("function-") for part in error["loc"]), error
+
+
+def test_a_scalar_union_gets_one_error_at_the_field(api: TestClient) -> None:
+    conv = {**CONV, "attrs": {"stride": "x"}}  # attrs are int | bool: one error, not one per member
+    detail = api.post("/v1/workloads", json=conv).json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "attrs", "stride"]], detail
+    assert "integer" in detail[0]["msg"] and "boolean" in detail[0]["msg"]
+    target = {**TARGET, "details": {"gpu": [1]}, "toolchain": TOOLCHAIN}  # details are str | int
+    detail = api.post("/v1/targets", json=target).json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "details", "gpu"]], detail

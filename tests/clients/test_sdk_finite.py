@@ -16,7 +16,7 @@ def test_non_finite_numbers_are_named_before_anything_is_sent(number: float) -> 
     dist = {"kind": "zipf", "dim": "M", "low": 1, "high": 64, "s": number}
     with pytest.raises(InvalidRequest, match=r"body\.distribution\.s") as info:
         client.submit({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"]}, {"kind": "llvm"}, dist)
-    assert info.value.detail == [
+    assert info.value.status == 422 and info.value.detail == [
         {"loc": ["body", "distribution", "s"], "msg": f"{number} is not a finite number", "type": "finite_number"}
     ]
     batch = {"batch_id": "b", "records": [{"shape": {"M": 1}, "calls": 1, "kernel_seconds": number}]}

@@ -92,7 +92,10 @@ class Client:
                 for loc, number in bad
             ]
             where = ".".join(str(p) for p in detail[0]["loc"])
-            raise InvalidRequest(f"{method} {path}: {where} is {bad[0][1]}; JSON numbers must be finite", None, detail)
+            # a 422 as the service would answer, so callers treat it alike (e.g. the telemetry reporter drops the
+            # batch rather than resending it forever)
+            message = f"{method} {path}: {where} is {bad[0][1]}; JSON numbers must be finite (refused before sending)"
+            raise InvalidRequest(message, 422, detail)
         idempotent = method in ("GET", "HEAD")
         for attempt in range(self.retries + 1):
             try:

@@ -19,7 +19,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,8 +141,9 @@ class CudaDispatcher:
 
     `x` [S, K] and `w` [N, K] are device tensors (torch CUDA tensors, TVM tensors, or anything with
     DLPack); the result is a new device tensor of the same kind (or `out`, when given). Host numpy
-    arrays are accepted for convenience and copied to the GPU once per call. With no table the call
-    goes to cuBLAS through torch when torch is installed, else raises NoCudaDevice/RuntimeError.
+    arrays are accepted for convenience and copied to the GPU once per call. With no table, and for the
+    S ranges the tuner measured cuBLAS faster (`vendor`), the call goes to cuBLAS through torch when
+    torch is installed; with no table and no torch it raises.
     """
 
     def __init__(
@@ -154,6 +155,7 @@ class CudaDispatcher:
         K: int | None,
         source: str = "local",
         meta: Mapping[str, Any] | None = None,
+        vendor: Sequence[Sequence[int]] = (),
     ) -> None:
         if table is not None:
             require_cuda()
@@ -167,6 +169,11 @@ class CudaDispatcher:
         self.meta = dict(meta or {})
         self._programs: dict[int, tuple[Piece, ...]] = {}
         self.calls: dict[int, int] = {}
+        # S ranges where the tuner measured cuBLAS faster than every program: served by cuBLAS (torch)
+        self.vendor = tuple((int(lo), int(hi)) for lo, hi in vendor)
+
+    def routes_to_vendor(self, S: int) -> bool:
+        return any(lo <= S <= hi for lo, hi in self.vendor) and _torch() is not None
 
     def program(self, S: int) -> tuple[Piece, ...]:
         if self.table is None:
@@ -179,7 +186,7 @@ class CudaDispatcher:
     def __call__(self, x: Any, w: Any, out: Any = None) -> Any:
         S = int(x.shape[0])
         self.calls[S] = self.calls.get(S, 0) + 1
-        if self.table is None:
+        if self.table is None or self.routes_to_vendor(S):
             return _vendor(x, w, out)
         x, w, host = _on_device(x), _on_device(w), _is_numpy(x)
         if tuple(int(d) for d in x.shape[1:]) != (self.K,) or tuple(int(d) for d in w.shape) != (self.N, self.K):
@@ -212,6 +219,14 @@ class CudaDispatcher:
             samples.append((time.perf_counter() - start) / repeat)
         kernels = sum(self.kernels[p.ukernel_id].time(p.rows, repeat=3, number=20) for p in self.program(S))
         return max(0.0, statistics.median(samples) - kernels)
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 def _is_numpy(a: Any) -> bool:

@@ -132,7 +132,7 @@ class UKernelKind(JobKind):
             return UnitResult(fatal=error)
         publication = DispatchPublication(
             dim=DIM,
-            table=outcome.table.to_dict(),
+            table=_table_dict(outcome),
             artifacts=artifacts_of(outcome),
             predicted=outcome.predicted_s,
             measured=outcome.measured_s,
@@ -157,6 +157,14 @@ class UKernelKind(JobKind):
         from service.models.shape import parse_shape_key
 
         return {k: w for k, w in observed.items() if max(parse_shape_key(k).values()) <= MAX_S}
+
+
+def _table_dict(outcome: Any) -> dict[str, Any]:
+    """The table as published; GPU tables add the S ranges cuBLAS serves faster (older SDKs ignore the key)."""
+    table: dict[str, Any] = outcome.table.to_dict()
+    if outcome.vendor_ranges:
+        table["vendor"] = [list(r) for r in outcome.vendor_ranges]
+    return table
 
 
 def _candidates(records: list[dict[str, Any]]) -> list[MeasuredCandidate]:

@@ -207,7 +207,10 @@ class GPUUKernelTuner:
                 "chosen_predicted_s": programs[S - 1].cost,
             }
             sink.on_validated(S, len(alone) + 1)
-        validation = {"shapes": shapes, "piece_overhead_s": overhead, "platform": "cuda"}
+        validation: dict[str, Any] = {"shapes": shapes, "piece_overhead_s": overhead, "platform": "cuda"}
+        vendor = self._vendor_ranges(dispatcher, N, K, job.s_max, validation)
+        if vendor:
+            dispatcher = CudaDispatcher(table, kernels, N=N, K=K, vendor=vendor)
         return RangeOutcome(
             table=table,
             kernels=kernels,
@@ -220,6 +223,7 @@ class GPUUKernelTuner:
             seconds=time.perf_counter() - began,
             hardware=hw.to_dict(),
             dispatcher=dispatcher,
+            vendor_ranges=vendor,
         )
 
     @staticmethod
@@ -240,6 +244,25 @@ class GPUUKernelTuner:
         return build_cuda_ukernel(chosen, N, K, target, fatbin=True), timings
 
     @staticmethod
+    def _vendor_ranges(
+        dispatcher: CudaDispatcher, N: int, K: int, s_max: int, validation: dict[str, Any]
+    ) -> list[tuple[int, int]]:
+        """The S ranges where cuBLAS (through torch, called as a host calls it) beats the table's program:
+        the table routes them to cuBLAS. Empty without torch (the table then serves every S)."""
+        from service.workers import cublas
+
+        try:
+            cublas.torch_cuda()
+        except RuntimeError as exc:
+            validation["vendor_routing"] = f"skipped: {exc}"
+            return []
+        points = sorted({*range(1, min(s_max, 128) + 1), *range(128, s_max + 1, 16), s_max})
+        ours = {s: time_cuda_dispatcher(dispatcher, N, K, s, calls=20) for s in points}
+        theirs = {s: cublas.time_linear_called(s, N, K, calls=20) for s in points}
+        validation["vendor_routing"] = {"ours_s": ours, "cublas_called_s": theirs}
+        return vendor_ranges(ours, theirs, s_max)
+
+    @staticmethod
     def _piece_overhead(kernels: Mapping[str, CudaUKernel], N: int, K: int) -> float:
         """What one more piece costs beyond its kernel: a launch plus the Python and DLPack work around it."""
         samples = []
@@ -247,6 +270,22 @@ class GPUUKernelTuner:
             one = CudaDispatcher(_single_table(kernel), {"k": kernel}, N=N, K=K)
             samples.append(one.overhead(S=kernel.spec.mt))
         return statistics.median(samples)
+
+
+def vendor_ranges(ours: Mapping[int, float], vendor: Mapping[int, float], s_max: int) -> list[tuple[int, int]]:
+    """Compressed [lo, hi] ranges of S (1..s_max) where the vendor is faster. An S that was not measured
+    takes the verdict of the nearest measured S below it (the programs change slowly with S)."""
+    measured = sorted(s for s in ours if s in vendor and 1 <= s <= s_max)
+    ranges: list[tuple[int, int]] = []
+    for i, s in enumerate(measured):
+        if vendor[s] >= ours[s]:
+            continue
+        hi = (measured[i + 1] - 1) if i + 1 < len(measured) else s_max
+        if ranges and ranges[-1][1] == s - 1:
+            ranges[-1] = (ranges[-1][0], hi)
+        else:
+            ranges.append((s, hi))
+    return ranges
 
 
 @dataclasses.dataclass(frozen=True)

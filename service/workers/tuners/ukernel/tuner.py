@@ -95,6 +95,7 @@ class RangeOutcome:
     seconds: float
     hardware: dict[str, Any] = field(default_factory=dict)
     dispatcher: Any = None  # the SDK dispatcher that ran the validation (None: the CPU Dispatcher over kernels)
+    vendor_ranges: list[tuple[int, int]] = field(default_factory=list)  # S ranges the vendor serves (GPU)
 
     @property
     def padding_ratio(self) -> float:

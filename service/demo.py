@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelfleet import Client
+from kernelfleet.dispatcher import Dispatcher
 from service.launch import Supervisor
 from service.models import TargetSpec, WorkloadSpec
 from service.settings import Settings
@@ -70,6 +71,7 @@ def _show_dispatcher(console: Console, client: Client, workload_hash: str, finge
     """What an inference host does: fetch the dispatch table once, then run any M locally."""
     t0 = time.perf_counter()
     dispatcher = client.dispatcher(workload_hash, fingerprint, cache_dir=cache)
+    assert isinstance(dispatcher, Dispatcher), "the demo tunes this host's CPU: its table is not a CUDA one"
     console.print(f"SDK dispatcher loaded from the {dispatcher.source} in {time.perf_counter() - t0:.2f} s")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((2304, 768)).astype("float32")

@@ -155,7 +155,11 @@ def run_layer(name: str, args: argparse.Namespace, arch: str, work: Path) -> dic
     from kernelfleet.cuda_ukernel import CudaDispatcher
 
     routed = outcome.dispatcher  # with the S ranges the tuner measured cuBLAS faster routed to cuBLAS
-    program = CudaDispatcher(outcome.table, outcome.kernels, N=n, K=k)  # our uKernels at every T
+    from kernelfleet.dispatch import DispatchTable
+
+    # our uKernels at every T: the table before cuBLAS routing (outcome.kernels holds every uKernel it uses)
+    tuned = DispatchTable.from_dict(outcome.validation["tuned_table"])
+    program = CudaDispatcher(tuned, outcome.kernels, N=n, K=k)
     error = check_dispatcher(program, n, k, [*range(1, 129), 131, 257, 512])
     rows: dict[str, dict[str, Any]] = {}
     for t in ts:
@@ -195,7 +199,7 @@ def run_layer(name: str, args: argparse.Namespace, arch: str, work: Path) -> dic
         "tuning_s": outcome.seconds,
         "piece_overhead_s": outcome.validation["piece_overhead_s"],
         "dispatch_overhead_us": program.overhead(S=1) * 1e6,
-        "vendor_ranges": outcome.vendor_ranges,
+        "vendor_routes": {k: v for k, v in outcome.validation["vendor_routes"].items() if k != "sweep_s"},
         "ukernels": sorted(outcome.kernels),
         "candidates": outcome.candidates,
         "summary": summarize(rows, ms, outcome.seconds),

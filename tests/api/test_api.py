@@ -162,14 +162,20 @@ def test_import_keeps_only_better(api: TestClient) -> None:
         "target": {**TARGET, "toolchain": TOOLCHAIN},
         "shape": {"M": 4},
         "latency_s": 2e-5,
-        "config": {"format": "x"},
+        "config": {
+            "format": "metaschedule-trace",
+            "trace": [[], []],
+            "module": "{}",
+            "module_hash": "1",
+            "target": {"kind": "llvm"},
+        },
         "source": "test",
     }
     assert api.post("/v1/configs/import", json={"records": [rec]}).json() == {"imported": 1, "improved": 1}
     slower = {**rec, "latency_s": 3e-5}
     assert api.post("/v1/configs/import", json={"records": [slower]}).json() == {"imported": 1, "improved": 0}
     bad = {**rec, "shape": {"X": 1}}
-    assert ["body", "records", 0] in _loc(api.post("/v1/configs/import", json={"records": [bad]}))
+    assert ["body", "records", 0, "shape"] in _loc(api.post("/v1/configs/import", json={"records": [bad]}))
 
 
 def _key(*scopes: str) -> dict[str, str]:

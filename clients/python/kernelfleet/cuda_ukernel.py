@@ -19,7 +19,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,8 +142,8 @@ class CudaDispatcher:
     `x` [S, K] and `w` [N, K] are device tensors (torch CUDA tensors, TVM tensors, or anything with
     DLPack); the result is a new device tensor of the same kind (or `out`, when given). Host numpy
     arrays are accepted for convenience and copied to the GPU once per call. With no table, and for the
-    S ranges the tuner measured cuBLAS faster (`vendor`), the call goes to cuBLAS through torch when
-    torch is installed; with no table and no torch it raises.
+    S the table routes to the vendor (the tuner measured cuBLAS faster there), the call goes to cuBLAS
+    through torch; without torch those calls raise saying so.
     """
 
     def __init__(
@@ -155,7 +155,6 @@ class CudaDispatcher:
         K: int | None,
         source: str = "local",
         meta: Mapping[str, Any] | None = None,
-        vendor: Sequence[Sequence[int]] = (),
     ) -> None:
         if table is not None:
             require_cuda()
@@ -169,11 +168,10 @@ class CudaDispatcher:
         self.meta = dict(meta or {})
         self._programs: dict[int, tuple[Piece, ...]] = {}
         self.calls: dict[int, int] = {}
-        # S ranges where the tuner measured cuBLAS faster than every program: served by cuBLAS (torch)
-        self.vendor = tuple((int(lo), int(hi)) for lo, hi in vendor)
 
     def routes_to_vendor(self, S: int) -> bool:
-        return any(lo <= S <= hi for lo, hi in self.vendor) and _torch() is not None
+        """Whether S goes to cuBLAS: no table, or the table's vendor interval (the tuner measured it faster)."""
+        return self.table is None or self.table.vendor_at(S)
 
     def program(self, S: int) -> tuple[Piece, ...]:
         if self.table is None:
@@ -186,7 +184,7 @@ class CudaDispatcher:
     def __call__(self, x: Any, w: Any, out: Any = None) -> Any:
         S = int(x.shape[0])
         self.calls[S] = self.calls.get(S, 0) + 1
-        if self.table is None or self.routes_to_vendor(S):
+        if self.routes_to_vendor(S):
             return _vendor(x, w, out)
         x, w, host = _on_device(x), _on_device(w), _is_numpy(x)
         if tuple(int(d) for d in x.shape[1:]) != (self.K,) or tuple(int(d) for d in w.shape) != (self.N, self.K):
@@ -221,14 +219,6 @@ class CudaDispatcher:
         return max(0.0, statistics.median(samples) - kernels)
 
 
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
 def _is_numpy(a: Any) -> bool:
     return type(a).__module__ == "numpy"
 
@@ -253,8 +243,8 @@ def _vendor(x: Any, w: Any, out: Any) -> Any:
         import torch
     except ImportError:
         raise RuntimeError(
-            "no dispatch table for this workload and target, and torch is not installed for the cuBLAS "
-            "fallback: submit a ukernel job or pip install torch"
+            "this call goes to cuBLAS (no dispatch table, or the table routes this S to the vendor) and torch "
+            "is not installed: pip install torch"
         ) from None
     tx = x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
     tw = w if isinstance(w, torch.Tensor) else torch.from_dlpack(w)

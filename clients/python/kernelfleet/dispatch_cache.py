@@ -226,7 +226,6 @@ def cuda_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str
         K=spec.K,
         source=source,
         meta=meta,
-        vendor=doc.table.get("vendor", []),
     )
 
 

@@ -87,6 +87,16 @@ def _rows(t: Any, start: int, rows: int) -> Any:
     return t._create_view((rows, cols), relative_byte_offset=start * cols * itemsize)
 
 
+def _from_dlpack(a: Any) -> Any:
+    """A zero-copy TVM view of a DLPack tensor. The kernels' widest access is a 16-byte cp.async / float4,
+    so 16-byte alignment is what they need; TVM's own from_dlpack insists on 64, which the row views of
+    later pieces (start·K·4 bytes in) need not meet. K and N are multiples of 4 for every uKernel
+    (bk | K, bn | N with bk, bn multiples of the 16-byte vector), so every row view is 16-byte aligned."""
+    import tvm_ffi
+
+    return tvm_ffi.from_dlpack(a, require_alignment=16, require_contiguous=True)
+
+
 class CudaUKernel:
     """A compiled CUDA uKernel: `kernel(x, w, out)` on device tensors, any M ≥ 1."""
 
@@ -97,7 +107,7 @@ class CudaUKernel:
 
     def __call__(self, x: Any, w: Any, out: Any) -> Any:
         tvm = require_cuda()
-        self._fn(*(a if isinstance(a, tvm.runtime.Tensor) else tvm.runtime.from_dlpack(a) for a in (x, w, out)))
+        self._fn(*(a if isinstance(a, tvm.runtime.Tensor) else _from_dlpack(a) for a in (x, w, out)))
         return out
 
     def time(self, M: int, repeat: int = 5, number: int = 50, seed: int = 0) -> float:

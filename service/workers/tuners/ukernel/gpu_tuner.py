@@ -168,7 +168,17 @@ class GPUUKernelTuner:
             uid = cand.tile.label()
             record: dict[str, Any] = {
                 "id": uid,
-                "tile": dataclasses.asdict(cand.tile),
+                # [bm, bn, bk, tm, tn, stages, split_k], a list like the CPU records' [mt, nt, kt]
+                "tile": [
+                    cand.tile.bm,
+                    cand.tile.bn,
+                    cand.tile.bk,
+                    cand.tile.tm,
+                    cand.tile.tn,
+                    cand.tile.stages,
+                    cand.tile.split_k,
+                ],
+                "gemm_tile": dataclasses.asdict(cand.tile),
                 "score": cand.score,
                 "reasons": list(cand.reasons),
             }

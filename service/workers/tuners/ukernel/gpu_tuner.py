@@ -188,6 +188,8 @@ class GPUUKernelTuner:
                 record["depths_s"] = depths
                 uid = GemmTile(**kernel.spec.tile).label()  # the label now names the chosen depth
                 record["id"] = uid
+                record["gemm_tile"] = dict(kernel.spec.tile)
+                record["tile"][5] = kernel.spec.tile["stages"]  # the depth the search kept
                 timer = functools.partial(kernel.time, repeat=3, number=20)
                 points = sample_ms(kernel.spec.mt, job.s_max, job.measure_points)
                 cost = TileCost.measure(uid, kernel.spec.mt, timer, points)

@@ -51,7 +51,7 @@ class PipelineKind(JobKind):
     target_kinds: ClassVar[frozenset[str]] = frozenset({"cuda"})
     publishes = "configs"
     default_trials = 64
-    fleet_priority = 10
+    fleet_priority = 15  # on a GPU, above sketch (the generic search) and below ukernel (whole ranges)
 
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget

@@ -16,13 +16,17 @@ def usable_cores() -> int:
 
 
 def pin_tvm_threads() -> None:
-    """Make TVM's runtime use every core the target names.
+    """Configure TVM's and OpenBLAS's thread pools as the SDK does on inference hosts (kernelfleet.runtime).
 
-    Unset, TVM assumes hyper-threading on x86 and uses half the logical CPUs: one thread on a 2-core VM,
-    while the target (and the fingerprint) says two. Must run before TVM starts its thread pool; the
-    measurement processes MetaSchedule spawns inherit it.
+    TVM then uses every core the target names (unset, it assumes hyper-threading and uses half the logical
+    CPUs: one thread on a 2-core VM, while the fingerprint says two), its workers are not pinned and spin
+    briefly, so a job times its kernels and numpy under the thread settings the SDK gives users. Must run
+    before TVM starts its thread pool (and, for OpenBLAS, before numpy loads); the measurement processes
+    MetaSchedule spawns inherit it.
     """
-    os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
+    from kernelfleet.runtime import configure_threads
+
+    configure_threads()
 
 
 @functools.cache

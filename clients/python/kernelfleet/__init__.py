@@ -9,6 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Before numpy loads (any kernelfleet module may bring it): OpenBLAS reads its thread settings once, at load.
+from kernelfleet.runtime import configure_threads
+
+configure_threads()
+
 if TYPE_CHECKING:
     from kernelfleet.client import Client, local_toolchain, shape_key
     from kernelfleet.errors import (

@@ -203,7 +203,10 @@ class Client:
         raise_on_failure: bool = True,
         on_update: Callable[[Job], None] | None = None,
     ) -> Job:
-        """Poll until the job ends; with `progress=True` draw a progress bar (needs `rich`)."""
+        """Poll until the job ends; with `progress=True` draw a progress bar (needs `rich`).
+
+        A job can succeed and publish nothing (e.g. the vendor was faster as the SDK calls both): the
+        returned job then has `published` False and `publish_reason` says why, and a warning is logged."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         bar = _ProgressBar(job_id) if progress else None
         warned = False
@@ -232,6 +235,9 @@ class Client:
                 bar.close()
         if raise_on_failure and job.state != "succeeded":
             raise JobFailed(f"job {job_id} {job.state}: {job.error}", detail=job.error)
+        if job.state == "succeeded" and job.published is False:
+            # succeeded, yet lookups will miss: say why instead of leaving a bare "succeeded"
+            log.warning("job %s succeeded but published nothing: %s", job_id, job.publish_reason)
         return job
 
     # -- configs ------------------------------------------------------------------------------------

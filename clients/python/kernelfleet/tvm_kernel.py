@@ -7,7 +7,6 @@ is executed: the trace is a list of schedule primitives TVM interprets.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,15 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from kernelfleet.runtime import configure_threads
+
 CONFIG_FORMAT_TRACE = "metaschedule-trace"
 
 
 def import_tvm() -> Any:
-    # TVM defaults to half the logical CPUs (it assumes hyper-threading); kernels are tuned for all cores.
-    os.environ.setdefault(
-        "TVM_NUM_THREADS",
-        str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)),
-    )
+    # before TVM's thread pool starts: all cores, unpinned, short spin (see kernelfleet.runtime)
+    configure_threads()
     try:
         import tvm
     except ImportError as exc:  # pragma: no cover - exercised only without TVM

@@ -2,9 +2,11 @@
 
 Unlike a `sketch` job (one search per hot shape), the job tunes the range M = 1..S_max once, as one
 unit. Its shape rows are the hot shapes it validates: each is measured with every uKernel alone and with
-the program the table chose, next to the vendor library, so the job reports speedups per shape. Before
-anything is published the SDK dispatcher runs every S ≤ 256, both ends of every interval and two primes
-past S_max against the reference.
+the program the table chose, next to the vendor library, so the job reports speedups per shape. The
+table routes every S where the vendor (numpy) is faster as the SDK calls both to the vendor (the tuner
+times both at every S up to 256); a table that would route every S to the vendor is not published, and
+the job says so (`published: false` with the reason). Before anything is published the SDK dispatcher
+runs every S ≤ 256, both ends of every interval and two primes past S_max against the reference.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from service.models import Budget, TargetSpec, WorkloadSpec, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import MeasuredCandidate, UKernelTileConfig
 from service.models.distribution import ShapeDistribution
 from service.store.dispatch import NewArtifact
 from service.store.jobs import PlannedShape
 from service.workers import planning
+from service.workers.kinds import panels as ui
 from service.workers.kinds.base import (
     DispatchPublication,
     JobKind,
@@ -48,6 +52,7 @@ class UKernelKind(JobKind):
     default_trials = MAX_UKERNELS
     fleet_priority = 20
     saturates_after = 1  # one job tunes the whole range: more budget buys nothing
+    config_schema: ClassVar[type[BaseModel] | None] = UKernelTileConfig  # its candidates' configs
 
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
@@ -123,6 +128,7 @@ class UKernelKind(JobKind):
             work_dir=ctx.work_dir,
             representative_m=representative,
             measured_before=measured_before,
+            vendor_routes=ctx.settings.ukernel_vendor_routes,
         )
         outcome = tuner.tune_range(task, _Progress())
         if ctx.sink.should_stop():
@@ -130,14 +136,6 @@ class UKernelKind(JobKind):
         error = verify(outcome, ctx.workload, ctx.platform)
         if error:
             return UnitResult(fatal=error)
-        publication = DispatchPublication(
-            dim=DIM,
-            table=outcome.table.to_dict(),
-            artifacts=artifacts_of(outcome),
-            predicted=outcome.predicted_s,
-            measured=outcome.measured_s,
-            validation=validation_record(outcome, ctx.worker),
-        )
         shapes = [
             ShapeOutcome(
                 p.shape,
@@ -146,6 +144,22 @@ class UKernelKind(JobKind):
             )
             for p in hot
         ]
+        if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
+            # every S went to the vendor: a table of vendor routes only would change nothing for anyone
+            routes = outcome.validation.get("vendor_routes", {})
+            return UnitResult(
+                shapes=shapes,
+                not_published=f"the vendor (numpy) is faster as the SDK calls both at every {DIM} in 1..{s_max} "
+                f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
+            )
+        publication = DispatchPublication(
+            dim=DIM,
+            table=outcome.table.to_dict(),
+            artifacts=artifacts_of(outcome),
+            predicted=outcome.predicted_s,
+            measured=outcome.measured_s,
+            validation=validation_record(outcome, ctx.worker),
+        )
         return UnitResult(shapes=shapes, dispatch=publication)
 
     # -- the fleet loop ------------------------------------------------------------------------------
@@ -157,6 +171,20 @@ class UKernelKind(JobKind):
         from service.models.shape import parse_shape_key
 
         return {k: w for k, w in observed.items() if max(parse_shape_key(k).values()) <= MAX_S}
+
+    # -- the dashboard -------------------------------------------------------------------------------
+    def dashboard_panels(self, data: ui.JobData) -> list[ui.Panel]:
+        """The range the table covers (program latency and the program chosen per M, the vendor and the
+        speedup where they were measured), the table's intervals, and every uKernel the rules proposed."""
+        shapes_table = ui.shape_results(data)[0]  # its per-shape charts would repeat the range chart
+        curves = ui.tuning_curves(
+            data,
+            _seconds_per_row,
+            "best seconds per row",
+            "a uKernel's best time per row of M over the M it was timed at (uKernels differ in M-tile)",
+        )
+        out = [*(_range_panels(data) if data.dispatch else []), shapes_table, *curves]
+        return [*out, _ukernels_table(data), ui.errors_table(data)]
 
 
 def _candidates(records: list[dict[str, Any]]) -> list[MeasuredCandidate]:
@@ -229,3 +257,78 @@ def validation_record(outcome: Any, worker: str) -> dict[str, Any]:
         "hardware": outcome.hardware,
         "worker": worker,
     }
+
+
+# -- the dashboard ----------------------------------------------------------------------------------------
+
+
+def _seconds_per_row(c: ui.CandidatePoint) -> float | None:
+    measured = c.config.get("measured") or {}
+    per_row = [float(sec) / int(m) for m, sec in measured.items() if int(m) > 0]
+    return min(per_row) if c.status == "ok" and per_row else None
+
+
+def _program(table: Any, S: int) -> str:
+    return " + ".join(f"{p.rows} rows on {p.ukernel_id}" for p in table.lookup(S))
+
+
+def _range_panels(data: ui.JobData) -> list[ui.Panel]:
+    from kernelfleet.dispatch import DispatchTable
+
+    doc = data.dispatch
+    assert doc is not None
+    table = DispatchTable.from_dict(doc.table)
+    dim = doc.dim
+    programs = [_program(table, S) for S in range(1, doc.s_max + 1)]
+
+    def pick(S: float) -> str:
+        return programs[int(S) - 1] if 1 <= S <= doc.s_max else _program(table, int(S))
+
+    predicted = [(float(S), t) for S, t in enumerate(doc.predicted_latency_s, start=1)]
+    measured = sorted((int(S), float(t)) for S, t in doc.measured_latency_s.items())
+    vendor = sorted(
+        (s.shape[dim], s.baseline_latency_s, s.baseline or "") for s in data.job.shapes if s.baseline_latency_s
+    )
+    at = dict(measured)
+    speedups = [(float(S), v / at[S]) for S, v, _ in vendor if at.get(S)]
+    x = ui.Axis(dim)
+    chart = ui.line(
+        "range-latency",
+        f"Program latency across {dim} = 1..{doc.s_max} (the chosen uKernel program per shape)",
+        x,
+        ui.Axis("latency", "s", log=True),
+        [
+            ui.Series("program (predicted)", predicted, "line", programs),
+            ui.Series(
+                "program (measured)", [(float(S), t) for S, t in measured], "points", [pick(S) for S, _ in measured]
+            ),
+            ui.Series("vendor (measured)", [(float(S), v) for S, v, _ in vendor], "points", [n for _, _, n in vendor]),
+        ],
+        "predicted from each uKernel's measured cost model; hover a point for its program. The program and the "
+        "vendor are measured at the validated shapes.",
+    )
+    speedup = ui.line(
+        "range-speedup",
+        f"Speedup vs vendor across {dim} (measured shapes)",
+        x,
+        ui.Axis("vendor / program", "x"),
+        [ui.Series("speedup", speedups, "line", [pick(S) for S, _ in speedups])],
+    )
+    intervals = ui.table(
+        "intervals",
+        "Dispatch table: the program per interval",
+        [ui.Column(f"{dim} from"), ui.Column("to"), ui.Column(f"program at {dim} = to"), ui.Column("predicted", "s")],
+        [[iv.lo, iv.hi, programs[iv.hi - 1], doc.predicted_latency_s[iv.hi - 1]] for iv in table.intervals],
+        f"{len(doc.ukernels)} uKernels shipped; beyond {dim}={doc.s_max} the last interval extends",
+    )
+    return [chart, speedup, intervals]
+
+
+def _ukernels_table(data: ui.JobData) -> ui.Panel:
+    def describe(config: dict[str, Any]) -> str:
+        tile = "×".join(str(t) for t in config.get("tile", []))
+        measured = config.get("measured") or {}
+        sampled = ", ".join(sorted(measured, key=int))
+        return f"{config.get('id', '?')} tile {tile}, score {config.get('score', 0):.3g}; timed at M = {sampled}"
+
+    return ui.candidates_table(data, describe, "uKernels proposed and measured")

@@ -24,7 +24,7 @@ from service.workers.tuners.ukernel.rules import padding_efficiency, wave_effici
 
 def tasks(S: int, mt: int, nt: int, N: int) -> int:
     """Parallel (M-tile × N-tile) tasks of one uKernel call on S rows."""
-    return math.ceil(S / mt) * (N // nt)
+    return math.ceil(S / mt) * math.ceil(N / nt)  # N padded to a multiple of nt when nt does not divide it
 
 
 def f_mk_from_measurement(seconds: float, M: int, mt: int, nt: int, N: int, cores: int) -> float:

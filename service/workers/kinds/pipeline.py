@@ -23,6 +23,7 @@ from service.models import Budget, TargetSpec, WorkloadSpec, parse_shape_key, sh
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
 from service.workers import planning
+from service.workers.kinds import panels as ui
 from service.workers.kinds.base import JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
 
 if TYPE_CHECKING:
@@ -123,6 +124,20 @@ class PipelineKind(JobKind):
                 f"the vendor is faster as called ({vendor.seconds * 1e6:.1f} µs vs {seconds * 1e6:.1f} µs)"
             )
         return UnitResult([result])
+
+    def dashboard_panels(self, data: ui.JobData) -> list[ui.Panel]:
+        return ui.default_panels(data, describe=describe)
+
+
+def describe(config: dict[str, Any]) -> str:
+    """A pipeline candidate in one line for the dashboard, e.g. '64x64x16/4x4/s4a/r2f' (tiles/thread tile/
+    shared stages, a = cp.async/register stages, f = fused)."""
+    from service.workers.tuners.pipeline.space import PipelineConfig
+
+    try:
+        return PipelineConfig.from_dict(config["config"]).key
+    except (KeyError, TypeError):
+        return str(config.get("format", "config"))
 
 
 def search_mode(job_id: str) -> Mode:

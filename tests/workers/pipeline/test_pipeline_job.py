@@ -130,3 +130,22 @@ def test_the_model_is_calibrated_from_the_targets_measured_pipeline_kernels(use_
     fitted = gpu_constants(target, samples)
     assert fitted.dram_bw < table.dram_bw
     assert calibration_samples("0" * 32) == []
+
+
+def test_dashboard_names_each_candidate_by_its_pipeline_and_the_kind_needs_no_compiler() -> None:
+    import subprocess
+    import sys
+
+    from service.workers.kinds.pipeline import candidate, describe
+    from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig
+
+    config = PipelineConfig(32, 32, 16, 2, 4, smem_stages=4, async_copy=True, reg_stages=2, fuse_inner=True)
+    record = candidate(GemmShape(1, 64, 1024, 2048), config, 1e-5, None)
+    assert describe(record.config) == "32x32x16/2x4/s4a/r2f" and record.status == "ok"
+    failed = candidate(GemmShape(1, 64, 1024, 2048), config, float("inf"), "ptxas error")
+    assert failed.status == "error" and failed.latency_s is None and failed.error == "ptxas error"
+    code = (
+        "import sys; from service.workers.kinds import KINDS; KINDS.get('pipeline'); "
+        "assert not [m for m in sys.modules if m == 'tvm' or m.startswith('tvm.')], 'imports TVM'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -103,11 +103,12 @@ class PipelineKind(JobKind):
         outcome = PipelineTuner().tune(task, measure_and_report, ctx.sink.should_stop)
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
-        vendor = ctx.platform.vendor(ctx.workload, shape)
         best = outcome.best
         if best is None:
-            failed = f"all {len(outcome.proposals)} candidates failed"
-            return UnitResult([ShapeOutcome(shape, error=failed, vendor=vendor)])
+            first = next(iter(measure.errors.values()), "")
+            failed = f"all {len(outcome.proposals)} candidates failed" + (f"; first: {first}" if first else "")
+            return UnitResult([ShapeOutcome(shape, error=failed)])
+        vendor = ctx.platform.vendor(ctx.workload, shape)
         seconds, error = measure.verify(best.config)
         if error:
             return UnitResult([ShapeOutcome(shape, error=f"tuned kernel: {error}", vendor=vendor)])

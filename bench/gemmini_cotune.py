@@ -87,8 +87,8 @@ def main() -> None:
     # networks: co-tuned vs the best hardware tuned for one of its layers (mappings then tuned per layer)
     ws_only = Limits(dataflows=("WS",))  # what the zigzag backend's array model and public bitstreams cover
     for net_name, net, budget, limits in (
-        ("ResNet-50", RESNET50, args.budget * 6, Limits()),
-        ("ResNet-50, WS only", RESNET50, args.budget * 6, ws_only),
+        ("ResNet-50", RESNET50, args.budget * 4, Limits()),
+        ("ResNet-50, WS only", RESNET50, args.budget * 4, ws_only),
         ("BERT-base", BERT, args.budget * 2, Limits()),
     ):
         t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def main() -> None:
 
     print("\nco-exploration vs random search on ResNet-50, equal budget (analytical-model EDP, lower is better):")
     out["vs_random"] = []
-    for budget in (1000, 5000):
+    for budget in (1000, 3000):
         c = [co_explore(RESNET50, budget, seed=k).cost.edp for k in range(3)]
         rnd = [random_search(RESNET50, budget, seed=k).cost.edp for k in range(3)]
         gm = math.exp(sum(math.log(a / b) for a, b in zip(rnd, c, strict=True)) / 3)

@@ -148,7 +148,6 @@ def tune_mappings(
     calls: int,
     rng: random.Random,
     start: list[Mapping] | None = None,
-    unit: int = 6,
 ) -> tuple[list[Mapping], list[Cost | None], list[int]]:
     """Each layer's best mapping on `hw` within `calls` model calls, the budget spread by importance."""
     starts = [_start_mapping(hw, lay, start[i] if start else None, ev) for i, lay in enumerate(layers)]
@@ -158,12 +157,13 @@ def tune_mappings(
         [LayerState(lay.weight, 2.0 * lay.macs, (lay.op, lay.R, lay.S, lay.stride)) for lay in layers]
     )
     stop_at = min(ev.budget, ev.calls + calls)
-    while ev.calls + unit <= stop_at:  # (a unit may overrun `stop_at` by one line search)
+    while ev.calls < stop_at:
         i = sched.next_layer()
         if i is None:
             break
         # one unit: a line search over one tile factor's choices, then random local moves
-        for cand in [*_line(hw, layers[i], maps[i], rng), *(_neighbour(hw, layers[i], maps[i], rng) for _ in range(2))]:
+        cands = [*_line(hw, layers[i], maps[i], rng), *(_neighbour(hw, layers[i], maps[i], rng) for _ in range(2))]
+        for cand in cands[: stop_at - ev.calls]:  # never past this call's share of the budget
             c = ev.layer(hw, layers[i], cand)
             cur = costs[i]
             if c is not None and (cur is None or c.edp < cur.edp):

@@ -40,6 +40,7 @@ if not (CHROMIUM and CHROMEDRIVER):
     )
 
 from selenium import webdriver  # noqa: E402 - only once the browser is known to exist
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -75,13 +76,35 @@ class World:
         d = self.driver
         d.delete_all_cookies()
         d.get(self.url("/dashboard/login"))
-        d.find_element(By.ID, "key").send_keys(self.secrets[who])
-        d.find_element(By.CSS_SELECTOR, "#login-form button").click()
-        wait_for(lambda: "/dashboard/login" not in d.current_url, 10, f"{who} to sign in")
+        self.log_in_with(self.secrets[who])
+        wait_for(lambda: "/dashboard/login" not in d.current_url, 30, f"{who} to sign in")
+
+    def log_in_with(self, secret: str) -> None:
+        self.driver.find_element(By.ID, "key").send_keys(secret)
+        self.submit("#login-form button")
+
+    def submit(self, button: str) -> None:
+        """Click a form's button and wait for the page it leads to (a click does not wait for navigation)."""
+        self.js("window.__kfOldPage = true")
+        self.driver.find_element(By.CSS_SELECTOR, button).click()
+        wait_for(self._new_page, 30, f"the page after {button}")
+
+    def _new_page(self) -> bool:
+        try:
+            return bool(self.js("return !window.__kfOldPage && document.readyState === 'complete'"))
+        except WebDriverException:  # between two documents
+            return False
+
+    def text(self, element_id: str) -> str:
+        """An element's text, or '' while the page is being replaced."""
+        try:
+            return str(self.driver.find_element(By.ID, element_id).text)
+        except WebDriverException:
+            return ""
 
     def open(self, path: str, ready: str = "main") -> None:
         self.driver.get(self.url(path))
-        wait_for(lambda: self.driver.find_elements(By.CSS_SELECTOR, ready), 15, f"{ready} on {path}")
+        wait_for(lambda: self.driver.find_elements(By.CSS_SELECTOR, ready), 30, f"{ready} on {path}")
 
     def js(self, script: str, *args: Any) -> Any:
         return self.driver.execute_script(script, *args)
@@ -389,12 +412,10 @@ def test_sign_in_cookie_and_scopes_in_the_browser(world: World) -> None:
     d.delete_all_cookies()
     d.get(w.url("/dashboard/fleet"))
     assert "/dashboard/login" in d.current_url  # not signed in: to the login page, and back after
-    d.find_element(By.ID, "key").send_keys("kf_wrong")
-    d.find_element(By.CSS_SELECTOR, "#login-form button").click()
-    assert "not valid" in d.find_element(By.ID, "login-problem").text
-    d.find_element(By.ID, "key").send_keys(w.secrets["telemetry"])
-    d.find_element(By.CSS_SELECTOR, "#login-form button").click()
-    assert "read" in d.find_element(By.ID, "login-problem").text
+    w.log_in_with("kf_wrong")
+    assert "not valid" in w.text("login-problem")
+    w.log_in_with(w.secrets["telemetry"])
+    assert "read" in w.text("login-problem")
     login_errors = w.console_errors(allowed=("status of 401", "status of 403"))  # the refused sign-ins
     assert not login_errors, login_errors
 
@@ -420,27 +441,27 @@ def test_sign_in_cookie_and_scopes_in_the_browser(world: World) -> None:
         "document.body.appendChild(f); f.submit();",
         f"/dashboard/jobs/{job.id}/cancel",
     )
-    wait_for(lambda: d.find_elements(By.ID, "error-code"), 10, "the refusal page")
-    assert d.find_element(By.ID, "error-code").text == "403" and "submit" in d.find_element(By.ID, "error-message").text
+    wait_for(lambda: w.text("error-code"), 30, "the refusal page")
+    assert w.text("error-code") == "403" and "submit" in w.text("error-message")
     w.open("/dashboard/keys", "#error-code")
-    assert d.find_element(By.ID, "error-code").text == "403" and "admin" in d.find_element(By.ID, "error-message").text
+    assert w.text("error-code") == "403" and "admin" in w.text("error-message")
     assert not w.console_errors(allowed=("status of 403",))
 
     w.sign_in("submit")  # the key that submitted the job cancels it from its page
     w.open(f"/dashboard/jobs/{job.id}", "#cancel-button")
-    d.find_element(By.ID, "cancel-button").click()
-    wait_for(lambda: d.find_element(By.ID, "job-state").text == "cancelled", 10, "the job to show cancelled")
+    w.submit("#cancel-button")
+    assert w.text("job-state") == "cancelled"
     assert submitter.job(job.id).state == "cancelled"
 
     w.sign_in("admin")
     w.open("/dashboard/keys", "#keys-table")
     d.find_element(By.ID, "key-name").send_keys("made in the browser")
     d.find_element(By.ID, "scope-read").click()
-    d.find_element(By.CSS_SELECTOR, "#create-key-form button").click()
-    secret = wait_for(lambda: d.find_elements(By.ID, "created-secret"), 10, "the new key")[0].text
+    w.submit("#create-key-form button")
+    secret = w.text("created-secret")
     assert Client(w.fleet.url, api_key=secret).jobs(limit=1)  # a working read key, shown once
     assert not w.console_errors()
     w.screenshot("keys")
-    d.find_element(By.CSS_SELECTOR, ".who button").click()  # sign out
-    wait_for(lambda: "/dashboard/login" in d.current_url, 10, "the login page")
+    w.submit(".who button")  # sign out
+    assert "/dashboard/login" in d.current_url
     assert d.get_cookies() == []

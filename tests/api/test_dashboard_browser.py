@@ -343,10 +343,11 @@ def test_config_store_search_shows_configs_provenance_and_toolchains(tuned: Worl
     tables = w.driver.find_elements(By.CSS_SELECTOR, "#tables-table tbody tr")
     assert len(tables) == 1 and f"M = 1..{S_MAX}" in tables[0].text
     assert _series(w, "best-per-shape")
+    assert not w.console_errors()
+    w.screenshot("configs")
     w.open(f"/dashboard/configs?workload={'ab' * 16}", "main")  # a search that matches nothing
     assert w.driver.find_elements(By.ID, "configs-empty")
     assert not w.console_errors()
-    w.screenshot("configs")
 
 
 def test_fleet_page_shows_usage_reports_and_savings(tuned: World) -> None:

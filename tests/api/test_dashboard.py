@@ -50,6 +50,8 @@ def test_pages_need_a_signed_in_key_kept_in_a_strict_httponly_cookie(browser: Te
         and resp.headers["location"] == "/dashboard/login?next=%2Fdashboard%2Fjobs%3Fstate%3Drunning"
     )
     assert browser.get("/dashboard/api/jobs").status_code == 401  # feeds answer JSON, not a redirect
+    lapsed = browser.post("/dashboard/jobs/x/cancel", headers=ORIGIN)
+    assert lapsed.status_code == 303 and lapsed.headers["location"] == "/dashboard/login?next=%2Fdashboard%2Fjobs"
     login = browser.get("/dashboard/login")
     assert login.status_code == 200 and 'type="password"' in login.text
     assert "default-src 'self'" in login.headers["content-security-policy"]

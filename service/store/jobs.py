@@ -119,6 +119,30 @@ def finish(session: Session, job_id: str, lease: str, state: JobState, error: st
     return _count(result) == 1
 
 
+MAX_REASON_CHARS = 4000
+
+
+def record_publication(session: Session, job_id: str, published: bool, reasons: Sequence[str] = ()) -> None:
+    """Add what one unit published: `published` accumulates (any unit that published makes the job
+    published), and each reason something was held back is appended."""
+    row = session.get(JobRow, job_id, with_for_update=True)
+    if row is None:
+        return
+    if published:
+        row.published = True
+    if reasons:
+        text = "; ".join([*(row.publish_reason.split("; ") if row.publish_reason else []), *reasons])
+        row.publish_reason = text[:MAX_REASON_CHARS]
+
+
+def finish_publication(session: Session, job_id: str) -> None:
+    """At the end of a job that succeeded: a job no unit published from is `published: false`."""
+    row = session.get(JobRow, job_id)
+    if row is not None and row.published is None:
+        row.published = False
+        row.publish_reason = row.publish_reason or "nothing was published"
+
+
 def resolve_target(session: Session, job_id: str, fingerprint: str) -> None:
     session.execute(update(JobRow).where(JobRow.id == job_id).values(target_fingerprint=fingerprint))
 
@@ -317,6 +341,8 @@ def view(session: Session, row: JobRow, live_queues: Collection[str] | None = No
         started_at=row.started_at,
         finished_at=row.finished_at,
         heartbeat_at=row.heartbeat_at,
+        published=row.published,
+        publish_reason=row.publish_reason,
         waiting_for_worker=(
             row.queue
             if live_queues is not None and row.state == JobState.queued.value and row.queue not in live_queues

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
+from pydantic import BaseModel, ValidationError
+
 from service.models import Budget, TargetSpec, Workload, WorkloadSpec
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
@@ -113,6 +115,7 @@ class UnitResult:
     shapes: list[ShapeOutcome] = field(default_factory=list)
     dispatch: DispatchPublication | None = None
     fatal: str | None = None  # fails the whole job with this reason
+    not_published: str | None = None  # why the unit's verified result (e.g. its dispatch table) is not served
 
 
 class JobKind(ABC):
@@ -130,6 +133,28 @@ class JobKind(ABC):
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
     ) -> Problem | None:
         """Why this kind cannot tune this job (beyond what every kind checks), or None."""
+        return None
+
+    # The schema of the configs this kind records (a pydantic model with a `format` Literal and its default):
+    # configs imported from elsewhere (POST /v1/configs/import) are checked against the kind of their format.
+    config_schema: ClassVar[type[BaseModel] | None] = None
+
+    @classmethod
+    def config_format(cls) -> str | None:
+        if cls.config_schema is None:
+            return None
+        default = cls.config_schema.model_fields["format"].default
+        return default if isinstance(default, str) else None
+
+    def check_config(self, config: Mapping[str, Any]) -> Problem | None:
+        """Why `config` is not a config of this kind (loc under the config, e.g. ("trace",)), or None."""
+        if self.config_schema is None:
+            return Problem(("format",), f"{self.name} jobs define no config format")
+        try:
+            self.config_schema.model_validate(config)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            return Problem(tuple(first["loc"]), first["msg"])
         return None
 
     @abstractmethod

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 from service.models import Budget, WorkloadSpec, parse_shape_key, shape_key
+from service.models.config import TraceConfig
 from service.models.distribution import ShapeDistribution
 from service.workers import planning
 from service.workers.kinds.base import JobKind, Plan, ShapeOutcome, UnitContext, UnitResult, WorkUnit
@@ -20,10 +23,11 @@ from service.workers.platforms import TVMPlatform
 class SketchKind(JobKind):
     name = "sketch"
     summary = "Ansor-style sketch search: MetaSchedule with an XGBoost cost model, per hot shape"
-    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm"})
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm", "cuda"})
     publishes = "configs"
     default_trials = 256
     fleet_priority = 10
+    config_schema: ClassVar[type[BaseModel] | None] = TraceConfig
 
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         shapes = planning.plan(workload, distribution, budget.trials, budget.max_shapes)
@@ -67,7 +71,8 @@ class SketchKind(JobKind):
         error = platform.check(kernel(*inputs), reference(ctx.workload)(*inputs), tolerance(ctx.workload, shape))
         if error:
             return UnitResult([ShapeOutcome(shape, error=f"tuned kernel: {error}", vendor=vendor)])
-        seconds = platform.time_call(kernel, *inputs)
+        call, args = platform.host_call(kernel, inputs)
+        seconds = platform.time_call(call, *args)
         result = ShapeOutcome(
             shape,
             latency_s=seconds,

@@ -2,9 +2,11 @@
 
 Unlike a `sketch` job (one search per hot shape), the job tunes the range M = 1..S_max once, as one
 unit. Its shape rows are the hot shapes it validates: each is measured with every uKernel alone and with
-the program the table chose, next to the vendor library, so the job reports speedups per shape. Before
-anything is published the SDK dispatcher runs every S ≤ 256, both ends of every interval and two primes
-past S_max against the reference.
+the program the table chose, next to the vendor library, so the job reports speedups per shape. The
+table routes every S where the vendor (numpy) is faster as the SDK calls both to the vendor (the tuner
+times both at every S up to 256); a table that would route every S to the vendor is not published, and
+the job says so (`published: false` with the reason). Before anything is published the SDK dispatcher
+runs every S ≤ 256, both ends of every interval and two primes past S_max against the reference.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from service.models import Budget, TargetSpec, WorkloadSpec, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import MeasuredCandidate, UKernelTileConfig
 from service.models.distribution import ShapeDistribution
 from service.store.dispatch import NewArtifact
 from service.store.jobs import PlannedShape
@@ -44,11 +47,12 @@ DIM = "M"
 class UKernelKind(JobKind):
     name = "ukernel"
     summary = "FTuner/DietCode uKernels over a symbolic M, combined per shape into one dispatch table for M = 1..S_max"
-    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm"})
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm", "cuda"})
     publishes = "dispatch"
     default_trials = MAX_UKERNELS
     fleet_priority = 20
     saturates_after = 1  # one job tunes the whole range: more budget buys nothing
+    config_schema: ClassVar[type[BaseModel] | None] = UKernelTileConfig  # its candidates' configs
 
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
@@ -82,6 +86,12 @@ class UKernelKind(JobKind):
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from service.workers.tuners.base import TuningStopped
         from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
+
+        tuner: Any = UKernelTuner()
+        if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
+            from service.workers.tuners.ukernel.gpu_tuner import GPUUKernelTuner
+
+            tuner = GPUUKernelTuner()
 
         support = ctx.distribution.support()
         s_max = max(shape[DIM] for shape, _ in support)
@@ -118,21 +128,14 @@ class UKernelKind(JobKind):
             work_dir=ctx.work_dir,
             representative_m=representative,
             measured_before=measured_before,
+            vendor_routes=ctx.settings.ukernel_vendor_routes,
         )
-        outcome = UKernelTuner().tune_range(task, _Progress())
+        outcome = tuner.tune_range(task, _Progress())
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
         error = verify(outcome, ctx.workload, ctx.platform)
         if error:
             return UnitResult(fatal=error)
-        publication = DispatchPublication(
-            dim=DIM,
-            table=outcome.table.to_dict(),
-            artifacts=artifacts_of(outcome),
-            predicted=outcome.predicted_s,
-            measured=outcome.measured_s,
-            validation=validation_record(outcome, ctx.worker),
-        )
         shapes = [
             ShapeOutcome(
                 p.shape,
@@ -141,6 +144,22 @@ class UKernelKind(JobKind):
             )
             for p in hot
         ]
+        if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
+            # every S went to the vendor: a table of vendor routes only would change nothing for anyone
+            routes = outcome.validation.get("vendor_routes", {})
+            return UnitResult(
+                shapes=shapes,
+                not_published=f"the vendor (numpy) is faster as the SDK calls both at every {DIM} in 1..{s_max} "
+                f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
+            )
+        publication = DispatchPublication(
+            dim=DIM,
+            table=outcome.table.to_dict(),
+            artifacts=artifacts_of(outcome),
+            predicted=outcome.predicted_s,
+            measured=outcome.measured_s,
+            validation=validation_record(outcome, ctx.worker),
+        )
         return UnitResult(shapes=shapes, dispatch=publication)
 
     # -- the fleet loop ------------------------------------------------------------------------------
@@ -208,7 +227,8 @@ def verify(outcome: Any, workload: WorkloadSpec, platform: Platform | None = Non
     from service.workers.tuners.compute import random_inputs, reference, tolerance
 
     N, K = workload.dims["N"], workload.dims["K"]
-    dispatcher = Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
+    # GPU outcomes bring their CudaDispatcher (numpy in, copied to the device, numpy out)
+    dispatcher = outcome.dispatcher or Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
     x_all, w = random_inputs(workload, {DIM: max(verification_shapes(outcome))}, seed=1)
     for S in verification_shapes(outcome):
         x = x_all[:S]

@@ -1,0 +1,143 @@
+"""Gemmini co-tuning (BACO) vs Gemmini-Default, measured by ZigZag.
+
+For a subset of the thesis's GEMM/GEMV/conv shapes: the co-tuned hardware + mapping against the default
+config (16×16, 256 KiB scratchpad, 64 KiB accumulator, gemmini.h's default tiling), both scored by ZigZag
+(the `zigzag` backend, fixed mappings); then ResNet-50 and BERT-base layer lists co-tuned as networks against
+the best single-layer-tuned hardware; then co-exploration vs random search at equal model-call budgets
+(analytical model); and the analytical model's correlation with ZigZag over every measured point.
+
+    PYTHONPATH=. python bench/gemmini_cotune.py [--budget 3000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any
+
+from service.workers.tuners.gemmini.backends import get_backend
+from service.workers.tuners.gemmini.calibration import correlate
+from service.workers.tuners.gemmini.search import co_explore, default_point, random_search, tune_fixed_hw
+from service.workers.tuners.gemmini.space import BUS_WIDTHS, DEFAULT_HW, HwConfig, Layer, Mapping
+from service.workers.tuners.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
+
+
+def _net(layers: list[Layer], ms: list[Any]) -> tuple[float, float]:
+    cyc = sum(lay.weight * m.cycles for lay, m in zip(layers, ms, strict=True))
+    en = sum(lay.weight * m.energy_pj for lay, m in zip(layers, ms, strict=True))
+    return cyc, en
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=int, default=3000, help="analytical-model calls per search")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    zz = get_backend("zigzag", timeout_s=300)
+    pairs: list[tuple[float, float]] = []  # (model cycles, zigzag cycles)
+    out: dict[str, Any] = {"backend": zz.version(), "budget": args.budget, "single": [], "network": {}}
+
+    print(f"measured by {zz.version()} (fixed mappings); search = analytical model, {args.budget} calls each")
+    d_maps, d_model = default_point(SINGLE_OPS)
+    d_meas = zz.measure(DEFAULT_HW, SINGLE_OPS, d_maps)
+    pairs += [(c.cycles, m.cycles) for c, m in zip(d_model.layers, d_meas, strict=True)]
+    print(
+        f"{'layer':16} {'default cyc':>11} {'tuned cyc':>10} {'lat x':>6} {'EDP x':>7} {'bus128 EDP x':>12} "
+        f"{'search s':>8}  tuned hw (all knobs)"
+    )
+    gains: dict[str, list[float]] = {"all knobs": [], "bus fixed 128": []}
+    for lay, dm in zip(SINGLE_OPS, d_meas, strict=True):
+        row: dict[str, Any] = {"layer": lay.name, "default_cycles": dm.cycles, "default_energy_pj": dm.energy_pj}
+        for label, buses in (("all knobs", BUS_WIDTHS), ("bus fixed 128", (128,))):
+            t0 = time.perf_counter()
+            r = co_explore([lay], args.budget, seed=0, buses=buses)
+            secs = time.perf_counter() - t0
+            (tm,) = zz.measure(r.hw, [lay], r.mappings)
+            pairs.append((r.cost.layers[0].cycles, tm.cycles))
+            gain = (dm.cycles * dm.energy_pj) / (tm.cycles * tm.energy_pj)
+            gains[label].append(gain)
+            row[label] = {
+                "cycles": tm.cycles,
+                "energy_pj": tm.energy_pj,
+                "edp_gain": gain,
+                "search_s": secs,
+                "hw": r.hw.to_dict(),
+                "mapping": r.mappings[0].to_dict(),
+            }
+        free, fixed = row["all knobs"], row["bus fixed 128"]
+        hw = HwConfig(**free["hw"])
+        print(
+            f"{lay.name:16} {dm.cycles:11.0f} {free['cycles']:10.0f} {dm.cycles / free['cycles']:6.2f} "
+            f"{free['edp_gain']:7.2f} {fixed['edp_gain']:12.2f} {free['search_s']:8.2f}  "
+            f"{hw.dim}x{hw.dim} sp{hw.sp_kib}K acc{hw.acc_kib}K {hw.dataflow} bus{hw.dma_buswidth}"
+        )
+        out["single"].append(row)
+    for label, g in gains.items():
+        geo = math.exp(sum(math.log(x) for x in g) / len(g))
+        print(f"single operators, {label}: geomean EDP gain {geo:.2f}x over Gemmini-Default (zigzag)")
+        out[f"single_geomean_edp_gain ({label})"] = geo
+
+    # networks: co-tuned vs the best hardware tuned for one of its layers (mappings then tuned per layer)
+    for net_name, net, budget in (("ResNet-50", RESNET50, args.budget * 6), ("BERT-base", BERT, args.budget * 2)):
+        t0 = time.perf_counter()
+        co = co_explore(net, budget, seed=0)
+        co_s = time.perf_counter() - t0
+        singles: list[tuple[float, str, HwConfig, list[Mapping]]] = []
+        for lay in net:
+            hw = co_explore([lay], args.budget, seed=0).hw
+            try:
+                fixed = tune_fixed_hw(net, hw, args.budget, seed=0)
+            except RuntimeError:
+                continue  # this layer's hardware cannot hold some other layer's smallest tiles
+            singles.append((fixed.cost.edp, lay.name, fixed.hw, fixed.mappings))
+        _, s_from, s_hw, s_maps = min(singles, key=lambda x: x[0])
+        n_def_maps, _ = default_point(net)
+        meas = {
+            "default": (DEFAULT_HW, zz.measure(DEFAULT_HW, net, n_def_maps)),
+            f"best single-layer hw ({s_from})": (s_hw, zz.measure(s_hw, net, s_maps)),
+            "co-tuned network": (co.hw, zz.measure(co.hw, net, co.mappings)),
+        }
+        pairs.extend((c.cycles, m.cycles) for c, m in zip(co.cost.layers, meas["co-tuned network"][1], strict=True))
+        base_cyc, base_en = _net(net, meas["default"][1])
+        print(
+            f"\n{net_name} layer list (occurrence-weighted, {len(net)} distinct layers), measured by {zz.version()}; "
+            f"co-tuning {budget} model calls in {co_s:.1f} s:"
+        )
+        res: dict[str, Any] = {"search_s": co_s, "budget": budget}
+        for name, (hw, ms) in meas.items():
+            cyc, en = _net(net, ms)
+            gain = base_cyc * base_en / (cyc * en)
+            print(
+                f"  {name:34} cycles {cyc:12.0f}  energy {en / 1e6:9.1f} uJ  EDP gain {gain:6.2f}x  "
+                f"hw {hw.dim}x{hw.dim} sp{hw.sp_kib}K acc{hw.acc_kib}K {hw.dataflow} bus{hw.dma_buswidth}"
+            )
+            res[name] = {"cycles": cyc, "energy_pj": en, "edp_gain": gain, "hw": hw.to_dict()}
+        out["network"][net_name] = res
+
+    print("\nco-exploration vs random search on ResNet-50, equal budget (analytical-model EDP, lower is better):")
+    out["vs_random"] = []
+    for budget in (1000, 3000, 10000):
+        c = [co_explore(RESNET50, budget, seed=s).cost.edp for s in range(3)]
+        r = [random_search(RESNET50, budget, seed=s).cost.edp for s in range(3)]
+        gm = math.exp(sum(math.log(a / b) for a, b in zip(r, c, strict=True)) / 3)
+        print(
+            f"  budget {budget:5}: co-explore median {sorted(c)[1]:.3e}  random median {sorted(r)[1]:.3e}  "
+            f"random/co geomean over 3 seeds {gm:.2f}x"
+        )
+        out["vs_random"].append({"budget": budget, "co": c, "random": r, "random_over_co_geomean": gm})
+
+    cal = correlate([a for a, _ in pairs], [b for _, b in pairs], zz.version())
+    print(
+        f"\nanalytical model vs {cal['backend']} cycles over {cal['n']} points: Pearson r {cal['pearson_r']:.3f}, "
+        f"r(log) {cal['pearson_r_log']:.3f}, Spearman {cal['spearman_rho']:.3f}"
+    )
+    out["calibration"] = cal
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

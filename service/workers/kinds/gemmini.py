@@ -1,0 +1,121 @@
+"""`gemmini` jobs: BACO hardware/mapping co-tuning for a Gemmini accelerator over a list of layers.
+
+The distribution's points are the layers (GEMM/GEMV as `dense`, or `conv2d`) and their weights the
+occurrence counts, so one point is a single operator and many points a network. The whole list is one
+unit: hardware is shared, so it is co-tuned once for the occurrence-weighted EDP under the analytical
+model (budget.trials = model calls). The chosen hardware and mappings, and Gemmini-Default for comparison,
+are then measured by the worker's backend; every measurement is reported with the backend's name, and the
+analytical model's correlation with that backend is stored with the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from service.models import Budget, TargetSpec, WorkloadSpec, shape_key
+from service.models.config import MeasuredCandidate
+from service.models.distribution import ShapeDistribution
+from service.store.jobs import PlannedShape
+from service.workers.kinds.base import JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.workers.platforms.base import VendorTiming
+
+MAX_LAYERS = 128
+
+
+class GemminiKind(JobKind):
+    name = "gemmini"
+    summary = "BACO co-tuning of Gemmini hardware and per-layer tiling for a layer list's EDP"
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"gemmini"})
+    publishes = "configs"
+    default_trials = 3000
+    saturates_after = 1
+
+    def validate(
+        self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
+    ) -> Problem | None:
+        if workload.op not in ("dense", "conv2d") or workload.attrs.get("bias"):
+            return Problem(("workload", "op"), "gemmini jobs tune dense (GEMM/GEMV, no bias) and conv2d layers")
+        if len(distribution.support()) > MAX_LAYERS:
+            return Problem(("distribution",), f"gemmini jobs co-tune at most {MAX_LAYERS} distinct layers")
+        if budget.trials < 50:
+            return Problem(("budget", "trials"), "gemmini jobs need at least 50 model evaluations")
+        return None
+
+    def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
+        support = distribution.support()
+        shapes = [PlannedShape(shape=s, weight=w, priority=w * workload.flops(s), trials=1) for s, w in support]
+        unit = WorkUnit("network", tuple(shape_key(p.shape) for p in shapes), int(budget.trials))
+        return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + len(shapes))
+
+    def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
+        from service.workers.tuners.base import TuningStopped
+        from service.workers.tuners.gemmini.backends import BackendError
+        from service.workers.tuners.gemmini.calibration import correlate
+        from service.workers.tuners.gemmini.search import co_explore, default_point
+        from service.workers.tuners.gemmini.space import DEFAULT_HW
+        from service.workers.tuners.gemmini.workloads import CLOCK_HZ, layer_of
+
+        backend = ctx.platform.backend  # type: ignore[attr-defined]
+        support = ctx.distribution.support()
+        layers = [layer_of(ctx.workload, s, w, shape_key(s)) for s, w in support]
+        result = co_explore(layers, unit.trials, seed=ctx.budget.seed or 0)
+        if ctx.sink.should_stop():
+            raise TuningStopped("stopped by the job")
+        default_maps, default_model = default_point(layers)
+        try:
+            tuned = backend.measure(result.hw, layers, result.mappings)
+            base = backend.measure(DEFAULT_HW, layers, default_maps)
+        except BackendError as exc:
+            return UnitResult(fatal=f"{backend.name} could not measure: {exc}")
+        model_cycles = [c.cycles for c in result.cost.layers] + [c.cycles for c in default_model.layers]
+        calibration = correlate(model_cycles, [m.cycles for m in tuned + base], backend.name)
+
+        def edp(ms: list[Any]) -> float | None:
+            if any(m.energy_pj is None for m in ms):
+                return None
+            w = [lay.weight for lay in layers]
+            cycles = sum(a * m.cycles for a, m in zip(w, ms, strict=True))
+            return float(cycles * sum(a * m.energy_pj for a, m in zip(w, ms, strict=True)))
+
+        tuned_edp, base_edp = edp(tuned), edp(base)
+        hw = result.hw.to_dict()
+        candidates = []
+        outcomes = []
+        rows = zip(support, layers, result.mappings, tuned, base, result.cost.layers, strict=True)
+        for (shape, _), lay, m, mt, mb, model in rows:  # one row per layer
+            config = {
+                "format": "gemmini-cotune",
+                "layer": lay.label,
+                "backend": mt.backend,
+                "hw": hw,
+                "generator_config": result.hw.generator_config(),
+                "mapping": m.to_dict(),
+                "loop_order": "gemmini.h fixed",
+                "measured_cycles": mt.cycles,
+                "measured_energy_pj": mt.energy_pj,
+                "model_cycles": model.cycles,
+                "model_energy_pj": model.energy_pj,
+            }
+            candidates.append(MeasuredCandidate(config=config, latency_s=mt.cycles / CLOCK_HZ, status="ok"))
+            outcome = ShapeOutcome(
+                shape=dict(shape),
+                latency_s=mt.cycles / CLOCK_HZ,
+                vendor=VendorTiming(
+                    f"Gemmini default 16x16 256/64 KiB, gemmini.h tiling: {mb.cycles:.0f} cycles by {mb.backend}",
+                    mb.cycles / CLOCK_HZ,
+                ),
+                config=config,
+                config_latency_s=model.cycles / CLOCK_HZ,
+                provenance={
+                    "tuner": "gemmini-baco",
+                    "backend": backend.name,
+                    "model_calls": result.calls,
+                    "network_edp": {"tuned": tuned_edp, "default": base_edp, "backend": backend.name},
+                    "calibration": calibration,
+                },
+            )
+            if ctx.settings.publish_only_faster_than_vendor and tuned_edp and base_edp and tuned_edp >= base_edp:
+                outcome.not_published = "the co-tuned network's measured EDP does not beat Gemmini-Default"
+            outcomes.append(outcome)
+        ctx.sink.on_candidates(unit.key, candidates)
+        return UnitResult(shapes=outcomes)

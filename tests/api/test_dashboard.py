@@ -100,6 +100,7 @@ def test_scopes_read_sees_submit_cancels_admin_manages_keys(browser: TestClient)
     assert keys_page.status_code == 403 and "'admin' scope" in unescape(keys_page.text)
     for path in ("/dashboard/configs", "/dashboard/fleet", "/dashboard/gemmini", "/dashboard/api/jobs"):
         assert browser.get(path).status_code == 200, path
+    assert 'id="gemmini-empty"' in browser.get("/dashboard/gemmini").text  # no Gemmini job: the empty state
 
     _sign_in(browser, submitter)  # the key that submitted the job may cancel it
     assert "cancel-button" in browser.get(f"/dashboard/jobs/{job['id']}").text
@@ -188,13 +189,13 @@ def test_gemmini_page_plots_candidates_that_carry_latency_and_energy(browser: Te
     for path in ("/dashboard/gemmini", f"/dashboard/gemmini?job={job_id}"):
         page = browser.get(path)
         assert page.status_code == 200 and 'id="gemmini-summary"' in page.text
-        assert "EDP gain" in page.text and "2.00× lower" in page.text and "zigzag" in page.text
+        assert "EDP gain" in page.text and "default / co-tuned = 2.00×" in page.text and "zigzag" in page.text
         panels = page.text.split('id="panels-data">')[1].split("</script>")[0]
         scatter = json.loads(panels)[0]
         assert scatter["has_data"] and {s["name"]: len(s["points"]) for s in scatter["series"]} == {
-            "explored": 1,
+            "measured": 1,
             "default config": 1,
-            "chosen (lowest EDP)": 1,
+            "chosen": 1,
         }
     assert "panel" in browser.get(f"/dashboard/jobs/{job_id}").text  # its job page: the default panels + scatter
     feed = browser.get(f"/dashboard/api/jobs/{job_id}").json()

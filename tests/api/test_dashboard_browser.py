@@ -27,6 +27,7 @@ import redis
 
 from kernelfleet import Client
 from kernelfleet.models import JobView
+from service.launch import worker_argv
 from tests.conftest import REDIS_URL, _pg_database
 from tests.helpers import Fleet, wait_for
 
@@ -156,6 +157,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             client = fleet.client()
             hw = wait_for(client.workers, 90, "a worker to announce itself")[0]["target"]
             target = {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
+            _start_gemmini_worker(fleet)
             secrets = {"admin": str(fleet.api_key)}
             for name, scopes in (("read", ["read"]), ("submit", ["read", "submit"]), ("telemetry", ["telemetry"])):
                 secrets[name] = client.create_key(f"dash-{name}", scopes)["key"]
@@ -166,6 +168,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 driver.quit()
             fleet.stop()
             redis.Redis.from_url(broker).flushdb()
+
+
+def _start_gemmini_worker(fleet: Fleet) -> None:
+    """A second worker serving Gemmini targets, measured by ZigZag (the platform's default backend)."""
+    cpu_env = fleet.env
+    fleet.env = {**cpu_env, "KERNELFLEET_WORKER_PLATFORM": "gemmini"}
+    try:
+        fleet._spawn("g1", worker_argv("g1@%h", ["firesim"]))
+    finally:
+        fleet.env = cpu_env
 
 
 def _rows(w: World) -> dict[str, tuple[str, float]]:
@@ -191,6 +203,18 @@ def tuned(world: World) -> World:
     """A ukernel job over M = 1..128 and a sketch job on two shapes, submitted while the jobs page is open;
     what the page showed meanwhile is kept in `world.live`."""
     w = world
+    # a Gemmini co-tuning job on its own worker, running alongside (its page is checked later)
+    layers = [
+        {"shape": {"M": 64, "N": 128, "K": 128}, "weight": 4},
+        {"shape": {"M": 1, "N": 256, "K": 256}, "weight": 1},
+    ]
+    gemmini = w.client.submit(
+        {"op": "dense", "symbolic": ["M", "N", "K"]},
+        {"kind": "gemmini", "arch": "default"},
+        {"kind": "explicit", "points": layers},
+        kind="gemmini",
+        budget={"trials": 50},
+    )
     w.sign_in("admin")
     w.open("/dashboard/jobs", "#jobs-body")
     w.js("window.__kfNoReload = 'still here'")
@@ -200,7 +224,7 @@ def tuned(world: World) -> World:
     ukernel = w.client.submit(DENSE, w.target, dist, kind="ukernel", budget={"trials": 3, "max_shapes": len(spread)})
     points = {"kind": "explicit", "points": [{"shape": {"M": 16}}, {"shape": {"M": 64}}]}
     sketch = w.client.submit(DENSE, w.target, points, kind="sketch", budget={"trials": 8, "max_shapes": 2})
-    seen: dict[str, list[tuple[str, float]]] = {ukernel.id: [], sketch.id: []}
+    seen: dict[str, list[tuple[str, float]]] = {ukernel.id: [], sketch.id: []}  # the CPU jobs
 
     def sample() -> None:
         for job, shown in _rows(w).items():
@@ -235,7 +259,7 @@ def tuned(world: World) -> World:
     w.live["page"] = page
     w.live["page_no_reload"] = w.js("return window.__kfNoReload")
     w.live["page_console"] = w.console_errors()
-    w.jobs = {"ukernel": w.client.wait(ukernel.id, timeout_s=240), "sketch": w.client.wait(sketch.id, timeout_s=240)}
+    w.jobs = {job.kind: w.client.wait(job.id, timeout_s=240) for job in (ukernel, sketch, gemmini)}
     return w
 
 
@@ -398,13 +422,26 @@ def _report(client: Client, day: dt.date) -> dict[str, Any] | None:
     return next((r for r in client.fleet_reports() if r["day"] == day.isoformat() and r["state"] != "running"), None)
 
 
-def test_gemmini_page_is_an_empty_state_without_energy_data(tuned: World) -> None:
+def test_gemmini_page_plots_the_real_cotuning_job(tuned: World) -> None:
     w = tuned
-    w.open("/dashboard/gemmini", "#panel-energy")
-    assert w.driver.find_element(By.ID, "gemmini-empty").is_displayed()
-    assert w.driver.find_element(By.ID, "panel-energy").get_attribute("data-has-data") == "false"
+    job = w.jobs["gemmini"]
+    assert job.state == "succeeded", job.error
+    candidates = w.client._request("GET", f"/v1/jobs/{job.id}/candidates").json()
+    with_energy = [c for c in candidates if c["config"].get("measured_energy_pj")]
+    assert with_energy  # ZigZag measured each layer's latency and energy on the co-tuned hardware
+    w.open("/dashboard/gemmini", "#panel-energy svg")
+    series = _series(w, "energy")
+    assert sum(s["circles"] for s in series.values()) == len(with_energy)
+    titles = [t for s in series.values() for t in s["titles"]]
+    assert all(any(c["config"]["layer"] in t for t in titles) for c in with_energy)  # each layer, by name
+    assert "zigzag" in w.text("network-edp")  # the network's EDP, co-tuned vs Gemmini-Default
+    assert not w.driver.find_elements(By.ID, "gemmini-empty")
     assert not w.console_errors()
     w.screenshot("gemmini")
+    w.open(f"/dashboard/jobs/{job.id}", "#panel-energy svg")  # the kind's own page: the default panels
+    assert _series(w, "energy") and _table_rows(w, "shapes")
+    assert not w.console_errors()
+    w.screenshot("job-gemmini")
 
 
 def test_sign_in_cookie_and_scopes_in_the_browser(world: World) -> None:

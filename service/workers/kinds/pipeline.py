@@ -23,6 +23,7 @@ from service.models import Budget, TargetSpec, WorkloadSpec, parse_shape_key, sh
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
 from service.workers import planning
+from service.workers.kinds import panels as ui
 from service.workers.kinds.base import JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class PipelineKind(JobKind):
     target_kinds: ClassVar[frozenset[str]] = frozenset({"cuda"})
     publishes = "configs"
     default_trials = 64
-    fleet_priority = 10
+    fleet_priority = 15  # on a GPU, above sketch (the generic search) and below ukernel (whole ranges)
 
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
@@ -102,11 +103,12 @@ class PipelineKind(JobKind):
         outcome = PipelineTuner().tune(task, measure_and_report, ctx.sink.should_stop)
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
-        vendor = ctx.platform.vendor(ctx.workload, shape)
         best = outcome.best
         if best is None:
-            failed = f"all {len(outcome.proposals)} candidates failed"
-            return UnitResult([ShapeOutcome(shape, error=failed, vendor=vendor)])
+            first = next(iter(measure.errors.values()), "")
+            failed = f"all {len(outcome.proposals)} candidates failed" + (f"; first: {first}" if first else "")
+            return UnitResult([ShapeOutcome(shape, error=failed)])
+        vendor = ctx.platform.vendor(ctx.workload, shape)
         seconds, error = measure.verify(best.config)
         if error:
             return UnitResult([ShapeOutcome(shape, error=f"tuned kernel: {error}", vendor=vendor)])
@@ -123,6 +125,20 @@ class PipelineKind(JobKind):
                 f"the vendor is faster as called ({vendor.seconds * 1e6:.1f} µs vs {seconds * 1e6:.1f} µs)"
             )
         return UnitResult([result])
+
+    def dashboard_panels(self, data: ui.JobData) -> list[ui.Panel]:
+        return ui.default_panels(data, describe=describe)
+
+
+def describe(config: dict[str, Any]) -> str:
+    """A pipeline candidate in one line for the dashboard, e.g. '64x64x16/4x4/s4a/r2f' (tiles/thread tile/
+    shared stages, a = cp.async/register stages, f = fused)."""
+    from service.workers.tuners.pipeline.space import PipelineConfig
+
+    try:
+        return PipelineConfig.from_dict(config["config"]).key
+    except (KeyError, TypeError):
+        return str(config.get("format", "config"))
 
 
 def search_mode(job_id: str) -> Mode:

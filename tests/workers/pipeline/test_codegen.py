@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from typing import Any
 
 import pytest
 
@@ -149,7 +150,7 @@ def test_pipelined_kernel_runs_correctly_on_the_gpu() -> None:
         assert error is None and 0 < seconds < 1, (config.key, error)
 
 
-def _annotated(config: PipelineConfig, **annotations: list[int]) -> object:
+def _annotated(config: PipelineConfig, **annotations: list[int]) -> Any:
     """A legal schedule of RN50_FC whose outer k loop's pipeline annotations are replaced."""
     from service.workers.tuners.pipeline.lowering import schedule
 
@@ -165,7 +166,9 @@ def test_scheduled_tir_is_checked_against_the_rules() -> None:
     from service.workers.tuners.pipeline.rules import check_tir
     from service.workers.tuners.pipeline.schedule import schedule_gemm
 
-    rules = lambda sch: {v.rule for v in check_tir(sch.mod["main"])}  # noqa: E731
+    def rules(sch: Any) -> set[str]:
+        return {v.rule for v in check_tir(sch.mod["main"])}
+
     assert rules(_annotated(MULTI_LEVEL_FUSED)) == set()
     # the compute (stage 3, writing the register accumulator) declared asynchronous: not a copy
     assert rules(_annotated(MULTI_LEVEL_FUSED, software_pipeline_async_stages=[3])) == {"async-copy"}

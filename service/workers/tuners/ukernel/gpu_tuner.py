@@ -168,7 +168,17 @@ class GPUUKernelTuner:
             uid = cand.tile.label()
             record: dict[str, Any] = {
                 "id": uid,
-                "tile": dataclasses.asdict(cand.tile),
+                # [bm, bn, bk, tm, tn, stages, split_k], a list like the CPU records' [mt, nt, kt]
+                "tile": [
+                    cand.tile.bm,
+                    cand.tile.bn,
+                    cand.tile.bk,
+                    cand.tile.tm,
+                    cand.tile.tn,
+                    cand.tile.stages,
+                    cand.tile.split_k,
+                ],
+                "gemm_tile": dataclasses.asdict(cand.tile),
                 "score": cand.score,
                 "reasons": list(cand.reasons),
             }
@@ -178,6 +188,8 @@ class GPUUKernelTuner:
                 record["depths_s"] = depths
                 uid = GemmTile(**kernel.spec.tile).label()  # the label now names the chosen depth
                 record["id"] = uid
+                record["gemm_tile"] = dict(kernel.spec.tile)
+                record["tile"][5] = kernel.spec.tile["stages"]  # the depth the search kept
                 timer = functools.partial(kernel.time, repeat=3, number=20)
                 points = sample_ms(kernel.spec.mt, job.s_max, job.measure_points)
                 cost = TileCost.measure(uid, kernel.spec.mt, timer, points)

@@ -90,6 +90,36 @@ class ImportedRecord(BaseModel):
 
 
 class ImportRequest(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "records": [
+                        {
+                            "workload_hash": "52a36ef24bd6a82eab95d4c1f0e3a7b2",
+                            "target": {
+                                "kind": "llvm",
+                                "mcpu": "znver4",
+                                "num_cores": 2,
+                                "toolchain": {"tvm": "0.27.0"},
+                            },
+                            "shape": {"M": 61},
+                            "latency_s": 2.1e-5,
+                            "config": {
+                                "format": "metaschedule-trace",
+                                "trace": [[], []],
+                                "module": "<tvm.ir.save_json of the IRModule>",
+                                "module_hash": "1234567890",
+                                "target": {"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
+                            },
+                            "source": "metaschedule:/path/to/work_dir",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
     records: list[ImportedRecord] = Field(min_length=1, max_length=10_000)
 
 

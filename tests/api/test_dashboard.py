@@ -4,6 +4,7 @@ real store rows. The browser tests (test_dashboard_browser.py) drive the same pa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from html import unescape
 
@@ -49,6 +50,8 @@ def test_pages_need_a_signed_in_key_kept_in_a_strict_httponly_cookie(browser: Te
         and resp.headers["location"] == "/dashboard/login?next=%2Fdashboard%2Fjobs%3Fstate%3Drunning"
     )
     assert browser.get("/dashboard/api/jobs").status_code == 401  # feeds answer JSON, not a redirect
+    lapsed = browser.post("/dashboard/jobs/x/cancel", headers=ORIGIN)
+    assert lapsed.status_code == 303 and lapsed.headers["location"] == "/dashboard/login?next=%2Fdashboard%2Fjobs"
     login = browser.get("/dashboard/login")
     assert login.status_code == 200 and 'type="password"' in login.text
     assert "default-src 'self'" in login.headers["content-security-policy"]
@@ -97,6 +100,7 @@ def test_scopes_read_sees_submit_cancels_admin_manages_keys(browser: TestClient)
     assert keys_page.status_code == 403 and "'admin' scope" in unescape(keys_page.text)
     for path in ("/dashboard/configs", "/dashboard/fleet", "/dashboard/gemmini", "/dashboard/api/jobs"):
         assert browser.get(path).status_code == 200, path
+    assert 'id="gemmini-empty"' in browser.get("/dashboard/gemmini").text  # no Gemmini job: the empty state
 
     _sign_in(browser, submitter)  # the key that submitted the job may cancel it
     assert "cancel-button" in browser.get(f"/dashboard/jobs/{job['id']}").text
@@ -152,3 +156,47 @@ def test_a_queued_job_page_and_feed(browser: TestClient) -> None:
     assert not next(p for p in feed["panels"] if p["id"] == "curve-trials")["has_data"]  # nothing measured yet
     again = browser.get(f"/dashboard/api/jobs/{job['id']}", params={"known": feed["version"]}).json()
     assert again["panels"] is None and again["version"] == feed["version"]  # unchanged: no panels rebuilt
+
+
+def test_gemmini_page_plots_candidates_that_carry_latency_and_energy(browser: TestClient) -> None:
+    """Rendering only. The rows below are shaped like a Gemmini co-tuning job's (the kind lands separately and its
+    real jobs are tested with it); they are written through the store as a worker writes them, not measured."""
+    import uuid
+
+    from service.models import ConfigRecord, WorkloadSpec
+    from service.models.config import MeasuredCandidate
+    from service.store import catalog, configs
+    from service.store.tables import JobRow, utcnow
+
+    with session_scope() as s:
+        wh = catalog.put_workload(s, WorkloadSpec(op="dense", dims={"N": 64, "K": 64}, symbolic=["M"])).workload_hash
+        job_id = str(uuid.uuid4())
+        s.add(
+            JobRow(id=job_id, kind="gemmini", state="succeeded", workload_hash=wh, queue="firesim", distribution={},
+                   target={"kind": "gemmini", "arch": "default"}, budget={}, tags={}, created_at=utcnow())
+        )  # fmt: skip
+        s.flush()
+        explored = [
+            MeasuredCandidate({"hw": {"dim": d}, "measured_energy_pj": e, "role": r}, latency, "ok")
+            for d, latency, e, r in [(8, 4e-3, 9e8, ""), (16, 2e-3, 6e8, "chosen"), (16, 3e-3, 8e8, "default")]
+        ]
+        configs.record_candidates(s, job_id, wh, "f" * 32, "network", explored)
+        edp = {"tuned": 1.2e-3, "default": 2.4e-3, "backend": "zigzag"}
+        record = ConfigRecord(workload_hash=wh, target_fingerprint="f" * 32, shape={"M": 64}, latency_s=2e-3,
+                              kind="gemmini", config={}, job_id=job_id, provenance={"network_edp": edp})  # fmt: skip
+        configs.upsert_best(s, record)
+    _sign_in(browser, _secret("read"))
+    for path in ("/dashboard/gemmini", f"/dashboard/gemmini?job={job_id}"):
+        page = browser.get(path)
+        assert page.status_code == 200 and 'id="gemmini-summary"' in page.text
+        assert "EDP gain" in page.text and "default / co-tuned = 2.00×" in page.text and "zigzag" in page.text
+        panels = page.text.split('id="panels-data">')[1].split("</script>")[0]
+        scatter = json.loads(panels)[0]
+        assert scatter["has_data"] and {s["name"]: len(s["points"]) for s in scatter["series"]} == {
+            "measured": 1,
+            "default config": 1,
+            "chosen": 1,
+        }
+    assert "panel" in browser.get(f"/dashboard/jobs/{job_id}").text  # its job page: the default panels + scatter
+    feed = browser.get(f"/dashboard/api/jobs/{job_id}").json()
+    assert feed["panels"][0]["id"] == "energy" and feed["panels"][0]["has_data"]

@@ -98,9 +98,12 @@ def test_energy_points_read_units_prefixes_and_roles() -> None:
     assert [p.candidate.id for p in points if p.role == "chosen"] == [6]
     scatter = ui.energy_scatter(cands)
     names = {s.name: len(s.points) for s in scatter.series}
-    assert names == {"explored": 1, "default config": 1, "chosen (lowest EDP)": 1} and scatter.has_data
-    assert "conv1" in next(s for s in scatter.series if s.name == "explored").labels[0]  # type: ignore[index]
+    assert names == {"measured": 1, "default config": 1, "chosen": 1} and scatter.has_data
+    assert "conv1" in next(s for s in scatter.series if s.name == "measured").labels[0]  # type: ignore[index]
     assert not ui.energy_scatter([_cand(1, "M=8", 1e-6)]).has_data  # a CPU job: the empty state
+    # one chosen design measured layer by layer: points, but no choice among them to mark
+    layers = [_cand(i, "network", 1e-3 * i, {"layer": f"L{i}", "measured_energy_pj": 1e9}) for i in (1, 2)]
+    assert [p.role for p in ui.energy_points(layers)] == ["", ""]
 
 
 def test_every_kind_draws_a_page_and_the_module_needs_no_compiler() -> None:

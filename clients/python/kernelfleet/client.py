@@ -22,7 +22,7 @@ from kernelfleet.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload
+from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload, non_finite
 
 log = logging.getLogger("kernelfleet")
 
@@ -85,6 +85,14 @@ class Client:
 
     # -- transport -------------------------------------------------------------------------------
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        bad = non_finite(kwargs.get("json"))
+        if bad:  # JSON has no NaN or Infinity (httpx would refuse with a bare ValueError): name the field instead
+            detail = [
+                {"loc": ["body", *loc], "msg": f"{number} is not a finite number", "type": "finite_number"}
+                for loc, number in bad
+            ]
+            where = ".".join(str(p) for p in detail[0]["loc"])
+            raise InvalidRequest(f"{method} {path}: {where} is {bad[0][1]}; JSON numbers must be finite", None, detail)
         idempotent = method in ("GET", "HEAD")
         for attempt in range(self.retries + 1):
             try:

@@ -22,6 +22,8 @@ async def _show_error(request: Request, exc: Exception) -> Response:
         return render.json_response({"detail": exc.message}, exc.status)
     if exc.status == 401:  # a browser that is not signed in goes to the login page, and comes back after
         back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        if request.method != "GET":  # a form sent after the sign-in lapsed: come back to a page, not the form
+            back = f"{PATH}/jobs"
         return pages.see_other(f"{PATH}/login?next={quote(back, safe='')}")
     return render.error_page(request, exc.status, exc.message, await signed_in(request))
 

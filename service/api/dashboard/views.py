@@ -297,8 +297,14 @@ def gemmini_view(session: Session, job_id: str | None) -> dict[str, Any]:
         for p in points
         if (role := p.role)
     }
+    # a co-tuning job may record its network's EDP, tuned vs default, with what it published
+    published = configs.published_by(session, chosen.id, limit=50) if chosen else []
+    network = next(
+        (r.provenance["network_edp"] for r in published if isinstance(r.provenance.get("network_edp"), dict)), None
+    )
     return {
         "jobs": choices,
+        "network_edp": network,
         "job": job_summary(jobs.view(session, chosen), labels) if chosen else None,
         "points": len(points),
         "summary": summary,

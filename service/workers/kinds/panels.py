@@ -328,7 +328,8 @@ def energy_points(candidates: Sequence[CandidatePoint]) -> list[EnergyPoint]:
     when the config names none).
 
     Which is the default hardware config and which was chosen is read from the candidate (`role`, or a
-    `default`/`chosen` flag); with no chosen one marked, the lowest energy-delay product is."""
+    `default`/`chosen` flag); among alternatives for one shape or layer with none marked, the lowest
+    energy-delay product is the chosen one."""
     points = []
     for c in candidates:
         if c.status != "ok":
@@ -339,10 +340,17 @@ def energy_points(candidates: Sequence[CandidatePoint]) -> list[EnergyPoint]:
         latency = _scaled(sources, _LATENCY_KEYS) or c.latency_s
         if energy is not None and latency:
             points.append(EnergyPoint(c, latency, energy, _role(c.config)))
-    if points and not any(p.role == "chosen" for p in points):
-        best = min((p for p in points if p.role != "default"), key=lambda p: p.edp, default=None)
+    # Alternatives for the same thing (one shape or layer) with none marked chosen: the lowest EDP is. One
+    # measurement per layer (a chosen design measured layer by layer) marks nothing: there was no choice.
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, p in enumerate(points):
+        groups.setdefault((p.candidate.shape_key, str(p.candidate.config.get("layer", ""))), []).append(i)
+    for members in groups.values():
+        if len(members) < 2 or any(points[i].role == "chosen" for i in members):
+            continue
+        best = min((i for i in members if points[i].role != "default"), key=lambda i: points[i].edp, default=None)
         if best is not None:
-            points[points.index(best)] = dataclasses.replace(best, role="chosen")
+            points[best] = dataclasses.replace(points[best], role="chosen")
     return points
 
 
@@ -359,14 +367,14 @@ def energy_scatter(candidates: Sequence[CandidatePoint], panel_id: str = "energy
         groups[p.role].append(p)
     series = [
         Series(name, [(p.latency_s, p.energy_j) for p in ps], "points", [_label(p) for p in ps], emphasis=bool(role))
-        for role, name in (("", "explored"), ("default", "default config"), ("chosen", "chosen (lowest EDP)"))
+        for role, name in (("", "measured"), ("default", "default config"), ("chosen", "chosen"))
         if (ps := groups[role])
     ]
     return Panel(
         panel_id,
         "Explored hardware configs: latency vs energy",
         "scatter",
-        "each point is one measured hardware config; lower-left is better (energy-delay product)",
+        "each point is one measured candidate; lower-left is better (energy-delay product)",
         Axis("latency", "s", log=True),
         Axis("energy", "J", log=True),
         series,

@@ -269,7 +269,8 @@ def _seconds_per_row(c: ui.CandidatePoint) -> float | None:
 
 
 def _program(table: Any, S: int) -> str:
-    return " + ".join(f"{p.rows} rows on {p.ukernel_id}" for p in table.lookup(S))
+    pieces = table.lookup(S)  # empty where the table routes S to the vendor library
+    return " + ".join(f"{p.rows} rows on {p.ukernel_id}" for p in pieces) or "the vendor library (numpy)"
 
 
 def _range_panels(data: ui.JobData) -> list[ui.Panel]:
@@ -285,34 +286,30 @@ def _range_panels(data: ui.JobData) -> list[ui.Panel]:
         return programs[int(S) - 1] if 1 <= S <= doc.s_max else _program(table, int(S))
 
     predicted = [(float(S), t) for S, t in enumerate(doc.predicted_latency_s, start=1)]
-    measured = sorted((int(S), float(t)) for S, t in doc.measured_latency_s.items())
-    vendor = sorted(
-        (s.shape[dim], s.baseline_latency_s, s.baseline or "") for s in data.job.shapes if s.baseline_latency_s
-    )
-    at = dict(measured)
-    speedups = [(float(S), v / at[S]) for S, v, _ in vendor if at.get(S)]
+    timed, where = _timed_against_vendor(data)
     x = ui.Axis(dim)
     chart = ui.line(
         "range-latency",
-        f"Program latency across {dim} = 1..{doc.s_max} (the chosen uKernel program per shape)",
+        f"Latency across {dim} = 1..{doc.s_max}: the uKernel program chosen per shape vs the vendor",
         x,
         ui.Axis("latency", "s", log=True),
         [
             ui.Series("program (predicted)", predicted, "line", programs),
             ui.Series(
-                "program (measured)", [(float(S), t) for S, t in measured], "points", [pick(S) for S, _ in measured]
+                "uKernel program (measured)", [(S, t) for S, t, _ in timed], "line", [pick(S) for S, _, _ in timed]
             ),
-            ui.Series("vendor (measured)", [(float(S), v) for S, v, _ in vendor], "points", [n for _, _, n in vendor]),
+            ui.Series("vendor (measured)", [(S, v) for S, _, v in timed], "line"),
         ],
-        "predicted from each uKernel's measured cost model; hover a point for its program. The program and the "
-        "vendor are measured at the validated shapes.",
+        f"measured {where}; predicted from each uKernel's measured cost model. Hover a point for the program "
+        "the table runs at that shape (or the vendor, where the table routes it there).",
     )
     speedup = ui.line(
         "range-speedup",
-        f"Speedup vs vendor across {dim} (measured shapes)",
+        f"Speedup of the uKernel program vs the vendor across {dim}",
         x,
-        ui.Axis("vendor / program", "x"),
-        [ui.Series("speedup", speedups, "line", [pick(S) for S, _ in speedups])],
+        ui.Axis("vendor / uKernel program", "x"),
+        [ui.Series("speedup", [(S, v / t) for S, t, v in timed], "line", [pick(S) for S, _, _ in timed])],
+        f"measured {where}; below 1× the table serves the vendor instead",
     )
     intervals = ui.table(
         "intervals",
@@ -322,6 +319,24 @@ def _range_panels(data: ui.JobData) -> list[ui.Panel]:
         f"{len(doc.ukernels)} uKernels shipped; beyond {dim}={doc.s_max} the last interval extends",
     )
     return [chart, speedup, intervals]
+
+
+def _timed_against_vendor(data: ui.JobData) -> tuple[list[tuple[float, float, float]], str]:
+    """(S, uKernel program seconds, vendor seconds), both timed as the SDK calls them, and where they come from."""
+    assert data.dispatch is not None
+    sweep = (data.dispatch.validation.get("vendor_routes") or {}).get("timed_s") or {}
+    if sweep:  # the tuner timed the program against the vendor at every S up to 256 before routing
+        rows = [(float(S), float(t["tuned"]), float(t["vendor"])) for S, t in sweep.items() if t.get("tuned")]
+        return sorted(r for r in rows if r[2] > 0), "at every S by the tuner (both as the SDK calls them)"
+    # tables from before that sweep: the validated hot shapes
+    at = {int(S): float(t) for S, t in data.dispatch.measured_latency_s.items()}
+    dim = data.dispatch.dim
+    rows = [
+        (float(s.shape[dim]), at[s.shape[dim]], s.baseline_latency_s)
+        for s in data.job.shapes
+        if s.baseline_latency_s and at.get(s.shape[dim])
+    ]
+    return sorted(rows), "at the validated shapes"
 
 
 def _ukernels_table(data: ui.JobData) -> ui.Panel:

@@ -84,6 +84,7 @@ class PipelineKind(JobKind):
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from service.workers.tuners.base import TuningStopped
         from service.workers.tuners.pipeline import lowering
+        from service.workers.tuners.pipeline.model import predict
         from service.workers.tuners.pipeline.tuner import PipelineTask, PipelineTuner
 
         (key,) = unit.shape_keys
@@ -95,8 +96,11 @@ class PipelineKind(JobKind):
 
         def measure_and_report(configs: Any) -> list[float]:
             seconds = measure(configs)
+            predicted = {c: predict(gemm, c, gpu).seconds for c in configs}  # kept with each measurement
             pairs = zip(configs, seconds, strict=True)
-            ctx.sink.on_candidates(key, [candidate(gemm, c, s, measure.errors.get(c)) for c, s in pairs])
+            ctx.sink.on_candidates(
+                key, [candidate(gemm, c, s, measure.errors.get(c), predicted.get(c)) for c, s in pairs]
+            )
             return seconds
 
         task = PipelineTask(gemm, gpu, unit.trials, mode, seed=ctx.budget.seed or 0)
@@ -127,7 +131,39 @@ class PipelineKind(JobKind):
         return UnitResult([result])
 
     def dashboard_panels(self, data: ui.JobData) -> list[ui.Panel]:
-        return ui.default_panels(data, describe=describe)
+        return [*ui.default_panels(data, describe=describe), model_quality(data.candidates)]
+
+
+def model_quality(candidates: list[ui.CandidatePoint]) -> ui.Panel:
+    """Per shape, how well the search's proposal order and the analytical model did (ALCOP Figs. 5.13–5.14)."""
+    from service.workers.tuners.pipeline.model import best_in_top_k, rank_correlation
+
+    by_shape: dict[str, list[ui.CandidatePoint]] = {}
+    for c in candidates:
+        if c.config.get("format") == CONFIG_FORMAT:
+            by_shape.setdefault(c.shape_key, []).append(c)
+    rows: list[list[ui.Cell]] = []
+    for shape, points in by_shape.items():
+        measured = [c.latency_s if c.latency_s else math.inf for c in points]  # proposal order
+        paired = [(c.config["predicted_s"], c.latency_s) for c in points if c.latency_s and "predicted_s" in c.config]
+        rho = rank_correlation([p for p, _ in paired], [m for _, m in paired]) if len(paired) > 1 else None
+        ran = sum(math.isfinite(m) for m in measured)
+        quality = None if rho is None or math.isnan(rho) else round(rho, 3)
+        rows.append([shape, len(points), ran, best_in_top_k(measured, 10), best_in_top_k(measured, 50), quality])
+    return ui.table(
+        "model",
+        "Analytical model and search",
+        [
+            ui.Column("shape"),
+            ui.Column("proposals", "count"),
+            ui.Column("ran", "count"),
+            ui.Column("best-in-top-10"),
+            ui.Column("best-in-top-50"),
+            ui.Column("Spearman ρ (predicted vs measured)"),
+        ],
+        rows,
+        note="best-in-top-k: the best of the first k proposals ÷ the best found (1.0 = found within k)",
+    )
 
 
 def describe(config: dict[str, Any]) -> str:
@@ -169,10 +205,17 @@ def config_record(gemm: Any, config: Any, arch: str, op: str = "") -> dict[str, 
     return record
 
 
-def candidate(gemm: Any, config: Any, seconds: float, error: str | None) -> MeasuredCandidate:
+def candidate(
+    gemm: Any, config: Any, seconds: float, error: str | None, predicted_s: float | None = None
+) -> MeasuredCandidate:
+    """A measured proposal as the store keeps it; candidates are recorded in proposal order, with the model's
+    prediction, so best-in-top-k and the rank correlation can be recomputed for any job."""
     ok = math.isfinite(seconds)
+    record = config_record(gemm, config, "")
+    if predicted_s is not None and math.isfinite(predicted_s):
+        record["predicted_s"] = predicted_s
     return MeasuredCandidate(
-        config=config_record(gemm, config, ""),
+        config=record,
         latency_s=seconds if ok else None,
         status="ok" if ok else "error",
         error=None if ok else (error or "failed"),

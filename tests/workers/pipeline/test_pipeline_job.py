@@ -194,4 +194,34 @@ def test_a_unit_without_a_gpu_records_failed_measurements_and_publishes_nothing(
     assert outcome.error and outcome.error.startswith("all 3 candidates failed")
     assert "cuda is not enabled" in outcome.error  # built fine; TVM has no CUDA device API on this host
     assert len(recorded) == 3 and all(c.status == "error" and c.latency_s is None for c in recorded)
-    assert all(c.config["format"] == "pipeline-gemm" for c in recorded)
+    assert all(c.config["format"] == "pipeline-gemm" and c.config["predicted_s"] > 0 for c in recorded)
+
+
+def test_the_dashboard_shows_the_models_quality_per_shape() -> None:
+    """Recomputed from the candidates alone (proposal order + predictions), so every job shows it, published or not."""
+    import datetime as dt
+
+    from kernelfleet.models import JobView
+    from service.workers.kinds import KINDS
+    from service.workers.kinds import panels as ui
+    from service.workers.kinds.pipeline import candidate
+    from service.workers.tuners.pipeline.space import GemmShape, enumerate_space
+
+    gemm = GemmShape(1, 64, 1024, 2048)
+    configs = enumerate_space(gemm)[:12]
+    # proposals measured 12, 11, ..., 1 µs (the 12th proposal is the best) and predicted in the same order
+    points = [
+        ui.CandidatePoint(i, "M=64", candidate(gemm, c, (12 - i) * 1e-6, None, (12 - i) * 2e-6).config,
+                          (12 - i) * 1e-6, "ok", None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+        for i, c in enumerate(configs)
+    ]  # fmt: skip
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    job = JobView(id="j", kind="pipeline", state="succeeded", workload_hash="w", target={}, target_fingerprint=None,
+                  progress=1.0, trials_done=12, trials_total=12, error=None, attempts=1, created_at=t0,
+                  started_at=t0, shapes=[])  # fmt: skip
+    panels = KINDS.get("pipeline").dashboard_panels(ui.JobData(job, points, len(points)))
+    (model,) = [p for p in panels if p.id == "model"]
+    (row,) = model.rows
+    assert row[:3] == ["M=64", 12, 12]
+    assert row[3] == pytest.approx(1 / 3)  # best of the first 10 proposals: 3 µs, against 1 µs found
+    assert row[4] == 1.0 and row[5] == 1.0

@@ -19,8 +19,10 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel
+
 from service.models import Budget, TargetSpec, WorkloadSpec, parse_shape_key, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import MeasuredCandidate, PipelineGemmConfig
 from service.models.distribution import ShapeDistribution
 from service.workers import planning
 from service.workers.kinds import panels as ui
@@ -50,6 +52,7 @@ class PipelineKind(JobKind):
         "(implicit GEMM) on sm_80+ GPUs, ranked by its analytical model with an XGBoost model pre-trained on it"
     )
     target_kinds: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    config_schema: ClassVar[type[BaseModel] | None] = PipelineGemmConfig
     publishes = "configs"
     default_trials = 64
     fleet_priority = 15  # on a GPU, above sketch (the generic search) and below ukernel (whole ranges)

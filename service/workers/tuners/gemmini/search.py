@@ -255,6 +255,8 @@ def co_explore(
     Iterated local search: hill-climb the hardware from `start_hw` (BACO starts from the default), then from
     random hardware points (BACO's random start points) until the budget is spent. `limits` restricts the
     hardware (see Limits); `start_hw` must satisfy them."""
+    if start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows:
+        raise ValueError(f"start_hw {start_hw} is outside the limits {limits}")
     rng = random.Random(seed)
     ev = Evaluator(budget)
     per_hw = max(8 * len(layers), min(60 * len(layers), budget // 60))

@@ -35,9 +35,16 @@ print('\n'.join(svc['dependencies'] + sdk['dependencies'] + sdk['optional-depend
 # (`kernelfleet api|worker|beat|migrate`) starts every role and which the service imports too.
 # They are installed from a scratch copy that is then removed, so no source tree is left in the
 # working directory to shadow the installed packages (`python -m` puts it first on sys.path).
+# KERNELFLEET_EXTRAS=gpu (compose's worker-gpu) adds nvcc from PyPI (nvidia-cuda-nvcc) and torch (the cuBLAS
+# baseline), and puts nvcc on PATH where TVM looks for it.
+ARG KERNELFLEET_EXTRAS=""
 COPY . /tmp/kernelfleet-src
-RUN pip install "/tmp/kernelfleet-src/clients/python[cli]" /tmp/kernelfleet-src \
-    && rm -rf /tmp/kernelfleet-src
+RUN pip install "/tmp/kernelfleet-src/clients/python[cli]" "/tmp/kernelfleet-src${KERNELFLEET_EXTRAS:+[$KERNELFLEET_EXTRAS]}" \
+    && rm -rf /tmp/kernelfleet-src \
+    && if [ -n "$KERNELFLEET_EXTRAS" ]; then \
+        ln -s "$(python -c 'import nvidia, pathlib; print(next(pathlib.Path(nvidia.__path__[0]).rglob("bin/nvcc")))')" \
+            /usr/local/bin/nvcc; \
+    fi
 
 RUN groupadd --system --gid 10001 kernelfleet \
     && useradd --system --no-log-init --uid 10001 --gid kernelfleet \

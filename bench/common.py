@@ -135,7 +135,8 @@ def set_vendor_threads(torch: Any, n: int) -> None:
     import threadpoolctl
 
     threadpoolctl.threadpool_limits(limits=n, user_api="blas")
-    torch.set_num_threads(n)
+    if torch is not None:  # None: the run leaves torch out (--no-torch)
+        torch.set_num_threads(n)
 
 
 def _busy_cpu_s() -> float:
@@ -387,20 +388,28 @@ def run_rounds(contenders: Sequence[Contender], rounds: int, pause_s: float, set
     return settled
 
 
-def vendor_contenders(torch: Any, x: np.ndarray, w: np.ndarray) -> list[Contender]:
-    """numpy `x @ w.T` (OpenBLAS) and torch `F.linear` on the same arrays; the caller holds
-    torch.inference_mode()."""
-    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
-    linear = torch.nn.functional.linear
+def numpy_contender(x: np.ndarray, w: np.ndarray) -> Contender:
+    """numpy `x @ w.T` (OpenBLAS): the vendor call the SDK dispatcher routes to."""
 
     def numpy_call() -> np.ndarray:
         return x @ w.T
+
+    return Contender("numpy", python_sampler(numpy_call), numpy_call, pool="openblas")
+
+
+def vendor_contenders(torch: Any, x: np.ndarray, w: np.ndarray) -> list[Contender]:
+    """numpy `x @ w.T` (OpenBLAS) and, unless `torch` is None, torch `F.linear` on the same arrays; the
+    caller holds torch.inference_mode()."""
+    if torch is None:
+        return [numpy_contender(x, w)]
+    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+    linear = torch.nn.functional.linear
 
     def torch_call() -> Any:
         return linear(xt, wt)
 
     return [
-        Contender("numpy", python_sampler(numpy_call), numpy_call, pool="openblas"),
+        numpy_contender(x, w),
         Contender("torch", python_sampler(torch_call), lambda: torch_call().numpy(), pool="torch"),
     ]
 

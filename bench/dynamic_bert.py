@@ -1,11 +1,15 @@
 """The dynamic-shape `ukernel` tuner on BERT-base, batch 1, sequence length T = 1..128.
 
 Dense layers Y[T, N] = X[T, K]·W[N, K]ᵀ: QKV (K=768, N=2304), attention output (768, 768), FFN up
-(768, 3072) and FFN down (3072, 768). Contenders per layer and T:
+(768, 3072) and FFN down (3072, 768), plus `odd` (K=999, N=1000), a layer whose dims are not
+multiples of the vector width (vocabulary projections, pruned layers: N is padded inside the uKernels).
+Contenders per layer and T:
 
 - `ukernel`: the SDK `Dispatcher` over the dispatch table and uKernels of ONE `UKernelTuner.tune_range`
   job per layer covering T = 1..128, called as a user calls it: `d(x, w)` with plain numpy arrays
   (X as numpy allocates it, so usually not 64-byte aligned: the dispatcher's copy counts), out=None.
+  The table routes the T where the job measured numpy faster to numpy (`vendor` intervals), so at
+  those T this contender is the dispatcher calling numpy.
 - `numpy` (`x @ w.T`, OpenBLAS) and `torch` (`F.linear`, CPU); "vendor" is the faster of the two at
   each T.
 - `ms_pad128`: one MetaSchedule kernel tuned for T=128 (`--trials`), used at every T by copying X into
@@ -21,14 +25,15 @@ MetaSchedule tuning times are the service's. The uKernel tuning time is the job'
 per-shape MetaSchedule tuning over all 128 shapes is extrapolated from the mean of the sampled runs.
 Phase 2 (measure) loads the exported uKernels as an inference host would, builds the MetaSchedule
 configs with `kernelfleet.tvm_kernel.build_kernel`, checks every output against numpy and times the
-contenders in interleaved rounds (medians). Before a sample that runs on another library's threads
-than the previous sample (TVM, OpenBLAS, torch), it waits until the previous library's worker
-threads stop spinning (`common.wait_for_quiet`): on the 2-core VM they spin for 0.1-0.25 s after
-the last call and otherwise slow the next library down several-fold.
+contenders in interleaved rounds (medians), with no waits between libraries: the SDK's thread settings
+(kernelfleet.runtime, applied before numpy loads) keep TVM's and OpenBLAS's idle threads off the cores
+(bench/contention.py measures that). `--settle` restores the old wait for torch's and the others'
+spinning threads before a sample on another library's threads (`common.wait_for_quiet`).
 
     .venv-bench/bin/python bench/dynamic_bert.py                      # everything (about an hour on 2 cores)
     .venv-bench/bin/python bench/dynamic_bert.py --quick --out /tmp/dynamic_bert_quick.json   # smoke run
     .venv-bench/bin/python bench/dynamic_bert.py --measure-only       # re-measure the saved tuning results
+    .venv-bench/bin/python bench/dynamic_bert.py --no-ms --layers attn_out,odd --out /tmp/db.json  # ukernel vs vendor
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from common import reexec_without_overrides
 
 if __name__ == "__main__":
     reexec_without_overrides()  # before numpy, torch or TVM load (see common.STRIPPED_ENV)
+    import kernelfleet  # noqa: F401  (its thread settings must precede numpy: kernelfleet.runtime)
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -102,6 +109,7 @@ LAYERS: dict[str, tuple[int, int]] = {  # name -> (K, N) of the dense layer
     "attn_out": (768, 768),
     "ffn_up": (768, 3072),
     "ffn_down": (3072, 768),
+    "odd": (999, 1000),  # no 16-lane nt divides N=1000: the uKernels pad N; K=999 = 3³·37
 }
 BMM = "attn_bmm"  # Q·Kᵀ of the attention, [12,T,64]·[12,64,T]: not covered by the ukernel tuner
 ALL_LAYERS = (*LAYERS, BMM)
@@ -109,6 +117,7 @@ GOALS: dict[str, tuple[str, float, str]] = {  # key -> (comparison, target, unit
     "speedup_vs_vendor_geomean": ("≥", 1.3, "×"),
     "speedup_vs_per_shape_ms_geomean": ("≥", 1.0, "×"),
     "worst_speedup_vs_vendor": ("≥", 0.9, "×"),
+    "worst_speedup_vs_numpy": ("≥", 0.95, "×"),
     "tuning_cost_ratio": ("≥", 100.0, "×"),
     "dispatch_program_ns_max": ("≤", 5000.0, " ns"),
 }
@@ -163,6 +172,7 @@ def tune_ukernel(name: str, K: int, N: int, args: argparse.Namespace) -> dict[st
         target=host_target(),
         max_ukernels=args.max_ukernels,
         work_dir=args.artifacts_dir / name,
+        vendor_routes=not args.no_vendor_routes,
     )
     started = time.perf_counter()
     out = UKernelTuner().tune_range(task, ValidationSink(f"{name} ukernel"))
@@ -204,7 +214,7 @@ def tune_ms(name: str, K: int, N: int, T: int, args: argparse.Namespace) -> dict
 
 
 def ms_tuning_shapes(args: argparse.Namespace) -> list[int]:
-    return sorted({*args.ms_shapes, PAD_M})
+    return [] if args.no_ms else sorted({*args.ms_shapes, PAD_M})
 
 
 def run_tuning(args: argparse.Namespace) -> None:
@@ -222,7 +232,7 @@ def run_tuning(args: argparse.Namespace) -> None:
         "layers": {},
     }
     env = data["tuning_environment"]
-    data["warmup_s"] = warm_up_tuner()
+    data["warmup_s"] = 0.0 if args.no_ms else warm_up_tuner()  # the warm-up is MetaSchedule's
     dense = [name for name in args.layers if name in LAYERS]
     print(
         f"phase 1: tuning {', '.join(dense) or 'nothing'} on {env['tvm_target_str']}: one ukernel job (T=1..{S_MAX}) "
@@ -333,7 +343,7 @@ def timed(
     errors = max_abs_errors(contenders, expected)
     for c in contenders:
         c.number = calibrate(c.sample, args.min_sample_ms / 1e3)
-    settle_s = run_rounds(contenders, args.rounds, args.pause_ms / 1e3, settle=True)
+    settle_s = run_rounds(contenders, args.rounds, args.pause_ms / 1e3, settle=args.settle)
     return settle_s, {
         c.name: {
             "median_s": statistics.median(c.samples_s),
@@ -370,7 +380,12 @@ def dispatch_overhead(dispatcher: Dispatcher, shapes: Sequence[int], number: int
 
 
 def program_text(dispatcher: Dispatcher, T: int) -> str:
-    return " + ".join(f"{p.rows}@{p.ukernel_id.split('_')[0]}" for p in dispatcher.program(T))
+    return program_label([[p.ukernel_id, p.rows] for p in dispatcher.program(T)])
+
+
+def program_label(program: Sequence[Sequence[Any]]) -> str:
+    """'48@mt48 + 13@mt13', or 'numpy' where the table routes T to the vendor."""
+    return " + ".join(f"{rows}@{uid.split('_')[0]}" for uid, rows in program) or "numpy (vendor route)"
 
 
 def measure_dense(torch: Any, name: str, entry: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -406,10 +421,10 @@ def measure_dense(torch: Any, name: str, entry: dict[str, Any], args: argparse.N
         }
         rows.append(row)
         med = {n: c["median_s"] for n, c in res.items()}
-        vendor = min(med["numpy"], med["torch"])
+        vendor = _vendor(med)
         bad = [n for n, c in res.items() if not c["ok"]]
         print(
-            f"  {T:>4}{us(med['ukernel']):>10}{us(med['numpy']):>10}{us(med['torch']):>10}"
+            f"  {T:>4}{us(med['ukernel']):>10}{us(med['numpy']):>10}{us(med.get('torch')):>10}"
             f"{us(med.get('ms_pad128')):>10}{us(med.get('ms_exact')):>10}{vendor / med['ukernel']:>11.2f}  "
             f"{program_text(dispatcher, T)}{'  WRONG OUTPUT: ' + ', '.join(bad) if bad else ''}",
             flush=True,
@@ -425,7 +440,7 @@ def measure_bmm(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
     for T in args.shapes:
         a = rng.standard_normal((HEADS, T, HEAD_DIM), dtype=np.float32)
         b = rng.standard_normal((HEADS, HEAD_DIM, T), dtype=np.float32)
-        at, bt = torch.from_numpy(a), torch.from_numpy(b)
+        at, bt = (torch.from_numpy(a), torch.from_numpy(b)) if torch is not None else (None, None)
 
         def numpy_call(a: np.ndarray = a, b: np.ndarray = b) -> np.ndarray:
             return a @ b
@@ -433,31 +448,35 @@ def measure_bmm(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
         def torch_call(at: Any = at, bt: Any = bt) -> Any:
             return torch.matmul(at, bt)
 
-        contenders = [
-            Contender("numpy", python_sampler(numpy_call), numpy_call, pool="openblas"),
-            Contender("torch", python_sampler(torch_call), lambda f=torch_call: f().numpy(), pool="torch"),
-        ]
+        contenders = [Contender("numpy", python_sampler(numpy_call), numpy_call, pool="openblas")]
+        if torch is not None:
+            contenders.append(
+                Contender("torch", python_sampler(torch_call), lambda f=torch_call: f().numpy(), pool="torch")
+            )
         tol = tolerance(bmm_workload(), {"M": T})
         settle_s, res = timed(contenders, a @ b, tol, args)
         rows.append(
             {"T": T, "settle_s": settle_s, "flop": 2 * HEADS * T * T * HEAD_DIM, "tolerance": tol, "contenders": res}
         )
-        print(f"  {T:>4}{us(res['numpy']['median_s']):>10}{us(res['torch']['median_s']):>10}", flush=True)
+        torch_s = res["torch"]["median_s"] if "torch" in res else None
+        print(f"  {T:>4}{us(res['numpy']['median_s']):>10}{us(torch_s):>10}", flush=True)
     return {"name": BMM, "covered_by_ukernel": False, "rows": rows}
 
 
 def run_measurement(args: argparse.Namespace) -> dict[str, Any]:
     data = json.loads(args.out.read_text())
-    import torch  # here, not at the top: the tuning child runs with torch hidden
+    torch: Any = None
+    if not args.no_torch:
+        import torch  # here, not at the top: the tuning child runs with torch hidden
 
     set_vendor_threads(torch, cores())
-    env = {**host_info(), "blas": blas_info(), "torch": torch_info(torch)}
+    env = {**host_info(), "blas": blas_info(), "torch": torch_info(torch) if torch is not None else NO_TORCH}
     print(f"phase 2: measuring; numpy and torch use {env['cores']} threads, TVM {env['tvm_threads']}")
     for line in environment_lines(env):
         print("  " + line)
     results = []
     other_load = OtherLoad()
-    with torch.inference_mode():
+    with torch.inference_mode() if torch is not None else contextlib.nullcontext():
         for name in args.layers:
             if name == BMM:
                 results.append(measure_bmm(torch, args))
@@ -474,6 +493,7 @@ def run_measurement(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "min_sample_ms": args.min_sample_ms,
         "pause_ms": args.pause_ms,
+        "settle": args.settle,
         "shapes": args.shapes,
         "layers": results,
     }
@@ -499,12 +519,22 @@ def _speedups(rows: Sequence[dict[str, Any]], other: str | Callable[[dict[str, f
 
 
 def _vendor(med: dict[str, float]) -> float:
-    return min(med["numpy"], med["torch"])
+    return min(med[name] for name in ("numpy", "torch") if name in med)
+
+
+NO_TORCH = {
+    "version": "not loaded (--no-torch)",
+    "num_threads": 0,
+    "blas_info": "-",
+    "mkldnn": False,
+    "parallel_info": [],
+}
 
 
 def summarize(data: dict[str, Any]) -> dict[str, Any]:
     layers: dict[str, Any] = {}
     all_vendor: list[tuple[str, int, float]] = []
+    all_numpy: list[tuple[str, int, float]] = []
     all_exact: list[float] = []
     all_pad: list[float] = []
     uk_seconds = ms_extrapolated = 0.0
@@ -513,17 +543,22 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
             continue
         name, entry = res["name"], data["layers"][res["name"]]
         vendor = _speedups(res["rows"], _vendor)
+        numpy_ = _speedups(res["rows"], "numpy")
         exact = _speedups(res["rows"], "ms_exact")
         pad = _speedups(res["rows"], "ms_pad128")
         ms_runs = [r["tuning_s"] for r in entry["ms"].values()]
         ms_mean = statistics.fmean(ms_runs) if ms_runs else None
         uk = entry["ukernel"]
         worst = min(vendor, key=lambda T: vendor[T])
+        worst_np = min(numpy_, key=lambda T: numpy_[T])
         layers[name] = {
             "speedup_vs_vendor_geomean": geomean(list(vendor.values())),
             "worst_T": worst,
             "worst_speedup_vs_vendor": vendor[worst],
             "share_ge_0_9_vendor": sum(v >= 0.9 for v in vendor.values()) / len(vendor),
+            "worst_T_numpy": worst_np,
+            "worst_speedup_vs_numpy": numpy_[worst_np],
+            "vendor_routed_T": sum(not row["program"] for row in res["rows"]),
             "speedup_vs_per_shape_ms_geomean": geomean(list(exact.values())),
             "per_shape_ms_T": sorted(exact),
             "speedup_vs_ms_pad128_geomean": geomean(list(pad.values())),
@@ -539,6 +574,7 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
             "dispatch_program_ns_max": res["dispatch_overhead"]["program_ns_max"],
         }
         all_vendor += [(name, T, v) for T, v in vendor.items()]
+        all_numpy += [(name, T, v) for T, v in numpy_.items()]
         all_exact += exact.values()
         all_pad += pad.values()
         uk_seconds += uk["seconds"]
@@ -546,19 +582,23 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
     if not all_vendor:
         return {"layers": layers, "overall": None, "goals": []}
     worst_name, worst_T, worst_v = min(all_vendor, key=lambda t: t[2])
+    worst_np_name, worst_np_T, worst_np_v = min(all_numpy, key=lambda t: t[2])
     overall = {
         "speedup_vs_vendor_geomean": geomean([v for _, _, v in all_vendor]),
         "worst_layer": worst_name,
         "worst_T": worst_T,
         "worst_speedup_vs_vendor": worst_v,
         "share_ge_0_9_vendor": sum(v >= 0.9 for _, _, v in all_vendor) / len(all_vendor),
+        "worst_numpy_layer": worst_np_name,
+        "worst_numpy_T": worst_np_T,
+        "worst_speedup_vs_numpy": worst_np_v,
         "shapes": len(all_vendor),
         "speedup_vs_per_shape_ms_geomean": geomean(all_exact),
         "per_shape_ms_points": len(all_exact),
         "speedup_vs_ms_pad128_geomean": geomean(all_pad),
         "ukernel_tuning_s": uk_seconds,
         "per_shape_ms_extrapolated_s": ms_extrapolated,
-        "tuning_cost_ratio": ms_extrapolated / uk_seconds if uk_seconds else None,
+        "tuning_cost_ratio": ms_extrapolated / uk_seconds if uk_seconds and ms_extrapolated else None,
         "dispatch_program_ns_max": max(s["dispatch_program_ns_max"] for s in layers.values()),
     }
     goals = []
@@ -581,6 +621,7 @@ GOAL_TEXT = {
     "speedup_vs_vendor_geomean": "geomean speedup over the faster vendor (min of numpy, torch), all layers and T",
     "speedup_vs_per_shape_ms_geomean": "geomean speedup over per-shape MetaSchedule at the sampled T",
     "worst_speedup_vs_vendor": "no shape slower than 0.9× the faster vendor (worst ratio)",
+    "worst_speedup_vs_numpy": "no T slower than 0.95× numpy, the vendor the SDK calls both next to (worst ratio)",
     "tuning_cost_ratio": f"ukernel tuning cheaper than per-shape MetaSchedule over {S_MAX} shapes (extrapolated)",
     "dispatch_program_ns_max": "dispatch selection `d.program(T)`, slowest T of any layer",
 }
@@ -607,9 +648,14 @@ def markdown(data: dict[str, Any]) -> str:
         *(f"- {line}" for line in environment_lines(env)),
         f"- {other_load_line(env)}",
         f"- medians of {meas['rounds']} interleaved rounds per T (each sample ≥ {meas['min_sample_ms']} ms of calls, "
-        f"{meas['pause_ms']} ms pause before each, and before a sample on other threads than the previous one's "
-        "(TVM, OpenBLAS, torch), a wait until the previous library's spinning worker threads are idle); "
-        "speedups > 1 mean the uKernel dispatcher is faster",
+        f"{meas['pause_ms']} ms pause before each"
+        + (
+            ", and before a sample on other threads than the previous one's (TVM, OpenBLAS, torch), a wait until "
+            "the previous library's spinning worker threads are idle"
+            if meas.get("settle")
+            else ", no waits between libraries (the SDK's thread settings, kernelfleet.runtime)"
+        )
+        + "); speedups > 1 mean the uKernel dispatcher is faster",
         f"- `ukernel`: one `UKernelTuner.tune_range` job per layer (T=1..{data['s_max']}, ≤{data['max_ukernels']} "
         f"uKernels, validated at T={data['validate']}), loaded from its exported artifacts and called as "
         "`Dispatcher(table, kernels, N=N, K=K)(x, w)` (W packed once by `prepare`, out=None; X as numpy allocates it)",
@@ -627,16 +673,18 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [
             "## Summary",
             "",
-            "| layer | K×N | vs vendor (geomean) | worst T (ratio) | T with ≥ 0.9× vendor | vs per-shape MS "
+            "| layer | K×N | vs vendor (geomean) | worst T (ratio) | T with ≥ 0.9× vendor | worst T vs numpy "
+            "(ratio) | T routed to numpy | vs per-shape MS "
             f"(geomean, sampled T) | vs MS-pad@{PAD_M} (geomean) | padding ratio | ukernel tuning s | per-shape MS "
             f"s, {S_MAX} shapes (extrapolated) | tuning cost ratio | ρ DietCode | ρ SIA | d.program(T) ns |",
-            "|" + "---|" * 14,
+            "|" + "---|" * 16,
         ]
         for name, s in summ["layers"].items():
             e = data["layers"][name]
             lines.append(
                 f"| {name} | {e['K']}×{e['N']} | {_x(s['speedup_vs_vendor_geomean'])} | "
                 f"{s['worst_T']} ({_x(s['worst_speedup_vs_vendor'])}) | {s['share_ge_0_9_vendor']:.0%} | "
+                f"{s['worst_T_numpy']} ({_x(s['worst_speedup_vs_numpy'])}) | {s['vendor_routed_T']} | "
                 f"{_x(s['speedup_vs_per_shape_ms_geomean'])} (T={s['per_shape_ms_T']}) | "
                 f"{_x(s['speedup_vs_ms_pad128_geomean'])} | {s['padding_ratio']:.3f} | {s['ukernel_tuning_s']:.1f} | "
                 f"{_f(s['per_shape_ms_extrapolated_s'], 0)} (mean {_f(s['per_shape_ms_mean_s'], 1)} s × {S_MAX}) | "
@@ -646,7 +694,8 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [
             f"| **all** | | **{_x(overall['speedup_vs_vendor_geomean'])}** | {overall['worst_layer']} "
             f"T={overall['worst_T']} ({_x(overall['worst_speedup_vs_vendor'])}) | "
-            f"{overall['share_ge_0_9_vendor']:.0%} of {overall['shapes']} | "
+            f"{overall['share_ge_0_9_vendor']:.0%} of {overall['shapes']} | {overall['worst_numpy_layer']} "
+            f"T={overall['worst_numpy_T']} ({_x(overall['worst_speedup_vs_numpy'])}) | | "
             f"{_x(overall['speedup_vs_per_shape_ms_geomean'])} ({overall['per_shape_ms_points']} points) | "
             f"{_x(overall['speedup_vs_ms_pad128_geomean'])} | | {overall['ukernel_tuning_s']:.1f} | "
             f"{overall['per_shape_ms_extrapolated_s']:.0f} | {_x(overall['tuning_cost_ratio'], 0)} | | | |",
@@ -685,7 +734,8 @@ def layer_section(data: dict[str, Any], res: dict[str, Any]) -> list[str]:
         for row in res["rows"]:
             c = row["contenders"]
             ok = "yes" if all(v["ok"] for v in c.values()) else "**NO**"
-            lines.append(f"| {row['T']} | {us(c['numpy']['median_s'])} | {us(c['torch']['median_s'])} | {ok} |")
+            torch_s = c["torch"]["median_s"] if "torch" in c else None
+            lines.append(f"| {row['T']} | {us(c['numpy']['median_s'])} | {us(torch_s)} | {ok} |")
         return [*lines, ""]
     entry = data["layers"][res["name"]]
     uk = entry["ukernel"]
@@ -716,14 +766,14 @@ def layer_section(data: dict[str, Any], res: dict[str, Any]) -> list[str]:
     for row in res["rows"]:
         c = row["contenders"]
         med = {n: v["median_s"] for n, v in c.items()}
-        prog = " + ".join(f"{rows}@{uid.split('_')[0]}" for uid, rows in row["program"])
+        prog = program_label(row["program"])
         ok = (
             "yes"
             if all(v["ok"] for v in c.values())
             else "**NO**: " + ", ".join(n for n, v in c.items() if not v["ok"])
         )
         lines.append(
-            f"| {row['T']} | {us(med['ukernel'])} | {us(med['numpy'])} | {us(med['torch'])} | "
+            f"| {row['T']} | {us(med['ukernel'])} | {us(med['numpy'])} | {us(med.get('torch'))} | "
             f"{_vendor(med) / med['ukernel']:.2f} | {us(med.get('ms_pad128'))} | {us(med.get('ms_exact'))} | "
             f"{row['flop'] / med['ukernel'] / 1e9:.1f} | {prog} | {ok} |"
         )
@@ -785,6 +835,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         help=f"extra sleep before each sample (default {FULL_TIMING['pause_ms']}); samples on another library's "
         "threads than the previous sample's also wait until the process's other threads are idle",
+    )
+    p.add_argument(
+        "--settle",
+        action="store_true",
+        help="before a sample on another library's threads, wait until the previous library's threads are idle "
+        "(the old behaviour; by default the SDK's thread settings make waits unnecessary for TVM and OpenBLAS)",
+    )
+    p.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="leave torch out: the vendor is numpy alone, the library the SDK dispatcher routes to",
+    )
+    p.add_argument(
+        "--no-vendor-routes",
+        action="store_true",
+        help="publish the tables whole, every T on uKernels (how tables were before vendor routes)",
+    )
+    p.add_argument(
+        "--no-ms", action="store_true", help="skip MetaSchedule (ms_pad128, ms_exact): the ukernel job vs the vendors"
     )
     p.add_argument("--max-ukernels", type=int, default=8, help="uKernels a ukernel job may propose (default 8)")
     p.add_argument("--seed", type=int, default=0, help="MetaSchedule seed")

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelfleet import Client
+from kernelfleet.dispatcher import Dispatcher
 from service.launch import Supervisor
 from service.models import TargetSpec, WorkloadSpec
 from service.settings import Settings
@@ -54,9 +55,8 @@ def _wait_ready(client: Client, timeout_s: float = 120) -> dict[str, object]:
 
 def _median_s(fn: object, *args: np.ndarray, repeat: int = 30) -> float:
     assert callable(fn)
-    # OpenBLAS's and TVM's worker threads spin for a while after a call; on 2 cores the other library then
-    # waits for them (measured: numpy at M=1 goes from 60 µs to milliseconds). Let them go idle first.
-    time.sleep(0.5)
+    # No pause between libraries: the SDK's thread settings (kernelfleet.runtime, applied when the
+    # `kernelfleet` command imports the SDK before numpy) keep TVM's and OpenBLAS's idle threads off the cores.
     fn(*args)
     samples = []
     for _ in range(repeat):
@@ -70,6 +70,7 @@ def _show_dispatcher(console: Console, client: Client, workload_hash: str, finge
     """What an inference host does: fetch the dispatch table once, then run any M locally."""
     t0 = time.perf_counter()
     dispatcher = client.dispatcher(workload_hash, fingerprint, cache_dir=cache)
+    assert isinstance(dispatcher, Dispatcher), "the demo tunes an llvm target: its table is a CPU one"
     console.print(f"SDK dispatcher loaded from the {dispatcher.source} in {time.perf_counter() - t0:.2f} s")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((2304, 768)).astype("float32")

@@ -104,6 +104,7 @@ def main(days: int = 3, calls: int = 200, scale: int = 10_000, port: int = 8766,
         for i in range(days):
             day = first + dt.timedelta(days=i)
             dispatcher = client.dispatcher(attn, fp, cache_dir=data_dir / "host-cache")
+            assert isinstance(dispatcher, Dispatcher), "the simulated fleet serves an llvm target"
             host.refresh()
             stats = _serve_day(rng, dispatcher, host, calls)
             records: list[dict[str, Any]] = [

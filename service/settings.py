@@ -40,9 +40,20 @@ class Settings(BaseSettings):
     submit_rate_per_minute: float = Field(default=120, gt=0, description="job/workload submissions per key")
     telemetry_rate_per_minute: float = Field(default=600, gt=0, description="telemetry batches per key")
     max_body_bytes: int = 1 << 20
+    # Bounds on what a request may ask for (422 naming the field beyond them).
+    max_tensor_elements: int = Field(default=1 << 31, ge=1, description="elements of any one tensor of a workload")
+    max_shape_flops: float = Field(default=1e13, gt=0, description="FLOPs of a workload at one concrete shape")
+    # An imported config faster than this would win every lookup: refused below the larger of the two floors.
+    min_plausible_latency_s: float = Field(default=1e-8, ge=0, description="no kernel call returns faster")
+    max_plausible_flops_per_s: float = Field(default=1e15, gt=0, description="no device computes faster")
     db_pool_timeout_s: float = 5.0
     publish_only_faster_than_vendor: bool = Field(
         default=True, description="publish a tuned config only if it beats the vendor as the SDK calls both"
+    )
+    ukernel_vendor_routes: bool = Field(
+        default=True,
+        description="ukernel tables route each S where the vendor is faster as the SDK calls both to the vendor "
+        "(off: every S runs on uKernels, e.g. to study the tables themselves)",
     )
     # fleet-wide daily tuning (service/workers/fleet)
     fleet_daily_hour: int = Field(default=3, ge=0, le=23, description="UTC hour of the daily fleet run")

@@ -11,6 +11,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service import __version__
+from service.api import body, dashboard, errors
 from service.api.limits import BodySizeLimit
 from service.api.routers import catalog, configs, dispatch, fleet, health, jobs, keys, ops, telemetry
 from service.settings import get_settings
@@ -30,9 +31,13 @@ def create_app(run_migrations: bool = True) -> FastAPI:
         description="Tune kernels for operator workloads and shape distributions; serve the best kernel per shape.",
         lifespan=lifespan,
     )
+    app.add_middleware(body.JsonBodies)  # inside BodySizeLimit: it buffers only bodies within the size limit
     app.add_middleware(BodySizeLimit, max_bytes=get_settings().max_body_bytes)
+    errors.install(app)
+    body.document(app)
     for module in (health, ops, catalog, jobs, configs, dispatch, telemetry, fleet, keys):
         app.include_router(module.router)
+    dashboard.install(app)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)

@@ -68,14 +68,24 @@ async def principal(
         secret = value.strip()
     if not secret:
         raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
+    found = await key_for(secret)
+    if found is None:
+        raise HTTPException(401, "invalid or revoked API key", {"WWW-Authenticate": "Bearer"})
+    return found
+
+
+async def key_for(secret: str) -> ApiKeyView | None:
+    """The active key with this secret, or None (also the dashboard's check of its cookie)."""
     # async, so a cached key costs no thread-pool hop; only a cache miss goes to the store
     digest = keys.hash_key(secret)
     hit, found = _cached(digest)
     if not hit:
         found = await run_in_threadpool(_load, secret, digest)
-    if found is None:
-        raise HTTPException(401, "invalid or revoked API key", {"WWW-Authenticate": "Bearer"})
     return found
+
+
+def allows(who: ApiKeyView, scope: Scope) -> bool:
+    return scope in who.scopes or Scope.admin in who.scopes
 
 
 Principal = Annotated[ApiKeyView, Depends(principal)]
@@ -85,7 +95,7 @@ def require(scope: Scope) -> Callable[[ApiKeyView], Awaitable[ApiKeyView]]:
     """A dependency that admits keys holding `scope` (or admin)."""
 
     async def check(who: Principal) -> ApiKeyView:
-        if scope not in who.scopes and Scope.admin not in who.scopes:
+        if not allows(who, scope):
             raise HTTPException(403, f"this API key lacks the '{scope.value}' scope")
         return who
 

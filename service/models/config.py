@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfleet.models import ConfigRecord
+from kernelfleet.models import ConfigRecord, FiniteFloat, FiniteJsonObject
+from service.models.target import TargetSpec
 
 CandidateStatus = Literal["ok", "error", "timeout"]
 
@@ -52,18 +53,73 @@ class BatchLookupResult(BaseModel):
     results: list[ConfigRecord | ConfigMiss]
 
 
+class TraceConfig(BaseModel):
+    """A `sketch` config: a MetaSchedule trace, the IRModule it replays on and the TVM target it compiles
+    for (what `kernelfleet.tvm_kernel.build_kernel` reads). Checked without TVM, so the API can."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["metaschedule-trace"] = "metaschedule-trace"  # kernelfleet.tvm_kernel.CONFIG_FORMAT_TRACE
+    trace: list[Any] = Field(min_length=1, description="the trace's JSON (instructions, decisions)")
+    module: str = Field(min_length=1, description="the IRModule as TVM's JSON (tvm.ir.save_json)")
+    module_hash: str = Field(pattern=r"^-?[0-9]{1,24}$", description="TVM's structural hash of the module")
+    target: dict[str, Any] = Field(min_length=1, description="the TVM target, e.g. {'kind': 'llvm', 'mcpu': ...}")
+
+
+class UKernelTileConfig(BaseModel):
+    """A `ukernel` candidate: one uKernel tile the rules proposed (a dispatch table's building block)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["ukernel-tile"] = "ukernel-tile"
+    id: str = Field(pattern=r"^[A-Za-z0-9_]{1,64}$")
+    tile: list[Annotated[int, Field(ge=1, le=1 << 16)]] = Field(min_length=3, max_length=3, description="mt, nt, kt")
+
+
 class ImportedRecord(BaseModel):
     """A config measured elsewhere (e.g. an existing MetaSchedule database) brought into the store."""
 
     workload_hash: str
-    target: dict[str, Any]
+    target: TargetSpec = Field(description="the target it was measured on, with its toolchain")
     shape: dict[str, int]
-    latency_s: float = Field(gt=0)
-    config: dict[str, Any]
+    latency_s: FiniteFloat = Field(
+        gt=0, description="seconds per call; refused below a plausible floor (see the 422 for the settings)"
+    )
+    config: FiniteJsonObject = Field(description="format-tagged, in the format of a job kind that publishes configs")
     source: str = Field(max_length=200)
 
 
 class ImportRequest(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "records": [
+                        {
+                            "workload_hash": "52a36ef24bd6a82eab95d4c1f0e3a7b2",
+                            "target": {
+                                "kind": "llvm",
+                                "mcpu": "znver4",
+                                "num_cores": 2,
+                                "toolchain": {"tvm": "0.27.0"},
+                            },
+                            "shape": {"M": 61},
+                            "latency_s": 2.1e-5,
+                            "config": {
+                                "format": "metaschedule-trace",
+                                "trace": [[], []],
+                                "module": "<tvm.ir.save_json of the IRModule>",
+                                "module_hash": "1234567890",
+                                "target": {"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
+                            },
+                            "source": "metaschedule:/path/to/work_dir",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
     records: list[ImportedRecord] = Field(min_length=1, max_length=10_000)
 
 

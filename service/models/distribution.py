@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kernelfleet.models import FiniteFloat
 from service.models.shape import MAX_DIM, shape_key
 
 MAX_SUPPORT = 4096
@@ -42,7 +43,7 @@ class _Range(_Base):
 
 class ShapePoint(_Base):
     shape: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]]
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    weight: FiniteFloat = Field(default=1.0, gt=0)
 
 
 class Explicit(_Base):
@@ -70,8 +71,8 @@ class Normal(_Range):
     """A normal distribution truncated to [low, high] and rounded to integers."""
 
     kind: Literal["normal"] = "normal"
-    mean: float = Field(allow_inf_nan=False)
-    std: float = Field(gt=0, allow_inf_nan=False)
+    mean: FiniteFloat
+    std: FiniteFloat = Field(gt=0)
 
     def support(self) -> Weighted:
         out = [({self.dim: v}, math.exp(-0.5 * ((v - self.mean) / self.std) ** 2)) for v in self._values()]
@@ -84,7 +85,7 @@ class Zipf(_Range):
     """P(v) ∝ (v - low + 1)^-s on [low, high]: small values are the most common."""
 
     kind: Literal["zipf"] = "zipf"
-    s: float = Field(default=1.1, gt=0, le=10, allow_inf_nan=False)
+    s: FiniteFloat = Field(default=1.1, gt=0, le=10)
 
     def support(self) -> Weighted:
         return [({self.dim: v}, (v - self.low + 1) ** -self.s) for v in self._values()]
@@ -95,7 +96,7 @@ class Histogram(_Base):
 
     kind: Literal["histogram"] = "histogram"
     dim: str = Field(min_length=1, max_length=32)
-    counts: dict[Annotated[int, Field(ge=1, le=MAX_DIM)], Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+    counts: dict[Annotated[int, Field(ge=1, le=MAX_DIM)], Annotated[FiniteFloat, Field(ge=0)]] = Field(
         min_length=1, max_length=MAX_SUPPORT
     )
 

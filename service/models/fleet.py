@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from kernelfleet.models import FiniteFloat
 from service.models.shape import MAX_DIM
 
 MAX_RECORDS_PER_BATCH = 10_000
@@ -24,7 +25,7 @@ class TelemetryRecord(BaseModel):
     target_fingerprint: str = Field(pattern=r"^[0-9a-f]{1,64}$")
     shape: dict[str, int] = Field(min_length=1, max_length=8)
     calls: int = Field(ge=0, le=10**12)
-    kernel_seconds: float = Field(ge=0, le=1e9, allow_inf_nan=False)
+    kernel_seconds: FiniteFloat = Field(ge=0, le=1e9)
     fallbacks: int = Field(default=0, ge=0, le=10**12, description="calls that ran the default kernel (a miss)")
     day: dt.date | None = Field(default=None, description="UTC day the calls happened; default: the day received")
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator, field_validator
+from pydantic_core import PydanticCustomError
 
 from service.models.distribution import ShapeDistribution
 from service.models.target import TargetSpec
@@ -40,6 +42,16 @@ class Budget(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
 
 
+def _spec_or_hash(value: Any, handler: ValidatorFunctionWrapHandler) -> WorkloadSpec | str:
+    """An object is a workload spec and a string a hash: validate as that alone, so a bad spec gets its own
+    errors at the spec's fields, with no second error saying it is not a string either."""
+    if isinstance(value, str | WorkloadSpec):
+        return handler(value)  # type: ignore[no-any-return]
+    if not isinstance(value, dict):
+        raise PydanticCustomError("workload_type", "expected a workload spec (an object) or a workload hash (a string)")
+    return WorkloadSpec.model_validate(value)
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -61,7 +73,9 @@ class JobSpec(BaseModel):
         pattern=r"^[a-z][a-z0-9_]{0,31}$",
         description="the tuning algorithm: sketch, ukernel, ...; GET /v1/kinds lists what this service runs",
     )
-    workload: WorkloadSpec | str = Field(description="an inline workload spec or a registered workload hash")
+    workload: Annotated[WorkloadSpec | str, WrapValidator(_spec_or_hash)] = Field(
+        description="an inline workload spec or a registered workload hash"
+    )
     target: TargetSpec
     distribution: ShapeDistribution
     budget: Budget = Field(default_factory=Budget)

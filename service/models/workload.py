@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kernelfleet.models import field_errors
 from service.models.operators import OPERATORS, OperatorDef
 from service.models.shape import MAX_DIM
+from service.settings import get_settings
 
 DType = Literal["float32", "float16"]
+FieldProblem = tuple[tuple[str | int, ...], str]  # the field to blame (under the workload) and why
 
 
 class WorkloadSpec(BaseModel):
     """What a user posts: e.g. a BERT-base QKV projection with dynamic sequence length `M`."""
+
+    # Checks added later (size bounds, empty conv2d outputs) apply to what users post, not to workloads the
+    # store already holds: those load as they were registered, whatever the bounds are set to today.
+    _new: ClassVar[bool] = True
 
     model_config = ConfigDict(
         extra="forbid",
@@ -48,31 +56,84 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
+        problem = self._structure_problem() or (self._registration_problem() if self._new else None)
+        if problem:
+            loc, message = problem
+            raise field_errors("WorkloadSpec", [(loc, message, self._input_at(loc))])
+        return self
+
+    def _structure_problem(self) -> FieldProblem | None:
+        """What makes this no workload of its operator, and the field to blame; fills in default attrs."""
         op = OPERATORS[self.op]
-        known = set(op.dims)
-        for name in [*self.dims, *self.symbolic]:
-            if name not in known:
-                raise ValueError(f"{self.op} has no dimension {name!r}; its dimensions are {', '.join(op.dims)}")
-        both = set(self.dims) & set(self.symbolic)
-        if both:
-            raise ValueError(f"dimension(s) {', '.join(sorted(both))} cannot be both static and symbolic")
-        if len(set(self.symbolic)) != len(self.symbolic):
-            raise ValueError("symbolic dimensions must be distinct")
-        missing = known - set(self.dims) - set(self.symbolic)
+        for name in self.dims:
+            if name not in op.dims:
+                return ("dims", name), f"{self.op} has no dimension {name!r}; its dimensions are {', '.join(op.dims)}"
+        for i, name in enumerate(self.symbolic):
+            if name not in op.dims:
+                return ("symbolic", i), f"{self.op} has no dimension {name!r}; its dimensions are {', '.join(op.dims)}"
+            if name in self.dims:
+                return ("symbolic", i), f"dimension {name} cannot be both static and symbolic"
+            if name in self.symbolic[:i]:
+                return ("symbolic", i), f"symbolic dimensions must be distinct; {name} is listed twice"
+        missing = set(op.dims) - set(self.dims) - set(self.symbolic)
         if missing:
-            raise ValueError(f"dimension(s) {', '.join(sorted(missing))} need a size in dims or a place in symbolic")
+            return ("dims",), f"dimension(s) {', '.join(sorted(missing))} need a size in dims or a place in symbolic"
         for name in self.attrs:
             if name not in op.attrs:
-                raise ValueError(f"{self.op} has no attribute {name!r}; its attributes are {list(op.attrs) or 'none'}")
+                known = list(op.attrs) or "none"
+                return ("attrs", name), f"{self.op} has no attribute {name!r}; its attributes are {known}"
         self.attrs = {**op.attrs, **self.attrs}
         for name, value in self.attrs.items():
             if isinstance(op.attrs[name], bool) != isinstance(value, bool):
-                raise ValueError(f"attribute {name!r} must be {type(op.attrs[name]).__name__}")
+                return ("attrs", name), f"attribute {name!r} must be {type(op.attrs[name]).__name__}"
             if not isinstance(value, bool) and not 0 <= value <= 64:
-                raise ValueError(f"attribute {name!r}={value} out of range 0..64")
+                return ("attrs", name), f"attribute {name!r}={value} out of range 0..64"
         if self.op == "conv2d" and self.attrs["stride"] < 1:
-            raise ValueError("attribute 'stride' must be >= 1")
-        return self
+            return ("attrs", "stride"), "attribute 'stride' must be >= 1"
+        return None
+
+    def _registration_problem(self) -> FieldProblem | None:
+        """What a new workload must also pass: no empty output, and bounded sizes at its smallest shape."""
+        if self.op == "conv2d":
+            padding = int(self.attrs["padding"])
+            for size, kernel in (("H", "KH"), ("W", "KW")):
+                if size in self.dims and kernel in self.dims and self.dims[size] + 2 * padding < self.dims[kernel]:
+                    return ("dims", kernel), (
+                        f"{kernel}={self.dims[kernel]} is larger than {size}={self.dims[size]} plus padding "
+                        f"2×{padding}: the output would be empty"
+                    )
+        return self._size_problem(self._smallest(), "")
+
+    def _smallest(self) -> dict[str, int]:
+        """Every dimension at its smallest: the static sizes, 1 for the symbolic ones."""
+        return {**self.dims, **dict.fromkeys(self.symbolic, 1)}
+
+    def _size_problem(self, full: Mapping[str, int], at: str) -> FieldProblem | None:
+        """Whether any tensor or the FLOPs of one call at `full` exceed the service's bounds."""
+        settings = get_settings()
+        op = self.operator
+        for tensor in (*op.input_tensors(self.attrs), op.output):
+            sizes = op.tensor_shape(tensor, full, self.attrs)
+            elements = math.prod(max(1, s) for s in sizes)
+            if elements > settings.max_tensor_elements:
+                shown = "×".join(f"{d}={s}" for d, s in zip(tensor.dims, sizes, strict=True))
+                return ("dims",), (
+                    f"tensor {tensor.name} ({shown}{at}) would hold {elements:.3g} elements, more than "
+                    f"KERNELFLEET_MAX_TENSOR_ELEMENTS={settings.max_tensor_elements:.3g}"
+                )
+        flops = op.flops(full, self.attrs)
+        if flops > settings.max_shape_flops:
+            return ("dims",), (
+                f"one call{at} would take {flops:.3g} FLOPs, more than KERNELFLEET_MAX_SHAPE_FLOPS="
+                f"{settings.max_shape_flops:.3g}"
+            )
+        return None
+
+    def _input_at(self, loc: tuple[str | int, ...]) -> object:
+        value: object = self.model_dump()
+        for part in loc:
+            value = value[part]  # type: ignore[index]
+        return value
 
     @property
     def operator(self) -> OperatorDef:
@@ -110,6 +171,10 @@ class WorkloadSpec(BaseModel):
             derived = self.operator.derived(full, self.attrs)
             if min(derived.values()) < 1:
                 raise ValueError(f"conv2d output would be empty for {full} with attrs {self.attrs}")
+        if self.symbolic:
+            problem = self._size_problem(full, " at " + ", ".join(f"{d}={shape[d]}" for d in self.symbolic))
+            if problem:
+                raise ValueError(problem[1])
         return full
 
     def flops(self, shape: Mapping[str, int]) -> int:
@@ -120,4 +185,5 @@ class Workload(WorkloadSpec):
     """A registered workload as the service returns it."""
 
     model_config = ConfigDict(extra="ignore")
+    _new: ClassVar[bool] = False
     workload_hash: str

@@ -45,6 +45,11 @@ def get_target(session: Session, fingerprint: str) -> Target | None:
     return None if row is None else Target(**row.spec, target_fingerprint=row.target_fingerprint)
 
 
+def list_targets(session: Session, limit: int = 200) -> list[Target]:
+    rows = session.scalars(select(TargetRow).order_by(TargetRow.created_at).limit(limit))
+    return [Target(**r.spec, target_fingerprint=r.target_fingerprint) for r in rows]
+
+
 def announce_worker(session: Session, name: str, queues: list[str], target: TargetSpec) -> None:
     row = session.get(WorkerRow, name)
     now = utcnow()

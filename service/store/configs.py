@@ -120,3 +120,9 @@ def list_best(
         q = q.where(BestConfigRow.target_fingerprint == fingerprint)
     q = q.order_by(BestConfigRow.workload_hash, BestConfigRow.target_fingerprint, BestConfigRow.shape_key)
     return [_to_record(r) for r in session.scalars(q.limit(limit))]
+
+
+def published_by(session: Session, job_id: str, limit: int = 1000) -> list[ConfigRecord]:
+    """The best configs a job published (and that no later job beat)."""
+    q = select(BestConfigRow).where(BestConfigRow.job_id == job_id).order_by(BestConfigRow.shape_key)
+    return [_to_record(r) for r in session.scalars(q.limit(limit))]

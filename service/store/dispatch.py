@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -95,6 +95,26 @@ def latest(session: Session, workload_hash: str, target_fingerprint: str) -> Dis
         .limit(1)
     )
     return session.scalars(stmt).first()
+
+
+def published_by(session: Session, job_id: str) -> DispatchTableRow | None:
+    """The table a job published (a job publishes at most one)."""
+    stmt = select(DispatchTableRow).where(DispatchTableRow.job_id == job_id).order_by(DispatchTableRow.id.desc())
+    return session.scalars(stmt.limit(1)).first()
+
+
+def latest_per_key(session: Session, workload_hash: str | None, fingerprint: str | None, limit: int) -> list[Any]:
+    """(workload, target, id, dim, s_max, job_id, created_at) of the newest table per (workload, target)."""
+    t = DispatchTableRow
+    newest = select(func.max(t.id)).group_by(t.workload_hash, t.target_fingerprint)
+    q = select(t.workload_hash, t.target_fingerprint, t.id, t.dim, t.s_max, t.job_id, t.created_at).where(
+        t.id.in_(newest)
+    )
+    if workload_hash:
+        q = q.where(t.workload_hash == workload_hash)
+    if fingerprint:
+        q = q.where(t.target_fingerprint == fingerprint)
+    return list(session.execute(q.order_by(t.workload_hash, t.target_fingerprint).limit(limit)))
 
 
 def _table_latency(row: DispatchTableRow, S: int) -> float | None:

@@ -114,6 +114,18 @@ def usage(
     ]
 
 
+def usage_by_day(session: Session, since: dt.date, until: dt.date) -> list[tuple[dt.date, str, int, float]]:
+    """(day, workload, calls, kernel seconds) for days in [since, until], oldest first."""
+    u = UsageDayRow
+    q = (
+        select(u.day, u.workload_hash, func.sum(u.calls), func.sum(u.kernel_seconds))
+        .where(u.day >= since, u.day <= until)
+        .group_by(u.day, u.workload_hash)
+        .order_by(u.day, u.workload_hash)
+    )
+    return [(day, wh, int(c or 0), float(s or 0.0)) for day, wh, c, s in session.execute(q)]
+
+
 def total_seconds(session: Session, since: dt.date, until: dt.date) -> float:
     q = select(func.sum(UsageDayRow.kernel_seconds)).where(UsageDayRow.day >= since, UsageDayRow.day <= until)
     return float(session.scalar(q) or 0.0)

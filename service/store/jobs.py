@@ -119,6 +119,30 @@ def finish(session: Session, job_id: str, lease: str, state: JobState, error: st
     return _count(result) == 1
 
 
+MAX_REASON_CHARS = 4000
+
+
+def record_publication(session: Session, job_id: str, published: bool, reasons: Sequence[str] = ()) -> None:
+    """Add what one unit published: `published` accumulates (any unit that published makes the job
+    published), and each reason something was held back is appended."""
+    row = session.get(JobRow, job_id, with_for_update=True)
+    if row is None:
+        return
+    if published:
+        row.published = True
+    if reasons:
+        text = "; ".join([*(row.publish_reason.split("; ") if row.publish_reason else []), *reasons])
+        row.publish_reason = text[:MAX_REASON_CHARS]
+
+
+def finish_publication(session: Session, job_id: str) -> None:
+    """At the end of a job that succeeded: a job no unit published from is `published: false`."""
+    row = session.get(JobRow, job_id)
+    if row is not None and row.published is None:
+        row.published = False
+        row.publish_reason = row.publish_reason or "nothing was published"
+
+
 def resolve_target(session: Session, job_id: str, fingerprint: str) -> None:
     session.execute(update(JobRow).where(JobRow.id == job_id).values(target_fingerprint=fingerprint))
 
@@ -317,6 +341,8 @@ def view(session: Session, row: JobRow, live_queues: Collection[str] | None = No
         started_at=row.started_at,
         finished_at=row.finished_at,
         heartbeat_at=row.heartbeat_at,
+        published=row.published,
+        publish_reason=row.publish_reason,
         waiting_for_worker=(
             row.queue
             if live_queues is not None and row.state == JobState.queued.value and row.queue not in live_queues
@@ -340,7 +366,13 @@ def view(session: Session, row: JobRow, live_queues: Collection[str] | None = No
 
 
 def list_rows(
-    session: Session, state: JobState | None, kind: str | None, workload_hash: str | None, limit: int, offset: int
+    session: Session,
+    state: JobState | None,
+    kind: str | None,
+    workload_hash: str | None,
+    limit: int,
+    offset: int,
+    target_fingerprint: str | None = None,
 ) -> tuple[list[JobRow], int]:
     q = select(JobRow)
     if state:
@@ -349,6 +381,8 @@ def list_rows(
         q = q.where(JobRow.kind == kind)
     if workload_hash:
         q = q.where(JobRow.workload_hash == workload_hash)
+    if target_fingerprint:
+        q = q.where(JobRow.target_fingerprint == target_fingerprint)
     total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
     rows = list(session.scalars(q.order_by(JobRow.created_at.desc()).limit(limit).offset(offset)))
     return rows, total
@@ -357,3 +391,17 @@ def list_rows(
 def candidates(session: Session, job_id: str, limit: int, offset: int) -> list[CandidateRow]:
     q = select(CandidateRow).where(CandidateRow.job_id == job_id).order_by(CandidateRow.id)
     return list(session.scalars(q.limit(limit).offset(offset)))
+
+
+def count_candidates(session: Session, job_id: str) -> int:
+    return session.scalar(select(func.count()).where(CandidateRow.job_id == job_id)) or 0
+
+
+def rows_on_target_kind(session: Session, target_kind: str, limit: int) -> list[JobRow]:
+    """The newest jobs for targets of one kind (e.g. every Gemmini job, whatever its job kind)."""
+    q = select(JobRow).where(JobRow.target["kind"].as_string() == target_kind)
+    return list(session.scalars(q.order_by(JobRow.created_at.desc()).limit(limit)))
+
+
+def distinct_kinds(session: Session) -> list[str]:
+    return list(session.scalars(select(JobRow.kind).distinct().order_by(JobRow.kind)))

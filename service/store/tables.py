@@ -85,6 +85,10 @@ class JobRow(Base):
     lease: Mapped[str | None] = mapped_column(String(36))
     dispatched: Mapped[bool] = mapped_column(Boolean, default=False)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # whether the job published anything (a config or a dispatch table; None until it finishes), and why
+    # something was held back, e.g. the vendor was faster as the SDK calls both
+    published: Mapped[bool | None] = mapped_column(Boolean)
+    publish_reason: Mapped[str | None] = mapped_column(Text)
     owner_key_id: Mapped[str | None] = mapped_column(String(36), index=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
     started_at: Mapped[dt.datetime | None]

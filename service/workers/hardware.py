@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from service.models import TargetSpec, Toolchain
+if TYPE_CHECKING:  # imported where used: GPU measurement hosts run the parsers here without pydantic
+    from service.models import TargetSpec, Toolchain
 
 
 def usable_cores() -> int:
@@ -14,18 +16,24 @@ def usable_cores() -> int:
 
 
 def pin_tvm_threads() -> None:
-    """Make TVM's runtime use every core the target names.
+    """Configure TVM's and OpenBLAS's thread pools as the SDK does on inference hosts (kernelfleet.runtime).
 
-    Unset, TVM assumes hyper-threading on x86 and uses half the logical CPUs: one thread on a 2-core VM,
-    while the target (and the fingerprint) says two. Must run before TVM starts its thread pool; the
-    measurement processes MetaSchedule spawns inherit it.
+    TVM then uses every core the target names (unset, it assumes hyper-threading and uses half the logical
+    CPUs: one thread on a 2-core VM, while the fingerprint says two), its workers are not pinned and spin
+    briefly, so a job times its kernels and numpy under the thread settings the SDK gives users. Must run
+    before TVM starts its thread pool (and, for OpenBLAS, before numpy loads); the measurement processes
+    MetaSchedule spawns inherit it.
     """
-    os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
+    from kernelfleet.runtime import configure_threads
+
+    configure_threads()
 
 
 @functools.cache
 def toolchain() -> Toolchain:
     import tvm
+
+    from service.models import Toolchain
 
     return Toolchain(tvm=tvm.__version__)
 
@@ -65,6 +73,8 @@ def host_target() -> TargetSpec:
     import tvm
     from tvm.target import codegen
 
+    from service.models import TargetSpec
+
     mcpu = codegen.llvm_get_system_cpu()
     flags = cpu_flags()
     implied = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})))
@@ -73,10 +83,14 @@ def host_target() -> TargetSpec:
 
 
 def mismatch(target: TargetSpec) -> str | None:
-    """Why this worker must not tune for `target`, or None when it matches the host."""
-    host = host_target()
+    """Why this worker must not tune for `target`, or None when it matches the host.
+
+    Targets of other platforms (a cuda target on a GPU host) are judged by their own platform."""
     if target.kind != "llvm":
-        return f"this worker tunes llvm targets on {host.mcpu}; the job asks for a {target.kind} target"
+        from service.workers.platforms import platform_for
+
+        return platform_for(target).mismatch(target)
+    host = host_target()
     if target.mcpu != host.mcpu:
         return f"job target mcpu={target.mcpu} but this worker's CPU is {host.mcpu}"
     if target.features != host.features:

@@ -173,6 +173,7 @@ def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: 
         if not jobs.count_shapes(s, job_id, JobState.succeeded):
             jobs.finish(s, job_id, lease, JobState.failed, "no shape produced a verified config")
             return "failed"
+        jobs.finish_publication(s, job_id)  # succeeded and published nothing: the view says so, and why
         jobs.finish(s, job_id, lease, JobState.succeeded)
     return "succeeded"
 
@@ -202,6 +203,13 @@ def _publish(
             )
         for outcome in result.shapes:
             _publish_shape(s, job_id, kind, ctx, outcome)
+        published = result.dispatch is not None or any(_serves(o) for o in result.shapes)
+        reasons = [f"{shape_key(o.shape)}: {o.not_published}" for o in result.shapes if o.not_published]
+        if result.not_published:
+            reasons.insert(0, f"{unit.key}: {result.not_published}")
+        jobs.record_publication(s, job_id, published, reasons)
+    if result.not_published:
+        for_job(log, job_id).info("unit %s: not published: %s", unit.key, result.not_published)
     for outcome in result.shapes:
         if outcome.error:
             for_job(log, job_id).warning("shape %s: %s", shape_key(outcome.shape), outcome.error)
@@ -216,8 +224,13 @@ def _publish(
         )
 
 
+def _serves(outcome: ShapeOutcome) -> bool:
+    """Whether the outcome's config is published (upserted as the best config for its shape)."""
+    return outcome.error is None and outcome.config is not None and outcome.not_published is None
+
+
 def _publish_shape(s: Session, job_id: str, kind: JobKind, ctx: UnitContext, outcome: ShapeOutcome) -> None:
-    if outcome.error is None and outcome.config is not None and outcome.not_published is None:
+    if _serves(outcome):
         assert outcome.config_latency_s is not None
         configs.upsert_best(
             s,

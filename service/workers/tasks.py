@@ -17,11 +17,13 @@ from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store.db import session_scope
 from service.workers import hardware
-from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch
-from service.workers.platforms import host_platform
+
+hardware.pin_tvm_threads()  # before numpy (the platforms import it) and any TVM import in this worker
+
+from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch  # noqa: E402
+from service.workers.platforms import host_platform  # noqa: E402
 
 log = logging.getLogger(__name__)
-hardware.pin_tvm_threads()  # before any TVM import in this worker
 
 
 def worker_id(node: str | None = None) -> str:

@@ -81,7 +81,7 @@ def test_submit_get_list_cancel(api: TestClient) -> None:
         (_job(workload={"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]}), ["body", "workload"]),
         (_job(workload="0" * 32), ["body", "workload"]),
         (_job(target={"kind": "llvm", "num_cores": 2}), ["body", "target"]),
-        (_job(target={"kind": "cuda", "arch": "sm_80"}), ["body", "target", "kind"]),
+        (_job(target={"kind": "gemmini", "arch": "default"}), ["body", "target", "kind"]),
         (_job(distribution={"kind": "uniform", "dim": "T", "low": 1, "high": 4}), ["body", "distribution"]),
         (_job(distribution={"kind": "uniform", "dim": "M", "low": 1, "high": 10**6}), ["body", "distribution"]),
         (_job(budget={"trials": 0}), ["body", "budget", "trials"]),
@@ -93,6 +93,16 @@ def test_submit_get_list_cancel(api: TestClient) -> None:
 def test_bad_jobs_get_422_naming_the_field(api: TestClient, body: dict[str, Any], loc: list[str]) -> None:
     locs = _loc(api.post("/v1/jobs", json=body))
     assert any(tuple(found[: len(loc)]) == tuple(loc) for found in locs), locs
+
+
+@pytest.mark.parametrize("kind", ["sketch", "ukernel"])
+def test_cuda_jobs_queue_for_gpu_workers_only(api: TestClient, kind: str) -> None:
+    """A cuda job goes to `gpu.<arch>` (never a CPU queue) and says so while no GPU worker is live."""
+    resp = api.post("/v1/jobs", json=_job(kind=kind, target={"kind": "cuda", "arch": "sm_90"}))
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["waiting_for_worker"] == "gpu.sm_90"
+    cpu = api.post("/v1/jobs", json=_job(kind=kind))
+    assert cpu.status_code == 202 and cpu.json()["waiting_for_worker"] == "cpu.znver4"
 
 
 def test_best_config_lookup_hit_miss_and_batch(api: TestClient) -> None:
@@ -152,14 +162,20 @@ def test_import_keeps_only_better(api: TestClient) -> None:
         "target": {**TARGET, "toolchain": TOOLCHAIN},
         "shape": {"M": 4},
         "latency_s": 2e-5,
-        "config": {"format": "x"},
+        "config": {
+            "format": "metaschedule-trace",
+            "trace": [[], []],
+            "module": "{}",
+            "module_hash": "1",
+            "target": {"kind": "llvm"},
+        },
         "source": "test",
     }
     assert api.post("/v1/configs/import", json={"records": [rec]}).json() == {"imported": 1, "improved": 1}
     slower = {**rec, "latency_s": 3e-5}
     assert api.post("/v1/configs/import", json={"records": [slower]}).json() == {"imported": 1, "improved": 0}
     bad = {**rec, "shape": {"X": 1}}
-    assert ["body", "records", 0] in _loc(api.post("/v1/configs/import", json={"records": [bad]}))
+    assert ["body", "records", 0, "shape"] in _loc(api.post("/v1/configs/import", json={"records": [bad]}))
 
 
 def _key(*scopes: str) -> dict[str, str]:

@@ -33,6 +33,8 @@ def test_hash_is_canonical_and_stable() -> None:
             "stride",
         ),
         ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "code": "import os"}, "Extra inputs"),
+        ({"op": "dense", "dims": {"N": 10**6, "K": 10**6}, "symbolic": ["M"]}, "elements"),
+        ({"op": "conv2d", "dims": {"N": 1, "H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 5, "KW": 3}}, "larger than H"),
     ],
 )
 def test_invalid_workloads_are_rejected_with_a_reason(body: dict[str, object], message: str) -> None:
@@ -64,3 +66,55 @@ def test_bind_and_flops() -> None:
 
 def test_registry_has_the_required_operators() -> None:
     assert {"dense", "batch_matmul", "conv2d"} <= set(OPERATORS)
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]}, ("dims",)),
+        ({"op": "dense", "dims": {"N": 8, "K": 8, "Q": 1}, "symbolic": ["M"]}, ("dims", "Q")),
+        ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M", "M"]}, ("symbolic", 1)),
+        ({"op": "dense", "dims": {"N": 8, "K": 8, "M": 4}, "symbolic": ["M"]}, ("symbolic", 0)),
+        ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"bias": 3}}, ("attrs", "bias")),
+        ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"stride": 1}}, ("attrs", "stride")),
+        ({"op": "dense", "dims": {"N": 10**6, "K": 10**6}, "symbolic": ["M"]}, ("dims",)),
+        ({"op": "conv2d", "dims": {"N": 1, "H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 9}}, ("dims", "KW")),
+        ({"op": "conv2d", "dims": {"N": 1, "H": 8, "W": 8, "CI": 3, "CO": 8, "KH": 3, "KW": 3}, "attrs": {"stride": 0}},
+         ("attrs", "stride")),
+    ],
+)  # fmt: skip
+def test_invalid_workloads_name_the_field(body: dict[str, object], loc: tuple[object, ...]) -> None:
+    with pytest.raises(ValidationError) as info:
+        WorkloadSpec.model_validate(body)
+    assert [e["loc"] for e in info.value.errors()] == [loc]
+
+
+def test_size_bounds_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.settings import get_settings
+
+    dense = {"op": "dense", "dims": {"N": 64, "K": 64}, "symbolic": ["M"]}
+    monkeypatch.setenv("KERNELFLEET_MAX_TENSOR_ELEMENTS", "1000")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ValidationError, match="KERNELFLEET_MAX_TENSOR_ELEMENTS"):
+            WorkloadSpec.model_validate(dense)
+        monkeypatch.delenv("KERNELFLEET_MAX_TENSOR_ELEMENTS")
+        monkeypatch.setenv("KERNELFLEET_MAX_SHAPE_FLOPS", "1e6")
+        get_settings.cache_clear()
+        spec = WorkloadSpec.model_validate(dense)  # 8192 FLOPs at M=1
+        assert spec.flops({"M": 100}) == 2 * 100 * 64 * 64
+        with pytest.raises(ValueError, match="FLOPs"):
+            spec.bind({"M": 200})
+    finally:
+        get_settings.cache_clear()
+
+
+def test_registered_workloads_load_whatever_the_bounds_are_today() -> None:
+    from service.models import Workload
+
+    huge = {"op": "dense", "dims": {"N": 10**6, "K": 10**6}, "symbolic": ["M"]}
+    with pytest.raises(ValidationError):
+        WorkloadSpec.model_validate(huge)
+    stored = Workload.model_validate({**huge, "workload_hash": "h"})  # registered before the bound existed
+    with pytest.raises(ValueError, match="elements"):
+        stored.bind({"M": 1})  # but no job or lookup can use it at a size past the bound

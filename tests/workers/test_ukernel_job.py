@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,11 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from typer.testing import CliRunner
 
 from kernelfleet import Client
+from kernelfleet.cli import app
+from kernelfleet.errors import NotFound
 from kernelfleet.signing import UntrustedArtifact
 from tests.helpers import Fleet, wait_for
 
@@ -27,9 +31,16 @@ DIST = {"kind": "uniform", "dim": "M", "low": 1, "high": S_MAX}
 UNSEEN = [S_MAX + 1, 53, 97, 131]  # beyond the tuned range: the table's last interval extends
 
 
+# These tests check the table's mechanics on a layer so small that numpy wins at every S (the job would
+# then publish no table: test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so), so they
+# keep every S on uKernels.
+UKERNELS_ONLY = {"KERNELFLEET_UKERNEL_VENDOR_ROUTES": "false"}
+
+
 @pytest.fixture
 def fleet(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Fleet]:
-    fleet = Fleet(tmp_path / "fleet", {"KERNELFLEET_DATABASE_URL": pg_url, "KERNELFLEET_BROKER_URL": redis_url})
+    env = {"KERNELFLEET_DATABASE_URL": pg_url, "KERNELFLEET_BROKER_URL": redis_url, **UKERNELS_ONLY}
+    fleet = Fleet(tmp_path / "fleet", env)
     yield fleet
     fleet.stop()
 
@@ -54,6 +65,7 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
     job = client.submit(DENSE, _target(client), DIST, kind="ukernel", budget={"trials": 3, "max_shapes": 2})
     done = client.wait(job.id, timeout_s=300, poll_s=0.5)
     assert done.state == "succeeded" and done.trials_done == done.trials_total > 0
+    assert done.published is True and done.publish_reason is None
     for s in done.shapes:  # the validated hot shapes carry measured program latency and the vendor baseline
         assert s.state == "succeeded" and s.best_latency_s and s.baseline_latency_s
     assert done.target_fingerprint is not None
@@ -146,6 +158,7 @@ def test_a_retried_ukernel_job_resumes_from_its_measured_ukernels(tmp_path: Path
         "KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S": "1",
         "KERNELFLEET_HEARTBEAT_INTERVAL_S": "1",
         "KERNELFLEET_STALE_AFTER_S": "4",
+        **UKERNELS_ONLY,
     }
     fleet = Fleet(tmp_path / "fleet", env)
     try:
@@ -174,5 +187,35 @@ def test_a_retried_ukernel_job_resumes_from_its_measured_ukernels(tmp_path: Path
         published = client.dispatch_doc(done.workload_hash, done.target_fingerprint)
         assert published is not None  # and the table it published covers the range
         assert published[0].s_max == S_MAX
+    finally:
+        fleet.stop()
+
+
+def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
+    tmp_path: Path, pg_url: str, redis_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16×16 weights: numpy answers in about a microsecond, below what any call into TVM costs, so every S
+    goes to the vendor, no table is published, and the view, `wait()` and `kernelfleet job` say so."""
+    fleet = Fleet(tmp_path / "fleet", {"KERNELFLEET_DATABASE_URL": pg_url, "KERNELFLEET_BROKER_URL": redis_url})
+    try:
+        fleet.start_api()
+        fleet.start_worker("w1")
+        client = fleet.client()
+        tiny = {"op": "dense", "dims": {"N": 16, "K": 16}, "symbolic": ["M"]}
+        dist = {"kind": "uniform", "dim": "M", "low": 1, "high": 8}
+        job = client.submit(tiny, _target(client), dist, kind="ukernel", budget={"trials": 2, "max_shapes": 2})
+        with caplog.at_level(logging.WARNING, logger="kernelfleet"):
+            done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+        assert done.state == "succeeded" and done.published is False
+        assert done.publish_reason and "vendor (numpy) is faster" in done.publish_reason, done.publish_reason
+        assert any("published nothing" in r.getMessage() for r in caplog.records)
+        assert done.target_fingerprint is not None
+        with pytest.raises(NotFound, match="no dispatch table"):
+            client.dispatch_doc(done.workload_hash, done.target_fingerprint)
+        assert fleet.api_key is not None
+        monkeypatch.setenv("KERNELFLEET_API_KEY", fleet.api_key)
+        shown = CliRunner().invoke(app, ["job", job.id, "--url", fleet.url], terminal_width=400)
+        assert shown.exit_code == 0, shown.output
+        assert "published: false" in shown.output and "vendor (numpy) is faster" in shown.output, shown.output
     finally:
         fleet.stop()

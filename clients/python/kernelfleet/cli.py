@@ -140,6 +140,12 @@ def _print_job(job: Any) -> None:
             f"[yellow]waiting for a worker[/]: no live worker consumes queue {job.waiting_for_worker}; "
             "`kernelfleet targets` lists what the fleet serves"
         )
+    published = getattr(job, "published", None)
+    if published is False:
+        console.print(f"[yellow]published: false[/] — {job.publish_reason}")
+    elif published:
+        held_back = f" (not published: {job.publish_reason})" if job.publish_reason else ""
+        console.print(f"published: true{held_back}")
     table = Table()
     # both columns time a call as an inference host makes it (Python call included), side by side
     for col in ("shape", "state", "trials", "tuned, as called (µs)", "vendor, as called (µs)", "speedup"):
@@ -242,6 +248,10 @@ def dispatch(
         console.print(f"  uKernel {u.id}: {u.size_bytes} B, sha256 {u.sha256[:16]}… (named by the signed document)")
     intervals = doc.table["intervals"]
     console.print(f"{len(intervals)} intervals; first: {intervals[:3]}")
+    vendor = [iv for iv in intervals if iv[2] == "vendor"]
+    if vendor:
+        spans = ", ".join(f"{lo}..{hi}" for lo, hi, _ in vendor)
+        console.print(f"  routed to the vendor (numpy measured faster as the SDK calls both): {doc.dim} = {spans}")
     v = doc.validation
     for key in ("tuning_seconds", "padding_ratio", "rho_dietcode_mean", "rho_sia_mean"):
         if v.get(key) is not None:

@@ -22,11 +22,12 @@ from kernelfleet.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload
+from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload, non_finite
 
 log = logging.getLogger("kernelfleet")
 
 if TYPE_CHECKING:
+    from kernelfleet.cuda_ukernel import CudaDispatcher
     from kernelfleet.dispatcher import Dispatcher
     from kernelfleet.telemetry import TelemetryReporter
 
@@ -84,6 +85,17 @@ class Client:
 
     # -- transport -------------------------------------------------------------------------------
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        bad = non_finite(kwargs.get("json"))
+        if bad:  # JSON has no NaN or Infinity (httpx would refuse with a bare ValueError): name the field instead
+            detail = [
+                {"loc": ["body", *loc], "msg": f"{number} is not a finite number", "type": "finite_number"}
+                for loc, number in bad
+            ]
+            where = ".".join(str(p) for p in detail[0]["loc"])
+            # a 422 as the service would answer, so callers treat it alike (e.g. the telemetry reporter drops the
+            # batch rather than resending it forever)
+            message = f"{method} {path}: {where} is {bad[0][1]}; JSON numbers must be finite (refused before sending)"
+            raise InvalidRequest(message, 422, detail)
         idempotent = method in ("GET", "HEAD")
         for attempt in range(self.retries + 1):
             try:
@@ -202,7 +214,10 @@ class Client:
         raise_on_failure: bool = True,
         on_update: Callable[[Job], None] | None = None,
     ) -> Job:
-        """Poll until the job ends; with `progress=True` draw a progress bar (needs `rich`)."""
+        """Poll until the job ends; with `progress=True` draw a progress bar (needs `rich`).
+
+        A job can succeed and publish nothing (e.g. the vendor was faster as the SDK calls both): the
+        returned job then has `published` False and `publish_reason` says why, and a warning is logged."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         bar = _ProgressBar(job_id) if progress else None
         warned = False
@@ -231,6 +246,9 @@ class Client:
                 bar.close()
         if raise_on_failure and job.state != "succeeded":
             raise JobFailed(f"job {job_id} {job.state}: {job.error}", detail=job.error)
+        if job.state == "succeeded" and job.published is False:
+            # succeeded, yet lookups will miss: say why instead of leaving a bare "succeeded"
+            log.warning("job %s succeeded but published nothing: %s", job_id, job.publish_reason)
         return job
 
     # -- configs ------------------------------------------------------------------------------------
@@ -313,13 +331,17 @@ class Client:
 
     def dispatcher(
         self, workload: str, target: str, *, cache_dir: Path | None = None, trusted_key: str | None = None
-    ) -> Dispatcher:
+    ) -> Dispatcher | CudaDispatcher:
         """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
 
         Fetched once (revalidated by ETag), the document's signature and every artifact's hash verified; falls
         back to the disk cache when the service cannot answer and to numpy when nothing verified is cached.
         `trusted_key` pins the signing key (default: $KERNELFLEET_TRUSTED_KEY, else the key this service
         presented first, kept in the cache).
+
+        A CUDA target's table gives a `CudaDispatcher` (kernelfleet.cuda_ukernel): it takes the device tensors
+        the host already has (torch CUDA tensors or anything with DLPack) and returns a device tensor, no host
+        copies; on a host without a GPU it raises NoCudaDevice saying why.
         """
         from kernelfleet.dispatch_cache import load_dispatcher
 

@@ -6,6 +6,10 @@ programs have the same `Shape` (the same full pieces plus a remainder piece on t
 form one interval, so a dispatch table covering 1..S_max is a short sorted list looked up with
 bisect. The service computes the table (service/workers/tuners/ukernel/combine.py); inference
 hosts only read it.
+
+An interval may instead route its S to the vendor library (numpy): the job measured both as the SDK
+calls them and the vendor was faster there. On the wire such an interval is `[lo, hi, "vendor"]`,
+and its program is empty (no piece: the dispatcher calls numpy).
 """
 
 from __future__ import annotations
@@ -57,11 +61,30 @@ class Shape:
         return cls(tuple((str(uid), int(tiles)) for uid, tiles in data[0]), str(data[1]))
 
 
+VENDOR = "vendor"  # the wire form of an interval whose S run on the vendor library
+
+
 @dataclass(frozen=True)
 class Interval:
     lo: int
     hi: int
-    shape: Shape
+    shape: Shape | None  # None: the vendor library runs these S
+
+    @property
+    def vendor(self) -> bool:
+        return self.shape is None
+
+    def to_list(self) -> list[Any]:
+        return [self.lo, self.hi, VENDOR if self.shape is None else self.shape.to_list()]
+
+    @classmethod
+    def from_list(cls, data: Sequence[Any]) -> Interval:
+        lo, hi, shape = data
+        if isinstance(shape, str):
+            if shape != VENDOR:
+                raise ValueError(f"unknown interval kind {shape!r}; this SDK knows programs and {VENDOR!r}")
+            return cls(int(lo), int(hi), None)
+        return cls(int(lo), int(hi), Shape.from_list(shape))
 
 
 @dataclass(frozen=True)
@@ -76,25 +99,31 @@ class DispatchTable:
         return self.intervals[-1].hi
 
     def lookup(self, S: int) -> tuple[Piece, ...]:
-        """The program for S rows. Beyond the tuned range the last interval's shape extends: its
-        remainder piece is shape-generic, so it takes every extra row (padded to its M-tile)."""
+        """The program for S rows; empty where the table routes S to the vendor library. Beyond the
+        tuned range the last interval extends: its remainder piece is shape-generic, so it takes every
+        extra row (padded to its M-tile), and a last vendor interval keeps larger S on the vendor."""
         if self.intervals[0].lo > S:
             raise KeyError(f"S={S} is below the table ({self.intervals[0].lo}..{self.s_max})")
         i = bisect.bisect_right(self._starts, S) - 1
         if self.intervals[i].hi < S and i != len(self.intervals) - 1:
             raise KeyError(f"S={S} falls in a gap of the table")
-        return self.intervals[i].shape.expand(S, self.mts)
+        shape = self.intervals[i].shape
+        return () if shape is None else shape.expand(S, self.mts)
+
+    def vendor_at(self, S: int) -> bool:
+        """Whether the table routes S to the vendor library."""
+        return not self.lookup(S)
 
     @functools.cached_property
     def _starts(self) -> list[int]:
         return [iv.lo for iv in self.intervals]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mts": dict(self.mts), "intervals": [[iv.lo, iv.hi, iv.shape.to_list()] for iv in self.intervals]}
+        return {"mts": dict(self.mts), "intervals": [iv.to_list() for iv in self.intervals]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DispatchTable:
-        ivs = tuple(Interval(int(lo), int(hi), Shape.from_list(shape)) for lo, hi, shape in data["intervals"])
+        ivs = tuple(Interval.from_list(iv) for iv in data["intervals"])
         return cls(ivs, {str(k): int(v) for k, v in data["mts"].items()})
 
 

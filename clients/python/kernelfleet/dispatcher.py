@@ -6,14 +6,17 @@ first call for that S), finds W's packed copies by identity, and runs the pieces
 never tuned still get a program: the table extends past its last interval (see DispatchTable.lookup).
 
 Exact-shape kernels (from `sketch` jobs, measured faster than the table's program for that S) take
-precedence for their S. With no table at all (service unreachable and nothing cached) the dispatcher
-runs numpy and counts every call as a fallback, so the fleet can see what it missed.
+precedence for their S. Where the table routes S to the vendor (the job measured numpy faster there)
+the dispatcher calls numpy, as the table chose: not a fallback. With no table at all (service
+unreachable and nothing cached) the dispatcher runs numpy and counts every call as a fallback, so the
+fleet can see what it missed.
 
 `usage()` returns what ran per S (calls, kernel seconds, fallbacks): the raw material for telemetry.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable, Piece
+from kernelfleet.runtime import blas_spin_warning
 from kernelfleet.ukernel import ALIGN, UKernel, aligned_empty, as_aligned, is_aligned
 
 log = logging.getLogger(__name__)
@@ -88,13 +92,15 @@ class Dispatcher:
         self.dtype = np.dtype(next(iter(self.kernels.values())).spec.dtype if self.kernels else "float32")
         row_bytes = [(d or 0) * self.dtype.itemsize for d in (K, N)]
         self._rows_aligned = all(b % ALIGN == 0 for b in row_bytes)
+        if self.kernels:
+            _warn_blas_spin_once()
 
     @property
     def fallback(self) -> bool:
         return self.table is None
 
     def program(self, S: int) -> tuple[Piece, ...]:
-        """The pieces that run S rows; empty when S runs on an exact kernel or numpy."""
+        """The pieces that run S rows; empty when S runs on an exact kernel or numpy (the vendor)."""
         pieces = self._programs.get(S)
         if pieces is None:
             pieces = _FALLBACK if self.table is None or S in self.exact else self.table.lookup(S)
@@ -174,7 +180,7 @@ class Dispatcher:
         else:
             y = x @ w.T
             out = y if out is None else _copy_into(out, y)
-            fell_back = True
+            fell_back = self.table is None  # else the table routed S to the vendor: its choice, not a miss
         self._record(S, time.perf_counter() - start, fell_back)
         return out
 
@@ -195,6 +201,13 @@ class Dispatcher:
             if reset:
                 self._usage = {}
         return snapshot
+
+
+@functools.cache
+def _warn_blas_spin_once() -> None:
+    warning = blas_spin_warning()
+    if warning:
+        log.warning(warning)
 
 
 def _copy_into(out: np.ndarray, y: np.ndarray) -> np.ndarray:

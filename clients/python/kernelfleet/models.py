@@ -11,12 +11,55 @@ Models accept unknown fields (`extra="allow"`), so an older SDK keeps working ag
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+
+# Every float that crosses the wire is finite. Python's json (and so Starlette's request parser) reads the
+# literals NaN, Infinity and -Infinity, and 1e400 as inf; none of them is JSON, so they are refused here,
+# at the schema, with an error naming the field. The service's request models use the same two types.
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def non_finite(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[tuple[str | int, ...], float]]:
+    """(path, value) of every non-finite float in a JSON-like value."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [(path, value)]
+    if isinstance(value, Mapping):
+        return [hit for k, v in value.items() for hit in non_finite(v, (*path, str(k)))]
+    if isinstance(value, list | tuple):
+        return [hit for i, v in enumerate(value) for hit in non_finite(v, (*path, i))]
+    return []
+
+
+def field_errors(title: str, errors: list[tuple[tuple[str | int, ...], str, Any]]) -> ValidationError:
+    """A ValidationError with one error per (loc, message, input). Raised inside a validator, each loc continues
+    the validated value's own, so a model-level check can name the field it blames."""
+    return ValidationError.from_exception_data(
+        title,
+        [
+            InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=value)
+            for loc, message, value in errors
+        ],
+    )
+
+
+def _finite_json(value: dict[str, Any]) -> dict[str, Any]:
+    bad = non_finite(value)
+    if bad:
+        message = "Input should be a finite number (JSON has no NaN or Infinity)"
+        raise field_errors("FiniteJsonObject", [(path, message, repr(number)) for path, number in bad[:20]])
+    return value
+
+
+# A free-form JSON object (e.g. a config payload) whose numbers, at any depth, are finite.
+FiniteJsonObject = Annotated[dict[str, Any], AfterValidator(_finite_json)]
 
 
 class _Wire(BaseModel):
@@ -71,6 +114,14 @@ class JobView(_Wire):
         default=None,
         description="set while the job is queued on a queue no live worker consumes: the queue's name",
     )
+    published: bool | None = Field(
+        default=None,
+        description="whether the job published a config or a dispatch table (set when it ends); a job can "
+        "succeed and publish nothing, e.g. when the vendor is faster as the SDK calls both",
+    )
+    publish_reason: str | None = Field(
+        default=None, description="why something was not published (all of it when published is false)"
+    )
     shapes: list[ShapeResult] = Field(default_factory=list)
 
     @property
@@ -89,7 +140,7 @@ class ConfigRecord(_Wire):
     workload_hash: str
     target_fingerprint: str
     shape: dict[str, int]
-    latency_s: float = Field(gt=0, description="the tuner's own measurement of the kernel (TVM's timing loop)")
+    latency_s: FiniteFloat = Field(gt=0, description="the tuner's own measurement of the kernel (TVM's timing loop)")
     kind: str
     config: dict[str, Any] = Field(description="format-tagged payload, e.g. a MetaSchedule trace plus its IRModule")
     provenance: dict[str, Any] = Field(default_factory=dict)

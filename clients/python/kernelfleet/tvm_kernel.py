@@ -7,7 +7,6 @@ is executed: the trace is a list of schedule primitives TVM interprets.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,15 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from kernelfleet.runtime import configure_threads
+
 CONFIG_FORMAT_TRACE = "metaschedule-trace"
 
 
 def import_tvm() -> Any:
-    # TVM defaults to half the logical CPUs (it assumes hyper-threading); kernels are tuned for all cores.
-    os.environ.setdefault(
-        "TVM_NUM_THREADS",
-        str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)),
-    )
+    # before TVM's thread pool starts: all cores, unpinned, short spin (see kernelfleet.runtime)
+    configure_threads()
     try:
         import tvm
     except ImportError as exc:  # pragma: no cover - exercised only without TVM
@@ -89,6 +87,16 @@ class Kernel:
         self._fn(*args, from_dlpack(out))
         return out
 
+    def device_args(self, *arrays: np.ndarray) -> list[Any]:
+        """Inputs copied to the kernel's device once, plus an output buffer there: what a host holding its
+        tensors on a GPU passes to `run_device` on every call."""
+        return self._tensors(arrays)
+
+    def run_device(self, *args: Any) -> Any:
+        """Run on device tensors (TVM tensors or anything DLPack exports); returns the output argument."""
+        self._fn(*args)
+        return args[-1]
+
     def time(self, *arrays: np.ndarray, number: int = 10, repeat: int = 5) -> list[float]:
         """Seconds per call, one mean per repeat (TVM's time_evaluator)."""
         evaluator = self._exe.mod.time_evaluator("main", self.device, number=number, repeat=repeat)
@@ -116,7 +124,12 @@ def build_kernel(config: Mapping[str, Any]) -> Kernel:
     sch = s_tir.Schedule(mod)
     s_tir.Trace.apply_json_to_schedule(config["trace"], sch)
     target = tvm.target.Target(config["target"])
-    executable = tvm.compile(sch.mod, target=target)
+    pass_config = config.get("pass_config")
+    if pass_config:  # the PassContext the tuner measured under (async copies on CUDA)
+        with tvm.transform.PassContext(config=dict(pass_config)):
+            executable = tvm.compile(sch.mod, target=target)
+    else:
+        executable = tvm.compile(sch.mod, target=target)
     return Kernel(executable, config["target"], module_params(mod["main"]))
 
 

@@ -4,8 +4,11 @@ A uKernel is compiled once by a KernelFleet worker (service/workers/tuners/ukern
 shipped as a shared library named by the sha256 of its bytes. This module loads and calls such
 libraries; it needs TVM's runtime (`pip install 'kernelfleet[tvm]'`) but never compiles anything.
 
-W is packed once, outside the kernel, to Wp[N/nt, K, nt] so the nt-wide slice a tile reads for one
+W is packed once, outside the kernel, to Wp[Np/nt, K, nt] so the nt-wide slice a tile reads for one
 k is contiguous; `UKernel.pack_weight` does it and callers reuse the packed weight for every call.
+Np is N rounded up to a multiple of nt: when no vector-aligned nt divides N (N = 1000 with 16-lane
+vectors), the packed weight carries zero rows, the kernel computes Np columns into a scratch tile and
+the first N are copied out (M is padded inside the kernel in the same spirit, see kernel.py).
 
 Memory: TVM kernels assume 64-byte aligned buffers (their vector loads fault otherwise: handing an
 unaligned numpy array to the kernel through `from_dlpack` segfaults). Calls pass numpy memory
@@ -44,10 +47,20 @@ class UKernelSpec:
     vec: int
     target: dict[str, Any] = field(hash=False)
     dtype: str = "float32"
+    n_padded: int = 0  # the N the binary computes (a multiple of nt); 0: N itself (specs from before padding)
+
+    @property
+    def n_computed(self) -> int:
+        """Columns the binary computes: N, or N padded up to a multiple of nt."""
+        return self.n_padded or self.N
+
+    @property
+    def padded(self) -> bool:
+        return self.n_computed != self.N
 
     @property
     def packed_weight_shape(self) -> tuple[int, int, int]:
-        return (self.N // self.nt, self.K, self.nt)
+        return (self.n_computed // self.nt, self.K, self.nt)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,12 +115,15 @@ class UKernel:
         self.device = tvm.cpu()
 
     def pack_weight(self, w: np.ndarray) -> np.ndarray:
-        """W[N, K] → Wp[N/nt, K, nt] (Wp[b, k, c] = W[b·nt + c, k]), 64-byte aligned."""
+        """W[N, K] → Wp[Np/nt, K, nt] (Wp[b, k, c] = W[b·nt + c, k], zero for rows ≥ N), 64-byte aligned."""
         s = self.spec
         if w.shape != (s.N, s.K):
             raise ValueError(f"weight must be {(s.N, s.K)}, got {w.shape}")
         out = aligned_empty(s.packed_weight_shape, s.dtype)
-        out[...] = w.astype(s.dtype, copy=False).reshape(s.N // s.nt, s.nt, s.K).transpose(0, 2, 1)
+        rows = w.astype(s.dtype, copy=False)
+        if s.padded:
+            rows = np.concatenate([rows, np.zeros((s.n_computed - s.N, s.K), s.dtype)])
+        out[...] = rows.reshape(s.n_computed // s.nt, s.nt, s.K).transpose(0, 2, 1)
         return out
 
     def _tensor(self, a: np.ndarray) -> Any:
@@ -127,18 +143,23 @@ class UKernel:
             out = aligned_empty((m, s.N), s.dtype)
         elif out.shape != (m, s.N) or out.dtype != np.dtype(s.dtype):
             raise ValueError(f"out must be {s.dtype}[{m}, {s.N}]")
-        if is_aligned(out):
+        if is_aligned(out) and not s.padded:
             self._fn(self._tensor(x), self._tensor(packed_w), self._tvm.runtime.from_dlpack(out))
             return out
-        y = self._tvm.runtime.tensor(np.empty((m, s.N), s.dtype), self.device)
-        self._fn(self._tensor(x), self._tensor(packed_w), y)
-        out[...] = y.numpy()
+        y = aligned_empty((m, s.n_computed), s.dtype)
+        self._fn(self._tensor(x), self._tensor(packed_w), self._tvm.runtime.from_dlpack(y))
+        out[...] = y[:, : s.N]
         return out
 
     def run_aligned(self, x: np.ndarray, packed_w: Any, out: np.ndarray) -> None:
         """The unchecked fast path for callers that validated shapes and alignment themselves (the
         dispatcher): `x` and `out` 64-byte aligned [M, K] / [M, N] views, `packed_w` a TVM tensor."""
         from_dlpack = self._tvm.runtime.from_dlpack
+        if self.spec.padded:  # the binary writes Np columns: through a scratch tile
+            y = aligned_empty((x.shape[0], self.spec.n_computed), self.spec.dtype)
+            self._fn(from_dlpack(x), packed_w, from_dlpack(y))
+            out[...] = y[:, : self.spec.N]
+            return
         self._fn(from_dlpack(x), packed_w, from_dlpack(out))
 
     def device_weight(self, packed_w: np.ndarray) -> Any:
@@ -153,7 +174,7 @@ class UKernel:
         rng = np.random.default_rng(seed)
         x = rng.standard_normal((M, s.K), dtype=np.float32)
         w = self.pack_weight(rng.standard_normal((s.N, s.K), dtype=np.float32))
-        args = [self._tvm.runtime.tensor(a, self.device) for a in (x, w, np.zeros((M, s.N), s.dtype))]
+        args = [self._tvm.runtime.tensor(a, self.device) for a in (x, w, np.zeros((M, s.n_computed), s.dtype))]
         evaluator = self.module.time_evaluator(
             "main", self.device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
         )

@@ -15,11 +15,12 @@ from service import signing
 from service.api.auth import AdminKey, ReadKey
 from service.api.deps import SessionDep, unprocessable
 from service.api.routers.ops import observe_lookup
-from service.models import ConfigMiss, ConfigRecord, TargetSpec, parse_shape_key, shape_key
+from service.models import ConfigMiss, ConfigRecord, parse_shape_key, shape_key
 from service.models.config import BatchLookup, BatchLookupResult, ImportRequest, ImportResult, LookupKey
 from service.settings import get_settings
 from service.store import catalog, configs
 from service.store.db import read_session
+from service.workers.kinds import check_imported_config
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -108,17 +109,34 @@ def list_configs(
 @router.post("/import", summary="Bring configs measured elsewhere (e.g. a MetaSchedule database) into the store")
 def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> ImportResult:
     improved = 0
+    settings = get_settings()
     for i, rec in enumerate(body.records):
+        loc: list[str | int] = ["body", "records", i]
         workload = catalog.get_workload(session, rec.workload_hash)
         if workload is None:
-            unprocessable(["body", "records", i, "workload_hash"], f"workload {rec.workload_hash} is not registered")
+            unprocessable([*loc, "workload_hash"], f"workload {rec.workload_hash} is not registered")
+        if rec.target.is_host_alias:
+            unprocessable([*loc, "target", "mcpu" if rec.target.mcpu else "arch"], "'host' is resolved on jobs only")
         try:
-            target = TargetSpec(**rec.target)
-            fingerprint = target.fingerprint
+            fingerprint = rec.target.fingerprint
+        except ValueError as exc:
+            unprocessable([*loc, "target", "toolchain"], str(exc))
+        try:
             workload.bind(rec.shape)
         except ValueError as exc:
-            unprocessable(["body", "records", i], str(exc))
-        catalog.put_target(session, target)
+            unprocessable([*loc, "shape"], str(exc))
+        flops = workload.flops(rec.shape)
+        floor = max(settings.min_plausible_latency_s, flops / settings.max_plausible_flops_per_s)
+        if rec.latency_s < floor:
+            unprocessable(
+                [*loc, "latency_s"],
+                f"{rec.latency_s:g} s per call is implausible for {flops:g} FLOPs: the floor is {floor:g} s "
+                "(KERNELFLEET_MIN_PLAUSIBLE_LATENCY_S, KERNELFLEET_MAX_PLAUSIBLE_FLOPS_PER_S)",
+            )
+        problem = check_imported_config(rec.config)
+        if problem:
+            unprocessable([*loc, "config", *problem.loc], problem.message)
+        catalog.put_target(session, rec.target)
         improved += configs.upsert_best(
             session,
             ConfigRecord(

@@ -15,9 +15,10 @@ from service.api.deps import SessionDep, not_found, unprocessable
 from service.api.limits import enforce
 from service.api.state import submit_bucket
 from service.models import JobSpec, JobState, JobView, WorkloadSpec
-from service.models.auth import Scope
+from service.models.auth import ApiKeyView, Scope
 from service.settings import get_settings
 from service.store import catalog, jobs
+from service.store.tables import JobRow
 from service.workers.kinds import check_job
 from service.workers.submission import submit
 
@@ -57,17 +58,17 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: Subm
     _validate(spec, workload)
     row = submit(session, spec, workload.workload_hash, owner_key_id=who.id)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
-    return jobs.view(session, row, _live_queues(session))
+    return jobs.view(session, row, live_queues(session))
 
 
-def _live_queues(session: Session) -> set[str]:
+def live_queues(session: Session) -> set[str]:
     return catalog.live_queues(session, get_settings().worker_stale_after_s)
 
 
 @router.get("/{job_id}", summary="State, progress and per-shape results of a job")
 def get_job(job_id: str, session: SessionDep, _: ReadKey) -> JobView:
     row = jobs.get_row(session, job_id)
-    return jobs.view(session, row, _live_queues(session)) if row else not_found(f"job {job_id} not found")
+    return jobs.view(session, row, live_queues(session)) if row else not_found(f"job {job_id} not found")
 
 
 @router.get("", summary="List jobs, newest first")
@@ -81,18 +82,23 @@ def list_jobs(
     offset: int = Query(0, ge=0, le=1_000_000),
 ) -> JobList:
     rows, total = jobs.list_rows(session, state, kind, workload, limit, offset)
-    live = _live_queues(session)
+    live = live_queues(session)
     return JobList(jobs=[jobs.view(session, r, live) for r in rows], total=total)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
 def cancel_job(job_id: str, session: SessionDep, who: SubmitKey) -> JobView:
+    return jobs.view(session, cancel(session, job_id, who), live_queues(session))
+
+
+def cancel(session: Session, job_id: str, who: ApiKeyView) -> JobRow:
+    """Cancel as `who` (a key with the submit scope): its own jobs, or any job for an admin key."""
     row = jobs.get_row(session, job_id) or not_found(f"job {job_id} not found")
     if row.owner_key_id != who.id and Scope.admin not in who.scopes:
         raise HTTPException(403, "only the key that submitted a job, or an admin key, can cancel it")
     jobs.request_cancel(session, job_id)
     session.flush()
-    return jobs.view(session, row, _live_queues(session))
+    return row
 
 
 @router.get("/{job_id}/candidates", summary="Measured candidates of a job")

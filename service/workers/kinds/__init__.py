@@ -6,6 +6,9 @@ Adding a kind: write `service/workers/kinds/<name>.py` with a `JobKind` subclass
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from service.models import Budget, TargetSpec, WorkloadSpec
 from service.models.distribution import ShapeDistribution
 from service.registry import Registry
@@ -27,6 +30,7 @@ KINDS: Registry[JobKind] = Registry(
     {
         "sketch": "service.workers.kinds.sketch:SketchKind",
         "ukernel": "service.workers.kinds.ukernel:UKernelKind",
+        "pipeline": "service.workers.kinds.pipeline:PipelineKind",
         "gemmini": "service.workers.kinds.gemmini:GemminiKind",
     },
 )
@@ -56,6 +60,23 @@ def check_job(
     return kind.validate(workload, distribution, target, budget)
 
 
+def check_imported_config(config: Mapping[str, Any]) -> Problem | None:
+    """Why a config brought in from elsewhere cannot be served per shape (loc under the config), or None.
+
+    Its `format` names the kind that reads it; that kind must publish per-shape configs, and the config
+    must match the kind's schema."""
+    fmt = config.get("format")
+    served = sorted({f for k in KINDS.all() if k.publishes == "configs" and (f := k.config_format())})
+    for kind in KINDS.all():
+        if kind.config_format() != fmt or fmt is None:
+            continue
+        if kind.publishes != "configs":
+            why = f"{fmt} configs are {kind.name} candidates, not served per shape"
+            return Problem(("format",), f"{why}; importable formats: {', '.join(served)}")
+        return kind.check_config(config)
+    return Problem(("format",), f"unknown config format {fmt!r}; importable formats: {', '.join(served)}")
+
+
 def fleet_kind(workload: WorkloadSpec, target: TargetSpec) -> JobKind | None:
     """The kind the fleet loop uses for a task: the highest-priority kind that accepts it."""
     from service.models.distribution import Explicit, ShapePoint
@@ -78,6 +99,7 @@ __all__ = [
     "UnitContext",
     "UnitResult",
     "WorkUnit",
+    "check_imported_config",
     "check_job",
     "fleet_kind",
     "unit_done",

@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
+from pydantic import BaseModel, ValidationError
+
 from service.models import Budget, TargetSpec, Workload, WorkloadSpec
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
 from service.settings import Settings
 from service.store.dispatch import NewArtifact
 from service.store.jobs import PlannedShape
+from service.workers.kinds.panels import JobData, Panel, default_panels
 from service.workers.platforms import Platform, VendorTiming
 
 
@@ -112,6 +115,7 @@ class UnitResult:
     shapes: list[ShapeOutcome] = field(default_factory=list)
     dispatch: DispatchPublication | None = None
     fatal: str | None = None  # fails the whole job with this reason
+    not_published: str | None = None  # why the unit's verified result (e.g. its dispatch table) is not served
 
 
 class JobKind(ABC):
@@ -131,6 +135,28 @@ class JobKind(ABC):
         """Why this kind cannot tune this job (beyond what every kind checks), or None."""
         return None
 
+    # The schema of the configs this kind records (a pydantic model with a `format` Literal and its default):
+    # configs imported from elsewhere (POST /v1/configs/import) are checked against the kind of their format.
+    config_schema: ClassVar[type[BaseModel] | None] = None
+
+    @classmethod
+    def config_format(cls) -> str | None:
+        if cls.config_schema is None:
+            return None
+        default = cls.config_schema.model_fields["format"].default
+        return default if isinstance(default, str) else None
+
+    def check_config(self, config: Mapping[str, Any]) -> Problem | None:
+        """Why `config` is not a config of this kind (loc under the config, e.g. ("trace",)), or None."""
+        if self.config_schema is None:
+            return Problem(("format",), f"{self.name} jobs define no config format")
+        try:
+            self.config_schema.model_validate(config)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            return Problem(tuple(first["loc"]), first["msg"])
+        return None
+
     @abstractmethod
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         """The job's shape rows and work units (deterministic: the API and the worker plan alike)."""
@@ -147,6 +173,15 @@ class JobKind(ABC):
     def fleet_shapes(self, observed: Mapping[str, float], candidates: Mapping[str, float]) -> dict[str, float]:
         """The distribution (shape key → weight) a fleet job tunes, from what hosts ran and what ranked."""
         return dict(candidates)
+
+    # -- the dashboard -------------------------------------------------------------------------------
+    def dashboard_panels(self, data: JobData) -> list[Panel]:
+        """The charts and tables of this kind's job page (the dashboard draws them; see kinds/panels.py).
+
+        The default suits any kind: tuning curves, per-shape results against the vendor, every measured
+        candidate, errors, and a latency/energy scatter when candidates carry energy. Override to show what
+        is particular to the algorithm; this runs in the API process, so it must not need a compiler."""
+        return default_panels(data)
 
 
 def unit_done(plan_rows: Sequence[Any], unit: WorkUnit) -> bool:

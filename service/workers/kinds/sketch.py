@@ -7,22 +7,27 @@ as an inference host calls it, next to the vendor library: it is published only 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
 
 from service.models import Budget, WorkloadSpec, parse_shape_key, shape_key
+from service.models.config import TraceConfig
 from service.models.distribution import ShapeDistribution
 from service.workers import planning
 from service.workers.kinds.base import JobKind, Plan, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.workers.kinds.panels import JobData, Panel, default_panels
 from service.workers.platforms import TVMPlatform
 
 
 class SketchKind(JobKind):
     name = "sketch"
     summary = "Ansor-style sketch search: MetaSchedule with an XGBoost cost model, per hot shape"
-    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm"})
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm", "cuda"})
     publishes = "configs"
     default_trials = 256
     fleet_priority = 10
+    config_schema: ClassVar[type[BaseModel] | None] = TraceConfig
 
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         shapes = planning.plan(workload, distribution, budget.trials, budget.max_shapes)
@@ -66,7 +71,8 @@ class SketchKind(JobKind):
         error = platform.check(kernel(*inputs), reference(ctx.workload)(*inputs), tolerance(ctx.workload, shape))
         if error:
             return UnitResult([ShapeOutcome(shape, error=f"tuned kernel: {error}", vendor=vendor)])
-        seconds = platform.time_call(kernel, *inputs)
+        call, args = platform.host_call(kernel, inputs)
+        seconds = platform.time_call(call, *args)
         result = ShapeOutcome(
             shape,
             latency_s=seconds,
@@ -82,3 +88,22 @@ class SketchKind(JobKind):
                 f"the vendor is faster as called ({vendor.seconds * 1e6:.1f} µs vs {seconds * 1e6:.1f} µs)"
             )
         return UnitResult([result])
+
+    def dashboard_panels(self, data: JobData) -> list[Panel]:
+        return default_panels(data, describe=trace_summary)
+
+
+def trace_summary(config: dict[str, Any]) -> str:
+    """A MetaSchedule trace in one line: its sampled tile sizes and unroll factor (what the search varied)."""
+    try:
+        insts, decisions = config["trace"]
+        tiles, unroll = [], ""
+        for index, decision in decisions:
+            name, _, attrs, _ = insts[index]
+            if name == "SamplePerfectTile":
+                tiles.append("·".join(str(t) for t in decision))
+            elif name == "SampleCategorical":
+                unroll = f", unroll {attrs[0][decision]}"
+        return f"tiles {' × '.join(tiles)}{unroll} ({len(insts)} steps)"
+    except (KeyError, ValueError, TypeError, IndexError):
+        return str(config.get("format", "config"))

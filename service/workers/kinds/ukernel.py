@@ -2,9 +2,11 @@
 
 Unlike a `sketch` job (one search per hot shape), the job tunes the range M = 1..S_max once, as one
 unit. Its shape rows are the hot shapes it validates: each is measured with every uKernel alone and with
-the program the table chose, next to the vendor library, so the job reports speedups per shape. Before
-anything is published the SDK dispatcher runs every S ≤ 256, both ends of every interval and two primes
-past S_max against the reference.
+the program the table chose, next to the vendor library, so the job reports speedups per shape. The
+table routes every S where the vendor (numpy) is faster as the SDK calls both to the vendor (the tuner
+times both at every S up to 256); a table that would route every S to the vendor is not published, and
+the job says so (`published: false` with the reason). Before anything is published the SDK dispatcher
+runs every S ≤ 256, both ends of every interval and two primes past S_max against the reference.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from service.models import Budget, TargetSpec, WorkloadSpec, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import MeasuredCandidate, UKernelTileConfig
 from service.models.distribution import ShapeDistribution
 from service.store.dispatch import NewArtifact
 from service.store.jobs import PlannedShape
 from service.workers import planning
+from service.workers.kinds import panels as ui
 from service.workers.kinds.base import (
     DispatchPublication,
     JobKind,
@@ -43,11 +47,12 @@ DIM = "M"
 class UKernelKind(JobKind):
     name = "ukernel"
     summary = "FTuner/DietCode uKernels over a symbolic M, combined per shape into one dispatch table for M = 1..S_max"
-    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm"})
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm", "cuda"})
     publishes = "dispatch"
     default_trials = MAX_UKERNELS
     fleet_priority = 20
     saturates_after = 1  # one job tunes the whole range: more budget buys nothing
+    config_schema: ClassVar[type[BaseModel] | None] = UKernelTileConfig  # its candidates' configs
 
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
@@ -81,6 +86,12 @@ class UKernelKind(JobKind):
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from service.workers.tuners.base import TuningStopped
         from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
+
+        tuner: Any = UKernelTuner()
+        if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
+            from service.workers.tuners.ukernel.gpu_tuner import GPUUKernelTuner
+
+            tuner = GPUUKernelTuner()
 
         support = ctx.distribution.support()
         s_max = max(shape[DIM] for shape, _ in support)
@@ -117,21 +128,14 @@ class UKernelKind(JobKind):
             work_dir=ctx.work_dir,
             representative_m=representative,
             measured_before=measured_before,
+            vendor_routes=ctx.settings.ukernel_vendor_routes,
         )
-        outcome = UKernelTuner().tune_range(task, _Progress())
+        outcome = tuner.tune_range(task, _Progress())
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
         error = verify(outcome, ctx.workload, ctx.platform)
         if error:
             return UnitResult(fatal=error)
-        publication = DispatchPublication(
-            dim=DIM,
-            table=outcome.table.to_dict(),
-            artifacts=artifacts_of(outcome),
-            predicted=outcome.predicted_s,
-            measured=outcome.measured_s,
-            validation=validation_record(outcome, ctx.worker),
-        )
         shapes = [
             ShapeOutcome(
                 p.shape,
@@ -140,6 +144,22 @@ class UKernelKind(JobKind):
             )
             for p in hot
         ]
+        if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
+            # every S went to the vendor: a table of vendor routes only would change nothing for anyone
+            routes = outcome.validation.get("vendor_routes", {})
+            return UnitResult(
+                shapes=shapes,
+                not_published=f"the vendor (numpy) is faster as the SDK calls both at every {DIM} in 1..{s_max} "
+                f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
+            )
+        publication = DispatchPublication(
+            dim=DIM,
+            table=outcome.table.to_dict(),
+            artifacts=artifacts_of(outcome),
+            predicted=outcome.predicted_s,
+            measured=outcome.measured_s,
+            validation=validation_record(outcome, ctx.worker),
+        )
         return UnitResult(shapes=shapes, dispatch=publication)
 
     # -- the fleet loop ------------------------------------------------------------------------------
@@ -151,6 +171,20 @@ class UKernelKind(JobKind):
         from service.models.shape import parse_shape_key
 
         return {k: w for k, w in observed.items() if max(parse_shape_key(k).values()) <= MAX_S}
+
+    # -- the dashboard -------------------------------------------------------------------------------
+    def dashboard_panels(self, data: ui.JobData) -> list[ui.Panel]:
+        """The range the table covers (program latency and the program chosen per M, the vendor and the
+        speedup where they were measured), the table's intervals, and every uKernel the rules proposed."""
+        shapes_table = ui.shape_results(data)[0]  # its per-shape charts would repeat the range chart
+        curves = ui.tuning_curves(
+            data,
+            _seconds_per_row,
+            "best seconds per row",
+            "a uKernel's best time per row of M over the M it was timed at (uKernels differ in M-tile)",
+        )
+        out = [*(_range_panels(data) if data.dispatch else []), shapes_table, *curves]
+        return [*out, _ukernels_table(data), ui.errors_table(data)]
 
 
 def _candidates(records: list[dict[str, Any]]) -> list[MeasuredCandidate]:
@@ -193,7 +227,8 @@ def verify(outcome: Any, workload: WorkloadSpec, platform: Platform | None = Non
     from service.workers.tuners.compute import random_inputs, reference, tolerance
 
     N, K = workload.dims["N"], workload.dims["K"]
-    dispatcher = Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
+    # GPU outcomes bring their CudaDispatcher (numpy in, copied to the device, numpy out)
+    dispatcher = outcome.dispatcher or Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
     x_all, w = random_inputs(workload, {DIM: max(verification_shapes(outcome))}, seed=1)
     for S in verification_shapes(outcome):
         x = x_all[:S]
@@ -222,3 +257,93 @@ def validation_record(outcome: Any, worker: str) -> dict[str, Any]:
         "hardware": outcome.hardware,
         "worker": worker,
     }
+
+
+# -- the dashboard ----------------------------------------------------------------------------------------
+
+
+def _seconds_per_row(c: ui.CandidatePoint) -> float | None:
+    measured = c.config.get("measured") or {}
+    per_row = [float(sec) / int(m) for m, sec in measured.items() if int(m) > 0]
+    return min(per_row) if c.status == "ok" and per_row else None
+
+
+def _program(table: Any, S: int) -> str:
+    pieces = table.lookup(S)  # empty where the table routes S to the vendor library
+    return " + ".join(f"{p.rows} rows on {p.ukernel_id}" for p in pieces) or "the vendor library (numpy)"
+
+
+def _range_panels(data: ui.JobData) -> list[ui.Panel]:
+    from kernelfleet.dispatch import DispatchTable
+
+    doc = data.dispatch
+    assert doc is not None
+    table = DispatchTable.from_dict(doc.table)
+    dim = doc.dim
+    programs = [_program(table, S) for S in range(1, doc.s_max + 1)]
+
+    def pick(S: float) -> str:
+        return programs[int(S) - 1] if 1 <= S <= doc.s_max else _program(table, int(S))
+
+    predicted = [(float(S), t) for S, t in enumerate(doc.predicted_latency_s, start=1)]
+    timed, where = _timed_against_vendor(data)
+    x = ui.Axis(dim)
+    chart = ui.line(
+        "range-latency",
+        f"Latency across {dim} = 1..{doc.s_max}: the uKernel program chosen per shape vs the vendor",
+        x,
+        ui.Axis("latency", "s", log=True),
+        [
+            ui.Series("program (predicted)", predicted, "line", programs),
+            ui.Series(
+                "uKernel program (measured)", [(S, t) for S, t, _ in timed], "line", [pick(S) for S, _, _ in timed]
+            ),
+            ui.Series("vendor (measured)", [(S, v) for S, _, v in timed], "line"),
+        ],
+        f"measured {where}; predicted from each uKernel's measured cost model. Hover a point for the program "
+        "the table runs at that shape (or the vendor, where the table routes it there).",
+    )
+    speedup = ui.line(
+        "range-speedup",
+        f"Speedup of the uKernel program vs the vendor across {dim}",
+        x,
+        ui.Axis("vendor / uKernel program", "x"),
+        [ui.Series("speedup", [(S, v / t) for S, t, v in timed], "line", [pick(S) for S, _, _ in timed])],
+        f"measured {where}; below 1× the table serves the vendor instead",
+    )
+    intervals = ui.table(
+        "intervals",
+        "Dispatch table: the program per interval",
+        [ui.Column(f"{dim} from"), ui.Column("to"), ui.Column(f"program at {dim} = to"), ui.Column("predicted", "s")],
+        [[iv.lo, iv.hi, programs[iv.hi - 1], doc.predicted_latency_s[iv.hi - 1]] for iv in table.intervals],
+        f"{len(doc.ukernels)} uKernels shipped; beyond {dim}={doc.s_max} the last interval extends",
+    )
+    return [chart, speedup, intervals]
+
+
+def _timed_against_vendor(data: ui.JobData) -> tuple[list[tuple[float, float, float]], str]:
+    """(S, uKernel program seconds, vendor seconds), both timed as the SDK calls them, and where they come from."""
+    assert data.dispatch is not None
+    sweep = (data.dispatch.validation.get("vendor_routes") or {}).get("timed_s") or {}
+    if sweep:  # the tuner timed the program against the vendor at every S up to 256 before routing
+        rows = [(float(S), float(t["tuned"]), float(t["vendor"])) for S, t in sweep.items() if t.get("tuned")]
+        return sorted(r for r in rows if r[2] > 0), "at every S by the tuner (both as the SDK calls them)"
+    # tables from before that sweep: the validated hot shapes
+    at = {int(S): float(t) for S, t in data.dispatch.measured_latency_s.items()}
+    dim = data.dispatch.dim
+    rows = [
+        (float(s.shape[dim]), at[s.shape[dim]], s.baseline_latency_s)
+        for s in data.job.shapes
+        if s.baseline_latency_s and at.get(s.shape[dim])
+    ]
+    return sorted(rows), "at the validated shapes"
+
+
+def _ukernels_table(data: ui.JobData) -> ui.Panel:
+    def describe(config: dict[str, Any]) -> str:
+        tile = "×".join(str(t) for t in config.get("tile", []))
+        measured = config.get("measured") or {}
+        sampled = ", ".join(sorted(measured, key=int))
+        return f"{config.get('id', '?')} tile {tile}, score {config.get('score', 0):.3g}; timed at M = {sampled}"
+
+    return ui.candidates_table(data, describe, "uKernels proposed and measured")

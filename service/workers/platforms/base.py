@@ -75,6 +75,10 @@ class Platform(ABC):
 
         return float(median_seconds(fn, *args))
 
+    def host_call(self, kernel: Any, inputs: list[np.ndarray]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """What an inference host calls per request and with which arguments (CPU: the kernel on numpy arrays)."""
+        return kernel, tuple(inputs)
+
     def check(self, got: Any, expected: np.ndarray, tolerance: float) -> str | None:
         """Why `got` does not match the reference within `tolerance` (max absolute error), or None."""
         return check_result(got, expected, tolerance)
@@ -91,8 +95,8 @@ class TVMPlatform(Platform):
     def tvm_target(self, target: TargetSpec) -> dict[str, object]:
         """The dict TVM 0.27 takes as `tvm.target.Target(...)`."""
 
-    def pass_config(self) -> dict[str, object]:
-        """PassContext options every build for this platform needs."""
+    def pass_config(self, target: TargetSpec) -> dict[str, object]:
+        """PassContext options every build for this target needs."""
         return {}
 
     def metaschedule_builder(self) -> Any:

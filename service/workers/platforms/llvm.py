@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from service.models import TargetSpec, Toolchain, WorkloadSpec
-from service.workers import baseline, hardware
+from service.workers import baseline, gpu, hardware
 from service.workers.platforms.base import TVMPlatform, VendorTiming
 
 
@@ -32,6 +33,12 @@ class LLVMPlatform(TVMPlatform):
         return hardware.toolchain()
 
     def mismatch(self, target: TargetSpec) -> str | None:
+        # A GPU host serves its GPU queue only (host_platform): it must not run a CPU job that reached it
+        # anyway, unless its operator made it a CPU worker on purpose.
+        if not os.environ.get("KERNELFLEET_WORKER_PLATFORM"):
+            card = gpu.detect()
+            if card is not None:
+                return f"this host is a GPU worker ({card.name}, {card.arch}); CPU jobs go to CPU workers"
         return hardware.mismatch(target)
 
     def tvm_target(self, target: TargetSpec) -> dict[str, object]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from service.models import TargetSpec, WorkloadSpec
-from service.models.config import MeasuredCandidate
+if TYPE_CHECKING:  # annotations only: the GPU kernel path imports this module without pydantic
+    from service.models import TargetSpec, WorkloadSpec
+    from service.models.config import MeasuredCandidate
 
 
 class TuningStopped(Exception):

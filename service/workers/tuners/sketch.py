@@ -1,6 +1,6 @@
 """Sketch search (Ansor; MetaSchedule is its successor in TVM).
 
-MetaSchedule generates sketches with its CPU schedule rules, samples and evolves them with an
+MetaSchedule generates sketches with the target's schedule rules (CPU or CUDA), samples and evolves them with an
 XGBoost cost model, and measures candidates in separate processes (its LocalBuilder/LocalRunner),
 so a candidate that crashes or hangs fails only itself. The builder, the runner and the build options
 come from the target's platform (service.workers.platforms). Every measured candidate is streamed to
@@ -143,4 +143,35 @@ class SketchTuner:
             "module_hash": str(tvm_ffi.structural_hash(mod)),
             "target": target_dict,
         }
+        options = platform.pass_config(task.target)
+        if options:  # e.g. async copies on CUDA: the SDK must build the kernel as it was measured
+            config["pass_config"] = options
         return TuneOutcome(config, latency, counts["measured"], counts["errors"])
+
+
+def sample_candidates(mod: Any, target_dict: dict[str, object], count: int, seed: int = 0) -> list[Any]:
+    """`count` post-processed MetaSchedule candidates (schedules) for `mod`, drawn without measuring.
+
+    What the search would hand the builder in its first round (random cost model): used to check that
+    a platform's candidates compile (e.g. CUDA codegen + nvcc on a host without a GPU)."""
+    target = tvm.target.Target(target_dict)
+    ctx = ms.TuneContext(
+        mod=mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy="evolutionary",
+        task_name="main",
+        num_threads=1,
+        rand_state=seed,
+    )
+    spaces = ctx.generate_design_space()
+    ctx.pre_tuning(
+        max_trials=count,
+        num_trials_per_iter=count,
+        design_spaces=spaces,
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+    )
+    candidates = ctx.generate_measure_candidates() or []
+    ctx.post_tuning()
+    return [c.sch for c in candidates]

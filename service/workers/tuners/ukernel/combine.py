@@ -14,7 +14,7 @@ expanding the shape at S gives back exactly the optimiser's program.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -196,19 +196,24 @@ def combine(
     return programs
 
 
-def intervals(programs: Sequence[Program]) -> list[Interval]:
-    """Runs of consecutive S whose programs have the same shape, in order of S."""
+def intervals(programs: Sequence[Program], vendor: Collection[int] = ()) -> list[Interval]:
+    """Runs of consecutive S whose programs have the same shape, in order of S; S in `vendor` are routed
+    to the vendor library (shape None), consecutive ones forming one interval."""
     out: list[Interval] = []
     for p in sorted(programs, key=lambda p: p.S):
-        if out and out[-1].shape == p.shape and out[-1].hi + 1 == p.S:
-            out[-1] = Interval(out[-1].lo, p.S, p.shape)
+        shape = None if p.S in vendor else p.shape
+        if out and out[-1].shape == shape and out[-1].hi + 1 == p.S:
+            out[-1] = Interval(out[-1].lo, p.S, shape)
         else:
-            out.append(Interval(p.S, p.S, p.shape))
+            out.append(Interval(p.S, p.S, shape))
     return out
 
 
-def dispatch_table(programs: Sequence[Program]) -> DispatchTable:
-    """The programs for 1..S_max as a dispatch table (runs of equal Shape compressed to intervals)."""
+def dispatch_table(programs: Sequence[Program], vendor: Collection[int] = ()) -> DispatchTable:
+    """The programs for 1..S_max as a dispatch table (runs of equal Shape compressed to intervals), with
+    the S in `vendor` routed to the vendor library. `mts` names only the uKernels some interval uses."""
     if not programs:
         raise ValueError("no programs")
-    return DispatchTable(tuple(intervals(programs)), dict(programs[0].mts))
+    ivs = tuple(intervals(programs, vendor))
+    used = {uid for iv in ivs if iv.shape is not None for uid in (*(u for u, _ in iv.shape.fixed), iv.shape.remainder)}
+    return DispatchTable(ivs, {uid: mt for uid, mt in programs[0].mts.items() if uid in used})

@@ -18,14 +18,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from service.workers.tuners.ranking import spearman as spearman  # re-exported: ukernel callers import it here
 from service.workers.tuners.ukernel.rules import padding_efficiency, wave_efficiency
 
 
 def tasks(S: int, mt: int, nt: int, N: int) -> int:
     """Parallel (M-tile × N-tile) tasks of one uKernel call on S rows."""
-    return math.ceil(S / mt) * (N // nt)
+    return math.ceil(S / mt) * math.ceil(N / nt)  # N padded to a multiple of nt when nt does not divide it
 
 
 def f_mk_from_measurement(seconds: float, M: int, mt: int, nt: int, N: int, cores: int) -> float:
@@ -73,30 +72,3 @@ def rank_sia(
     ref = max(compute_to_memory(mt, nt, K) for mt, nt in tiles)
     scored = [((mt, nt), sia_score(mt, nt, S, N, K, cores, ref, weights)) for mt, nt in tiles]
     return sorted(scored, key=lambda item: -item[1])
-
-
-def _ranks(values: Sequence[float]) -> np.ndarray:
-    """1-based ranks, ties sharing the mean of their positions."""
-    a = np.asarray(values, dtype=np.float64)
-    order = np.argsort(a, kind="stable")
-    ranks = np.empty(len(a))
-    sorted_a = a[order]
-    i = 0
-    while i < len(a):
-        j = i
-        while j + 1 < len(a) and sorted_a[j + 1] == sorted_a[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman rank correlation (Pearson on tie-averaged ranks); NaN when either side is constant."""
-    if len(a) != len(b) or len(a) < 2:
-        raise ValueError("spearman needs two sequences of the same length ≥ 2")
-    ra, rb = _ranks(a), _ranks(b)
-    ra -= ra.mean()
-    rb -= rb.mean()
-    denom = math.sqrt(float((ra * ra).sum() * (rb * rb).sum()))
-    return float((ra * rb).sum() / denom) if denom else math.nan

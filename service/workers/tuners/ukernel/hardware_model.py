@@ -13,9 +13,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from service.workers.hardware import parse_cpuinfo, usable_cores
+
+if TYPE_CHECKING:
+    from service.workers.gpu import GPUDescription
 
 _DTYPE_BITS = {"float64": 64, "float32": 32, "float16": 16, "bfloat16": 16, "int8": 8}
 
@@ -35,6 +38,11 @@ class HardwareModel:
     smem_per_sm: int = 0
     regs_per_sm: int = 0
     max_threads_per_block: int = 0
+    smem_per_block: int = 0  # GPU: static __shared__ a kernel may use without opting in (48 KiB)
+    max_threads_per_sm: int = 0
+    max_blocks_per_sm: int = 0
+    regs_per_block: int = 0
+    async_copy: bool = False  # GPU: cp.async (global -> shared without registers), sm_80 and newer
 
     def lanes(self, dtype: str = "float32") -> int:
         """Elements of `dtype` per vector register: the alignment unit of the contiguous tile axis."""
@@ -77,6 +85,21 @@ class HardwareModel:
     ) -> HardwareModel:
         flags, name = parse_cpuinfo(cpuinfo.read_text() if cpuinfo.exists() else "")
         return cls.from_cpu_description(flags, _caches(cache_dir), cores or usable_cores(), name=name)
+
+    @classmethod
+    def from_gpu_description(cls, desc: GPUDescription) -> HardwareModel:
+        """A detected GPU (service.workers.gpu): its own SM count, limits and L2 over its arch's table row."""
+        base = cls.for_gpu(desc.arch)
+        return base.overridden(
+            name=f"{desc.name} ({desc.arch})",
+            cores=desc.sm_count,
+            sm_count=desc.sm_count,
+            l2_bytes=desc.l2_bytes,
+            smem_per_block=desc.smem_per_block,
+            regs_per_block=desc.regs_per_block,
+            warp_size=desc.warp_size,
+            max_threads_per_block=desc.max_threads_per_block,
+        )
 
     @classmethod
     def for_gpu(cls, arch: str) -> HardwareModel:
@@ -124,7 +147,17 @@ def _caches(cache_dir: Path) -> dict[int, int]:
     return out
 
 
-def _gpu(arch: str, name: str, sms: int, smem_kib: int, l1_kib: int, l2_mib: float, regs: int = 65536) -> HardwareModel:
+def _gpu(
+    arch: str,
+    name: str,
+    sms: int,
+    smem_kib: int,
+    l1_kib: int,
+    l2_mib: float,
+    threads_per_sm: int = 2048,
+    blocks_per_sm: int = 32,
+    regs: int = 65536,
+) -> HardwareModel:
     return HardwareModel(
         kind="gpu",
         name=f"{name} ({arch})",
@@ -139,18 +172,28 @@ def _gpu(arch: str, name: str, sms: int, smem_kib: int, l1_kib: int, l2_mib: flo
         smem_per_sm=smem_kib << 10,
         regs_per_sm=regs,
         max_threads_per_block=1024,
+        smem_per_block=48 << 10,
+        max_threads_per_sm=threads_per_sm,
+        max_blocks_per_sm=blocks_per_sm,
+        regs_per_block=65536,
+        async_copy=int(arch[3:]) >= 80,
     )
 
 
 # Published properties of one representative part per arch (NVIDIA architecture whitepapers and the
 # CUDA programming guide's compute-capability tables): smem = max shared memory per SM, l1 = the
-# combined L1/shared-memory array. Other parts of the same arch differ in SM count and L2 only:
-# override those with `overridden(sm_count=..., cores=..., l2_bytes=...)`.
+# combined L1/shared-memory array, threads and blocks = resident per SM. Other parts of the same arch
+# differ in SM count and L2 only: override those with `overridden(sm_count=..., cores=..., l2_bytes=...)`
+# or build the model from a detected GPU (`from_gpu_description`).
 GPU_TABLE: dict[str, HardwareModel] = {
     "sm_70": _gpu("sm_70", "V100", sms=80, smem_kib=96, l1_kib=128, l2_mib=6),
-    "sm_75": _gpu("sm_75", "T4", sms=40, smem_kib=64, l1_kib=96, l2_mib=4),
+    "sm_75": _gpu("sm_75", "T4", sms=40, smem_kib=64, l1_kib=96, l2_mib=4, threads_per_sm=1024, blocks_per_sm=16),
     "sm_80": _gpu("sm_80", "A100", sms=108, smem_kib=164, l1_kib=192, l2_mib=40),
-    "sm_86": _gpu("sm_86", "RTX 3090", sms=82, smem_kib=100, l1_kib=128, l2_mib=6),
-    "sm_89": _gpu("sm_89", "RTX 4090", sms=128, smem_kib=100, l1_kib=128, l2_mib=72),
+    "sm_86": _gpu(
+        "sm_86", "RTX 3090", sms=82, smem_kib=100, l1_kib=128, l2_mib=6, threads_per_sm=1536, blocks_per_sm=16
+    ),
+    "sm_89": _gpu(
+        "sm_89", "RTX 4090", sms=128, smem_kib=100, l1_kib=128, l2_mib=72, threads_per_sm=1536, blocks_per_sm=24
+    ),
     "sm_90": _gpu("sm_90", "H100 SXM5", sms=132, smem_kib=228, l1_kib=256, l2_mib=50),
 }

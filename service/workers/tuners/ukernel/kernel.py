@@ -111,7 +111,7 @@ def build_ukernel(
     vec: int | None = None,
     dtype: str = "float32",
 ) -> UKernel:
-    """Compile the uKernel once; the binary is correct for every M.
+    """Compile the uKernel once; the binary is correct for every M (and any N: see n_padded).
 
     `target` is a TVM target dict with `mcpu` (e.g. TargetSpec.tvm_target()). `vec` is the width of the
     innermost vector loop; it defaults to gcd(nt, 16): the AVX-512 fp32 lane count, which LLVM splits
@@ -119,8 +119,22 @@ def build_ukernel(
     """
     vec = vec or math.gcd(nt, 16)
     tvm = import_tvm()
-    mod = schedule_ukernel(N, K, mt, nt, kt, vec, dtype)
+    # N that nt does not divide is padded, like M: the binary computes n_padded columns over a packed
+    # weight with zero rows past N (kernelfleet.ukernel packs it and copies the N real columns out)
+    n_padded = -(-N // nt) * nt
+    mod = schedule_ukernel(n_padded, K, mt, nt, kt, vec, dtype)
     # tirx.build gives a runtime.Module, which exports to a .so (tvm.compile's Executable does not);
     # tvm.driver.build does the same but is deprecated in 0.27.
     module = tvm.tirx.build(mod, target=tvm.target.Target(dict(target)))
-    return UKernel(module, UKernelSpec(N=N, K=K, mt=mt, nt=nt, kt=kt, vec=vec, target=dict(target), dtype=dtype))
+    spec = UKernelSpec(
+        N=N,
+        K=K,
+        mt=mt,
+        nt=nt,
+        kt=kt,
+        vec=vec,
+        target=dict(target),
+        dtype=dtype,
+        n_padded=0 if n_padded == N else n_padded,
+    )
+    return UKernel(module, spec)

@@ -6,7 +6,9 @@ the one `kernel.py` compiles: an mt×nt accumulator held in vector registers, a 
 time with ii, ki and the nt/lanes vectors all unrolled, and (M-tile × N-tile) tasks run in parallel.
 
 Rules, each of which a candidate must pass:
-  (a) alignment     nt is a multiple of the vector lanes (no partial vectors) and divides N;
+  (a) alignment     nt is a multiple of the vector lanes (no partial vectors) and divides N; when no
+                    such nt divides N (N = 1000 with 16 lanes), N is padded up to a multiple of nt
+                    inside the kernel and the tile's score pays for the padded columns;
   (b) registers     mt·(nt/lanes) accumulators + nt/lanes W loads + 1 X broadcast ≤ vector registers,
                     or LLVM spills the accumulators and the tile loses its point;
   (c) cache         kt divides K and one k-step's operands, (mt·kt + kt·nt)·bytes, fit a fraction of L1;
@@ -63,8 +65,12 @@ def wave_efficiency(tasks: int, cores: int) -> float:
 
 
 def padding_efficiency(m: int, mt: int) -> float:
-    """Useful share of the rows computed when M is padded up to a multiple of mt."""
-    return m / (math.ceil(m / mt) * mt)
+    """Useful share of the rows computed when M is padded up to a multiple of mt (the same for N and nt)."""
+    return m / padded(m, mt)
+
+
+def padded(n: int, tile: int) -> int:
+    return math.ceil(n / tile) * tile
 
 
 def check_tile(
@@ -77,14 +83,22 @@ def check_tile(
     representative_m: int,
     dtype: str = "float32",
     limits: RuleLimits = RuleLimits(),
+    pad_n: bool = False,
 ) -> tuple[bool, bool, list[str]]:
-    """(passes rules a–d, passes rule e, one line per rule saying why). Separate so callers can explain rejections."""
+    """(passes rules a–d, passes rule e, one line per rule saying why). Separate so callers can explain rejections.
+
+    `pad_n`: N may be padded to a multiple of nt (used when no lane-aligned nt divides N)."""
     lanes = hw.lanes(dtype)
     reasons: list[str] = []
     ok = True
-    if nt % lanes or n % nt:
+    if nt % lanes or (n % nt and not pad_n):
         ok = False
         reasons.append(f"alignment FAIL: nt={nt} must be a multiple of {lanes} lanes and divide N={n}")
+    elif n % nt:
+        reasons.append(
+            f"alignment: nt={nt} = {nt // lanes}×{lanes} lanes; no lane-aligned nt divides N={n}, "
+            f"so N is padded to {padded(n, nt)} ({padding_efficiency(n, nt):.3f} useful)"
+        )
     else:
         reasons.append(f"alignment: nt={nt} = {nt // lanes}×{lanes} lanes, divides N={n}")
     vectors = max(nt // lanes, 1)
@@ -107,7 +121,7 @@ def check_tile(
     reasons.append(
         f"unroll{'' if unrolled <= limits.unroll_budget else ' FAIL'}: {unrolled} FMAs/{limits.unroll_budget}"
     )
-    tasks = math.ceil(representative_m / mt) * (n // nt if nt else 0)
+    tasks = math.ceil(representative_m / mt) * (math.ceil(n / nt) if nt else 0)
     fills = tasks >= hw.cores
     reasons.append(
         f"parallelism{'' if fills else ' FAIL'}: {tasks} tasks at M={representative_m} for {hw.cores} cores "
@@ -139,13 +153,15 @@ def dense_candidates(
     lanes = hw.lanes(dtype)
     filling: list[UKernelCandidate] = []
     underfilling: list[UKernelCandidate] = []
-    for nt in range(lanes, n + 1, lanes):
-        if n % nt:
+    # N padded only when it must be: a dividing nt wastes nothing, so it is preferred whenever one exists
+    pad_n = not any(n % nt == 0 for nt in range(lanes, n + 1, lanes))
+    for nt in range(lanes, padded(n, lanes) + 1, lanes):
+        if n % nt and not pad_n:
             continue
         for mt in range(1, limits.max_mt + 1):
             best: tuple[UKernelCandidate, bool] | None = None
             for kt in range(min(limits.max_kt, k), 0, -1):
-                ok, fills, reasons = check_tile(hw, n, k, mt, nt, kt, representative_m, dtype, limits)
+                ok, fills, reasons = check_tile(hw, n, k, mt, nt, kt, representative_m, dtype, limits, pad_n)
                 if ok:
                     best = (_candidate(hw, n, mt, nt, kt, representative_m, dtype, reasons, fills), fills)
                     break
@@ -176,9 +192,9 @@ def _candidate(
     fills: bool,
 ) -> UKernelCandidate:
     vectors = nt // hw.lanes(dtype)
-    tasks = math.ceil(m / mt) * (n // nt)
+    tasks = math.ceil(m / mt) * math.ceil(n / nt)
     inten = intensity(mt, vectors)
-    pad = padding_efficiency(m, mt)
+    pad = padding_efficiency(m, mt) * padding_efficiency(n, nt)  # the N factor is 1 unless N is padded
     wave = wave_efficiency(tasks, hw.cores)
     score = inten * pad * wave
     return UKernelCandidate(

@@ -5,29 +5,32 @@ FTuner's pipeline, with DietCode's cost model (../shared/research/anchors.md §1
   2. each is compiled once as a shape-generic binary (`kernel`) and timed at a few M only;
   3. the combination DP picks, for every S, the pieces that cover S rows at the least predicted
      cost (`combine`) and the result is compressed into a dispatch table;
-  4. for the heaviest shapes of the distribution, every uKernel is measured as a single-piece program
+  4. the SDK dispatcher and the vendor library (numpy) are timed as an inference host calls them, in
+     alternation, at every S up to 256 (beyond: a stride, every interval end and the hot shapes), and
+     every S where the vendor is faster is routed to the vendor in the published table;
+  5. for the heaviest shapes of the distribution, every uKernel is measured as a single-piece program
      and its measured time is compared with DietCode's prediction and FTuner's SIA score (Spearman
-     ρ), and the chosen program is measured as the inference host will run it (the SDK dispatcher).
+     ρ), and the chosen route is measured as the inference host will run it.
 
 Free of Celery and the store: the job runner drives it, the benchmarks call it directly.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
-from service.models import TargetSpec, WorkloadSpec
 from service.workers.tuners.base import TuningStopped
 from service.workers.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.workers.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
@@ -35,6 +38,9 @@ from service.workers.tuners.ukernel.hardware_model import HardwareModel
 from service.workers.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
 from service.workers.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.workers.tuners.ukernel.rules import dense_candidates
+
+if TYPE_CHECKING:  # annotations only: the GPU tuner imports this module on hosts without pydantic
+    from service.models import TargetSpec, WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class RangeTask:
     min_repeat_ms: int = 10
     # uKernel id → {M: seconds} an earlier attempt of the same job measured: rebuilt, not re-measured
     measured_before: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    vendor_routes: bool = True  # route every S where the vendor is faster to the vendor
 
 
 # Timings on a shared machine vary by several percent run to run; a multi-piece program must beat a
@@ -83,8 +90,8 @@ class QuietRangeSink:
 @dataclass
 class RangeOutcome:
     table: DispatchTable
-    kernels: dict[str, UKernel]
-    artifacts: dict[str, UKernelArtifact]
+    kernels: dict[str, Any]  # UKernel on CPUs, kernelfleet.cuda_ukernel.CudaUKernel on GPUs
+    artifacts: dict[str, Any]  # UKernelArtifact-shaped: path, sha256, spec
     predicted_s: list[float]  # predicted seconds of the chosen program at S = 1..s_max
     measured_s: dict[int, float]  # measured seconds of the chosen program at the validated S
     validation: dict[str, Any]
@@ -92,14 +99,21 @@ class RangeOutcome:
     errors: int
     seconds: float
     hardware: dict[str, Any] = field(default_factory=dict)
+    dispatcher: Any = None  # the SDK dispatcher that ran the validation (None: the CPU Dispatcher over kernels)
 
     @property
     def padding_ratio(self) -> float:
         """Padded rows over useful rows, summed over 1..s_max: how much the programs over-compute."""
         mts = self.table.mts
-        padded = sum(p.tiles * mts[p.ukernel_id] for s in range(1, self.table.s_max + 1) for p in self.table.lookup(s))
-        useful = self.table.s_max * (self.table.s_max + 1) // 2
-        return padded / useful - 1.0
+        tuned = [s for s in range(1, self.table.s_max + 1) if not self.table.vendor_at(s)]
+        padded = sum(p.tiles * mts[p.ukernel_id] for s in tuned for p in self.table.lookup(s))
+        useful = sum(tuned)  # the S routed to the vendor compute no padding of ours
+        return padded / useful - 1.0 if useful else 0.0
+
+    @property
+    def serves_ukernels(self) -> bool:
+        """Whether any S runs on a uKernel: a table that routes every S to the vendor serves nothing."""
+        return any(not iv.vendor for iv in self.table.intervals)
 
 
 def _dims(workload: WorkloadSpec) -> tuple[int, int]:
@@ -127,13 +141,69 @@ def time_dispatcher(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 
     w = rng.standard_normal((N, K), dtype=np.float32)
     out = aligned_empty((S, N))
     dispatcher(x, w, out)
+    return _median_call(lambda: dispatcher(x, w, out), min_seconds)
+
+
+def _median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5) -> float:
     samples: list[float] = []
     deadline = time.perf_counter() + min_seconds
-    while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 1000):
+    while len(samples) < min_samples or (time.perf_counter() < deadline and len(samples) < 1000):
         start = time.perf_counter()
-        dispatcher(x, w, out)
+        fn()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def time_against_vendor(
+    dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0, rounds: int = 3, min_seconds: float = 0.002
+) -> tuple[float, float]:
+    """(dispatcher, vendor) median seconds per call at S rows, both called as an inference host calls them
+    (`d(x, w)` and numpy's `x @ w.T` on the same arrays), in alternating blocks so that machine load and
+    each library's idle threads weigh on both alike; each is the median over the rounds' medians."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((S, K), dtype=np.float32)
+    w = rng.standard_normal((N, K), dtype=np.float32)
+    dispatcher.prepare(w)
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(rounds):
+        ours.append(_median_call(lambda: dispatcher(x, w), min_seconds, 3))
+        theirs.append(_median_call(lambda: x @ w.T, min_seconds, 3))
+    return statistics.median(ours), statistics.median(theirs)
+
+
+VENDOR_SWEEP_DENSE = 256  # every S up to here is timed against the vendor; beyond, a stride
+
+
+def vendor_sweep_shapes(table: DispatchTable, extra: Sequence[int] = (), points: int = VENDOR_SWEEP_DENSE) -> list[int]:
+    """Where the dispatcher is timed against the vendor: every S ≤ 256, both ends of every interval, the
+    hot shapes, and a stride over the rest of the range so that no S is far from a measured one."""
+    s_max = table.s_max
+    shapes = set(range(1, min(s_max, points) + 1)) | {s for s in extra if 1 <= s <= s_max}
+    for iv in table.intervals:
+        shapes |= {iv.lo, iv.hi}
+    if s_max > points:
+        step = math.ceil(s_max / points)
+        shapes |= set(range(points, s_max + 1, step))
+    return sorted(shapes)
+
+
+def vendor_wins(measured: Mapping[int, tuple[float, float]], s_max: int) -> set[int]:
+    """Every S in 1..s_max where the vendor is faster: measured, or as measured at the nearest timed S
+    (the lower one on a tie) for S the sweep skipped."""
+    timed = sorted(measured)
+    out = set()
+    for s in range(1, s_max + 1):
+        if s in measured:
+            nearest = s
+        else:
+            i = bisect.bisect_left(timed, s)
+            below, above = timed[max(i - 1, 0)], timed[min(i, len(timed) - 1)]
+            nearest = below if s - below <= above - s else above
+        ours, theirs = measured[nearest]
+        if theirs < ours:
+            out.add(s)
+    return out
 
 
 class UKernelTuner:
@@ -203,11 +273,32 @@ class UKernelTuner:
         programs = combine(
             costs, task.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE
         )  # same programs, unused ids gone
-        table = dispatch_table(programs)
         predicted = [prog.cost for prog in programs]
+
+        # the tuned programs against the vendor as the SDK calls both; the vendor keeps every S it wins
+        tuned_table = dispatch_table(programs)
+        tuned = Dispatcher(tuned_table, kernels, N=N, K=K)
+        sweep: dict[int, tuple[float, float]] = {}
+        swept = vendor_sweep_shapes(tuned_table, task.validate) if task.vendor_routes else list(task.validate)
+        for S in swept:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            sweep[S] = time_against_vendor(tuned, N, K, S)
+        vendor = vendor_wins(sweep, task.s_max) if task.vendor_routes else set()
+        table = dispatch_table(programs, vendor)
+        measured_kernels = kernels  # the models' rankings are checked on every uKernel the DP used
+        kernels = {uid: k for uid, k in kernels.items() if uid in table.mts}
+        artifacts = {uid: a for uid, a in artifacts.items() if uid in table.mts}
         dispatcher = Dispatcher(table, kernels, N=N, K=K)
-        validation = self._validate(task, hw, kernels, costs, dispatcher, predicted, sink)
+        validation = self._validate(task, hw, measured_kernels, costs, dispatcher, predicted, sink, sweep)
         validation["piece_overhead_s"] = overhead
+        validation["vendor_routes"] = {
+            "vendor": "numpy x @ w.T",
+            "shapes_timed": len(sweep),
+            "vendor_S": len(vendor),
+            "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
+            "timed_s": {str(S): {"tuned": t, "vendor": v} for S, (t, v) in sweep.items()},
+        }
         measured = {int(s): v["chosen_measured_s"] for s, v in validation["shapes"].items()}
         return RangeOutcome(
             table=table,
@@ -231,8 +322,9 @@ class UKernelTuner:
         dispatcher: Dispatcher,
         predicted: list[float],
         sink: RangeSink,
+        sweep: Mapping[int, tuple[float, float]],
     ) -> dict[str, Any]:
-        """Measure every uKernel alone and the chosen program at the heaviest shapes; rank correlations."""
+        """Measure every uKernel alone and the chosen route at the heaviest shapes; rank correlations."""
         N, K = _dims(task.workload)
         shapes: dict[str, Any] = {}
         rho_dc: list[float] = []
@@ -250,13 +342,18 @@ class UKernelTuner:
                 sia[cost.ukernel_id] = sia_scores[(spec.mt, spec.nt)]
                 measured[cost.ukernel_id] = kernels[cost.ukernel_id].time(S, repeat=3, min_repeat_ms=task.min_repeat_ms)
             ids = list(measured)
+            tuned_s, vendor_s = sweep[S] if S in sweep else time_against_vendor(dispatcher, N, K, S)
+            on_vendor = dispatcher.table is not None and dispatcher.table.vendor_at(S)
             entry: dict[str, Any] = {
                 "measured_s": measured,
                 "dietcode_s": dietcode,
                 "sia_score": sia,
+                "route": "vendor" if on_vendor else "ukernel",
                 "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
                 "chosen_measured_s": time_dispatcher(dispatcher, N, K, S),
                 "chosen_predicted_s": predicted[S - 1],
+                "tuned_measured_s": tuned_s,  # the tuned program, alternating with the vendor
+                "vendor_measured_s": vendor_s,
             }
             if len(ids) >= 2:
                 entry["rho_dietcode"] = spearman([dietcode[i] for i in ids], [measured[i] for i in ids])

@@ -1,0 +1,266 @@
+"""Bad input gets a clear 4xx naming the field, never a 500: non-finite numbers, implausible imports,
+oversized workloads, wrong content types and bodies that are not UTF-8 (issue 10, items 1 and 5)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.api.errors import validation_body
+
+DENSE = {"op": "dense", "dims": {"N": 64, "K": 32}, "symbolic": ["M"]}
+TARGET = {"kind": "llvm", "mcpu": "znver4", "num_cores": 2}
+TOOLCHAIN = {"tvm": "0.27.0.post1", "tuner_abi": "1"}
+X = "__NON_FINITE__"  # replaced by a literal in the raw body
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"]
+
+
+@pytest.fixture
+def api(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    from service.api.state import submit_bucket
+    from service.models.auth import Scope
+    from service.store import keys
+    from service.store.db import session_scope
+    from tests.conftest import _use_store
+
+    monkeypatch.setenv("KERNELFLEET_SUBMIT_RATE_PER_MINUTE", "100000")
+    submit_bucket.cache_clear()
+    for _ in _use_store(sqlite_url, monkeypatch):
+        with session_scope() as s:
+            admin = keys.create(s, "validation", [Scope.admin]).key
+        with TestClient(create_app(run_migrations=False), headers={"Authorization": f"Bearer {admin}"}) as client:
+            yield client
+    submit_bucket.cache_clear()
+
+
+def _job(**overrides: Any) -> dict[str, Any]:
+    body = {
+        "kind": "sketch",
+        "workload": DENSE,
+        "target": TARGET,
+        "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 16},
+        "budget": {"trials": 8},
+    }
+    return {**body, **overrides}
+
+
+def _trace_config(**overrides: Any) -> dict[str, Any]:
+    config = {
+        "format": "metaschedule-trace",
+        "trace": [[], []],
+        "module": '{"root": 1, "nodes": []}',
+        "module_hash": "1234567890",
+        "target": {"kind": "llvm", "mcpu": "znver4"},
+    }
+    return {**config, **overrides}
+
+
+def _imported(workload_hash: str, **overrides: Any) -> dict[str, Any]:
+    rec = {
+        "workload_hash": workload_hash,
+        "target": {**TARGET, "toolchain": TOOLCHAIN},
+        "shape": {"M": 4},
+        "latency_s": 2e-5,
+        "config": _trace_config(),
+        "source": "test",
+    }
+    return {**rec, **overrides}
+
+
+def _strict_json(text: str) -> Any:
+    def refuse(literal: str) -> Any:
+        raise AssertionError(f"response carries {literal}, which is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _post_raw(api: TestClient, path: str, body: Any, literal: str) -> Any:
+    raw = json.dumps(body).replace(f'"{X}"', literal)
+    assert literal in raw
+    return api.post(path, content=raw.encode(), headers={"Content-Type": "application/json"})
+
+
+def _locs(resp: Any) -> list[list[Any]]:
+    assert resp.status_code == 422, resp.text
+    return [e["loc"] for e in _strict_json(resp.text)["detail"]]
+
+
+def _names(resp: Any, loc: list[Any]) -> bool:
+    locs = _locs(resp)
+    return any(found == loc for found in locs) or pytest.fail(f"no error at {loc}: {locs}")
+
+
+NON_FINITE_CASES = [
+    ("/v1/workloads", {**DENSE, "dims": {"N": X, "K": 32}}, ["body", "dims", "N"]),
+    ("/v1/jobs", _job(distribution={"kind": "zipf", "dim": "M", "low": 1, "high": 16, "s": X}),
+     ["body", "distribution", "zipf", "s"]),
+    ("/v1/jobs", _job(distribution={"kind": "explicit", "points": [{"shape": {"M": 1}, "weight": X}]}),
+     ["body", "distribution", "explicit", "points", 0, "weight"]),
+    ("/v1/jobs", _job(distribution={"kind": "normal", "dim": "M", "low": 1, "high": 16, "mean": X, "std": 2}),
+     ["body", "distribution", "normal", "mean"]),
+    ("/v1/jobs", _job(distribution={"kind": "histogram", "dim": "M", "counts": {"3": X}}),
+     ["body", "distribution", "histogram", "counts", "3"]),
+    ("/v1/jobs", _job(workload={**DENSE, "dims": {"N": 64, "K": X}}), ["body", "workload", "dims", "K"]),
+    ("/v1/jobs", _job(budget={"trials": X}), ["body", "budget", "trials"]),
+    ("/v1/jobs", _job(target={**TARGET, "num_cores": X}), ["body", "target", "num_cores"]),
+    ("/v1/telemetry", {"batch_id": str(uuid.UUID(int=7)), "records": [{"workload_hash": "ab",
+     "target_fingerprint": "cd", "shape": {"M": 3}, "calls": 1, "kernel_seconds": X}]},
+     ["body", "records", 0, "kernel_seconds"]),
+    ("/v1/configs/best/batch", {"keys": [{"workload": "a", "target": "b", "shape": {"M": X}}]},
+     ["body", "keys", 0, "shape", "M"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("literal", NON_FINITE)
+@pytest.mark.parametrize(("path", "body", "loc"), NON_FINITE_CASES)
+def test_non_finite_numbers_get_422_naming_the_field(
+    api: TestClient, path: str, body: dict[str, Any], loc: list[Any], literal: str
+) -> None:
+    assert _names(_post_raw(api, path, body, literal), loc)
+
+
+@pytest.mark.parametrize("literal", NON_FINITE)
+def test_imports_refuse_non_finite_numbers_anywhere(api: TestClient, literal: str) -> None:
+    wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
+    latency = _imported(wh, latency_s=X)
+    assert _names(_post_raw(api, "/v1/configs/import", {"records": [latency]}, literal),
+                  ["body", "records", 0, "latency_s"])  # fmt: skip
+    nested = _imported(wh, config=_trace_config(extra={"x": [1, X]}))
+    assert _names(_post_raw(api, "/v1/configs/import", {"records": [nested]}, literal),
+                  ["body", "records", 0, "config", "extra", "x", 1])  # fmt: skip
+    assert api.get("/v1/configs", params={"workload": wh}).json() == []
+
+
+def test_imports_are_checked_against_the_kinds_config_schema(api: TestClient) -> None:
+    wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
+
+    def import_(**overrides: Any) -> Any:
+        return api.post("/v1/configs/import", json={"records": [_imported(wh, **overrides)]})
+
+    where = ["body", "records", 0]
+    assert _names(import_(config={"x": 1}), [*where, "config", "format"])
+    assert _names(import_(config={"format": "x"}), [*where, "config", "format"])
+    tile = {"format": "ukernel-tile", "id": "mt8_nt16_kt64", "tile": [8, 16, 64]}
+    resp = import_(config=tile)
+    assert _names(resp, [*where, "config", "format"]) and "not served per shape" in resp.text
+    assert _names(import_(config=_trace_config(trace=[])), [*where, "config", "trace"])
+    assert _names(import_(config=_trace_config(module_hash="abc")), [*where, "config", "module_hash"])
+    assert _names(import_(config={k: v for k, v in _trace_config().items() if k != "module"}),
+                  [*where, "config", "module"])  # fmt: skip
+    implausible = import_(latency_s=1e-9)
+    assert _names(implausible, [*where, "latency_s"]) and "implausible" in implausible.text
+    assert _names(import_(target={**TARGET, "mcpu": "host", "toolchain": TOOLCHAIN}), [*where, "target", "mcpu"])
+    assert _names(import_(target=TARGET), [*where, "target", "toolchain"])
+    assert api.get("/v1/configs", params={"workload": wh}).json() == []
+    assert import_().json() == {"imported": 1, "improved": 1}
+    big = api.post("/v1/workloads", json={**DENSE, "dims": {"N": 4096, "K": 4096}}).json()["workload_hash"]
+    too_fast = _imported(big, shape={"M": 4096}, latency_s=1e-5)  # 1.4e11 FLOPs in 10 us: 14 PFLOP/s
+    assert _names(api.post("/v1/configs/import", json={"records": [too_fast]}), [*where, "latency_s"])
+    plausible = _imported(big, shape={"M": 4096}, latency_s=5e-3)
+    assert api.post("/v1/configs/import", json={"records": [plausible]}).json()["improved"] == 1
+
+
+def test_the_422_body_is_strict_json_whatever_the_errors_hold() -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            raise RuntimeError("cannot print")
+
+    errors: list[dict[str, Any]] = [
+        {"type": "finite_number", "loc": ("body", "x", "function-after[_complete(), WorkloadSpec]"),
+         "msg": "m", "input": float("nan"), "ctx": {"error": ValueError("big"), "limit": float("-inf")}},
+        {"type": "value_error", "loc": ("body", 0), "msg": "m", "input": {1: [float("inf"), b"\xff", {1, 2}]}},
+        {"type": "value_error", "loc": ("body",), "msg": "m", "input": Opaque()},
+    ]  # fmt: skip
+    detail = _strict_json(validation_body(errors).decode())["detail"]
+    assert [e["loc"] for e in detail] == [["body", "x"], ["body", 0], ["body"]]
+    full = _strict_json(validation_body(errors[:2]).decode())["detail"]
+    assert full[0]["input"] == "NaN" and full[0]["ctx"] == {"error": "big", "limit": "-Infinity"}
+    assert full[1]["input"] == {"1": ["Infinity", "\ufffd", [1, 2]]}
+
+
+def test_wrong_content_type_gets_415_and_non_utf8_gets_400(api: TestClient) -> None:
+    raw = json.dumps(DENSE).encode()
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "application/xml"):
+        resp = api.post("/v1/workloads", content=raw, headers={"Content-Type": content_type})
+        assert resp.status_code == 415 and "application/json" in resp.json()["detail"], resp.text
+    assert api.post("/v1/workloads", content=raw, headers={"Content-Type": ""}).status_code == 415
+    latin1 = api.post("/v1/workloads", content=raw, headers={"Content-Type": "application/json; charset=latin-1"})
+    assert latin1.status_code == 415
+    bad = b'{"op": "dense", "dims": {"N": 64, "K": 32}, "symbolic": ["M\xff"]}'
+    resp = api.post("/v1/workloads", content=bad, headers={"Content-Type": "application/json"})
+    assert resp.status_code == 400 and "UTF-8" in resp.json()["detail"], resp.text
+    utf16 = api.post(
+        "/v1/workloads", content=json.dumps(DENSE).encode("utf-16"), headers={"Content-Type": "application/json"}
+    )
+    assert utf16.status_code == 400
+    for content_type in ("application/json", "application/json; charset=utf-8", "application/merge-patch+json"):
+        assert api.post("/v1/workloads", content=raw, headers={"Content-Type": content_type}).status_code == 201
+    job = api.post("/v1/jobs", json=_job()).json()
+    assert api.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # no body, no content type: fine
+    # the dashboard's HTML forms are urlencoded, outside /v1
+    form = api.post("/dashboard/login", data={"key": "kf_wrong"}, headers={"Origin": str(api.base_url)})
+    assert form.status_code not in (400, 415), form.text
+
+
+CONV_DIMS = {"H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 3}
+CONV: dict[str, Any] = {"op": "conv2d", "dims": CONV_DIMS, "symbolic": ["N"]}
+
+
+def test_oversized_workloads_get_422_naming_the_field(api: TestClient) -> None:
+    huge = {**DENSE, "dims": {"N": 10**6, "K": 10**6}}  # W alone: 10^12 elements
+    resp = api.post("/v1/workloads", json=huge)
+    assert _names(resp, ["body", "dims"]) and "elements" in resp.text and "W" in resp.text
+    assert _names(api.post("/v1/jobs", json=_job(workload=huge)), ["body", "workload", "dims"])
+    # each tensor fits, but a call at M=4096 is 1.3e13 FLOPs: refused for the distribution that asks for it
+    wide = {**DENSE, "dims": {"N": 40_000, "K": 40_000}}
+    wide_hash = api.post("/v1/workloads", json=wide).json()["workload_hash"]
+    far = {"kind": "uniform", "dim": "M", "low": 4000, "high": 4096}
+    for workload in (wide, wide_hash):
+        resp = api.post("/v1/jobs", json=_job(workload=workload, distribution=far))
+        assert _names(resp, ["body", "distribution"]) and "FLOPs" in resp.text
+    near = {"kind": "uniform", "dim": "M", "low": 1, "high": 16}
+    assert api.post("/v1/jobs", json=_job(workload=wide_hash, distribution=near)).status_code == 202
+
+
+def test_conv2d_kernels_larger_than_the_padded_input_get_422(api: TestClient) -> None:
+    tall = {**CONV, "dims": {**CONV_DIMS, "KH": 7}}
+    resp = api.post("/v1/workloads", json=tall)
+    assert _names(resp, ["body", "dims", "KH"]) and "larger than H" in resp.text
+    wide = {**CONV, "dims": {**CONV_DIMS, "KW": 7}, "attrs": {"padding": 1}}  # 4 + 2*1 < 7
+    assert _names(api.post("/v1/workloads", json=wide), ["body", "dims", "KW"])
+    job = _job(workload=tall, distribution={"kind": "uniform", "dim": "N", "low": 1, "high": 4})
+    assert _names(api.post("/v1/jobs", json=job), ["body", "workload", "dims", "KH"])
+    padded = {**wide, "attrs": {"padding": 2}}  # 4 + 2*2 >= 7
+    assert api.post("/v1/workloads", json=padded).status_code == 201
+
+
+def test_422_locations_are_the_fields_a_user_wrote(api: TestClient) -> None:
+    detail = api.post("/v1/jobs", json=_job(workload={"op": "dense", "dims": {"N": 10}, "symbolic": ["M"]})).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "dims"]]  # one error, no union labels
+    detail = api.post("/v1/jobs", json=_job(workload={**DENSE, "dims": {"N": 8, "K": "x"}})).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "dims", "K"]]
+    detail = api.post("/v1/jobs", json=_job(workload={**DENSE, "symbolic": ["M", "Q"]})).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "symbolic", 1]]
+    detail = api.post("/v1/jobs", json=_job(workload=5)).json()
+    assert [e["loc"] for e in detail["detail"]] == [["body", "workload"]] and "hash" in detail["detail"][0]["msg"]
+    assert api.post("/v1/jobs", json=_job(workload="0" * 32)).status_code == 422  # unknown hash: still named
+    for body in (_job(workload={"op": "nope"}), _job(workload={**DENSE, "attrs": {"bias": 3}})):
+        for error in api.post("/v1/jobs", json=body).json()["detail"]:
+            assert error["loc"][:2] == ["body", "workload"] and error["loc"][2:3] != ["str"], error
+            assert not any(str(part).startswith("function-") for part in error["loc"]), error
+
+
+def test_a_scalar_union_gets_one_error_at_the_field(api: TestClient) -> None:
+    conv = {**CONV, "attrs": {"stride": "x"}}  # attrs are int | bool: one error, not one per member
+    detail = api.post("/v1/workloads", json=conv).json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "attrs", "stride"]], detail
+    assert "integer" in detail[0]["msg"] and "boolean" in detail[0]["msg"]
+    target = {**TARGET, "details": {"gpu": [1]}, "toolchain": TOOLCHAIN}  # details are str | int
+    detail = api.post("/v1/targets", json=target).json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "details", "gpu"]], detail

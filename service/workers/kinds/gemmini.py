@@ -45,7 +45,8 @@ class GemminiKind(JobKind):
         support = distribution.support()
         shapes = [PlannedShape(shape=s, weight=w, priority=w * workload.flops(s), trials=1) for s, w in support]
         unit = WorkUnit("network", tuple(shape_key(p.shape) for p in shapes), int(budget.trials))
-        return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + len(shapes))
+        # progress: the model calls of the search, then each layer measured on the chosen and the default config
+        return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + 2 * len(shapes))
 
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from service.workers.tuners.base import TuningStopped
@@ -59,6 +60,7 @@ class GemminiKind(JobKind):
         support = ctx.distribution.support()
         layers = [layer_of(ctx.workload, s, w, shape_key(s)) for s, w in support]
         result = co_explore(layers, unit.trials, seed=ctx.budget.seed or 0)
+        ctx.sink.on_progress(None, unit.trials)  # the search's budget is spent (it may stop a little early)
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
         default_maps, default_model = default_point(layers)
@@ -82,7 +84,7 @@ class GemminiKind(JobKind):
         candidates = []
         outcomes = []
         rows = zip(support, layers, result.mappings, tuned, base, result.cost.layers, strict=True)
-        for (shape, _), lay, m, mt, mb, model in rows:  # one row per layer
+        for k, ((shape, _), lay, m, mt, mb, model) in enumerate(rows):  # one row per layer
             config = {
                 "format": "gemmini-cotune",
                 "layer": lay.label,
@@ -96,7 +98,23 @@ class GemminiKind(JobKind):
                 "model_cycles": model.cycles,
                 "model_energy_pj": model.energy_pj,
             }
-            candidates.append(MeasuredCandidate(config=config, latency_s=mt.cycles / CLOCK_HZ, status="ok"))
+            # the dashboard's latency/energy scatter marks these two roles
+            candidates.append(
+                MeasuredCandidate(config={**config, "role": "chosen"}, latency_s=mt.cycles / CLOCK_HZ, status="ok")
+            )
+            default_config = {
+                **config,
+                "role": "default",
+                "hw": DEFAULT_HW.to_dict(),
+                "generator_config": DEFAULT_HW.generator_config(),
+                "mapping": default_maps[k].to_dict(),
+                "loop_order": "gemmini.h fixed (default tiling heuristic)",
+                "measured_cycles": mb.cycles,
+                "measured_energy_pj": mb.energy_pj,
+                "model_cycles": default_model.layers[k].cycles,
+                "model_energy_pj": default_model.layers[k].energy_pj,
+            }
+            candidates.append(MeasuredCandidate(config=default_config, latency_s=mb.cycles / CLOCK_HZ, status="ok"))
             outcome = ShapeOutcome(
                 shape=dict(shape),
                 latency_s=mt.cycles / CLOCK_HZ,

@@ -77,7 +77,9 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
     assert len(hw) == 1  # one hardware config shared by the whole list
     edp = result.shapes[0].provenance["network_edp"]
     assert edp["tuned"] < edp["default"]  # ZigZag agrees the co-tuned point beats Gemmini-Default
-    assert [c.config["backend"] for c in sink.candidates] == ["zigzag", "zigzag"]
+    assert [c.config["backend"] for c in sink.candidates] == ["zigzag"] * 4
+    assert [c.config["role"] for c in sink.candidates] == ["chosen", "default"] * 2  # the dashboard marks both
+    assert plan.trials_total == 800 + 4
 
 
 def test_gemmini_kind_rejects_what_it_cannot_tune() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from service.models import Budget, TargetSpec, Workload
 from service.models.config import MeasuredCandidate
 from service.models.distribution import Explicit, ShapePoint
 from service.settings import Settings
-from service.workers.kinds import KINDS, check_job
+from service.workers.kinds import KINDS, check_job, panels
 from service.workers.kinds.base import UnitContext
 from service.workers.platforms import PLATFORMS
 
@@ -80,6 +81,30 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
     assert [c.config["backend"] for c in sink.candidates] == ["zigzag"] * 4
     assert [c.config["role"] for c in sink.candidates] == ["chosen", "default"] * 2  # the dashboard marks both
     assert plan.trials_total == 800 + 4
+    # what the dashboard's latency/energy scatter reads from these candidates
+    now = dt.datetime.now(dt.UTC)
+    points = panels.energy_points(
+        [
+            panels.CandidatePoint(i, "M", c.config, c.latency_s, c.status, None, now)
+            for i, c in enumerate(sink.candidates)
+        ]
+    )
+    assert sorted(p.role for p in points) == ["chosen", "chosen", "default", "default"]
+    assert all(p.energy_j > 0 and p.latency_s > 0 for p in points)
+
+
+def test_platform_serves_the_backend_the_worker_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.workers.platforms.gemmini import GemminiPlatform
+
+    monkeypatch.setenv("KERNELFLEET_GEMMINI_BACKEND", "firesim")
+    monkeypatch.setenv("KERNELFLEET_FIRESIM_DIR", str(tmp_path / "firesim"))
+    assert GemminiPlatform().detect() is None  # no FireSim checkout: this host is no FireSim worker
+    why = GemminiPlatform().mismatch(TargetSpec(kind="gemmini", arch="default"))
+    assert why is not None and "deploy/ missing" in why
+    (tmp_path / "firesim" / "deploy").mkdir(parents=True)
+    target = GemminiPlatform().detect()
+    assert target is not None and target.details["backend"] == "firesim"
+    assert GemminiPlatform().queue(target) == "firesim"
 
 
 def test_gemmini_kind_rejects_what_it_cannot_tune() -> None:

@@ -113,3 +113,56 @@ def test_gemmini_kind_rejects_what_it_cannot_tune() -> None:
     bmm = Workload(op="batch_matmul", dims={"M": 8, "N": 8, "K": 8}, symbolic=["B"], workload_hash="b")
     problem = check_job("gemmini", bmm, dist, target, Budget(trials=100))
     assert problem is not None and problem.loc == ("workload", "op")
+
+
+def test_gemmini_kind_on_the_fake_firesim_tunes_mappings_on_configs_with_bitstreams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the firesim backend the hardware is what has bitstreams; the numbers come from the FAKE CLI."""
+    from service.workers.platforms.gemmini import GemminiPlatform
+    from service.workers.tuners.gemmini.backends.firesim import BitstreamRegistry
+    from service.workers.tuners.gemmini.space import DEFAULT_HW, HwConfig
+
+    fake = Path(__file__).parent / "fake_firesim"
+    (tmp_path / "firesim" / "deploy" / "workloads").mkdir(parents=True)
+    registry = BitstreamRegistry(tmp_path / "registry.json")
+    big = HwConfig(dim=32, sp_kib=512, acc_kib=128)
+    for hw, name in ((DEFAULT_HW, "default_fake"), (big, "dim32_fake")):
+        (tmp_path / f"{name}.tar.gz").write_text("FAKE bitstream")
+        registry.register(hw, name, str(tmp_path / f"{name}.tar.gz"), "gemmini_params.h")
+    for key, value in {
+        "KERNELFLEET_GEMMINI_BACKEND": "firesim",
+        "KERNELFLEET_FIRESIM_DIR": str(tmp_path / "firesim"),
+        "KERNELFLEET_FIRESIM_REGISTRY": str(registry.path),
+        "KERNELFLEET_FIRESIM_CMD": str(fake / "fake_firesim"),
+        "KERNELFLEET_FIRESIM_BUILD": f"{fake / 'fake_riscv_build'} {{src}} {{out}}",
+    }.items():
+        monkeypatch.setenv(key, value)
+    platform = GemminiPlatform()
+    workload = Workload(op="dense", symbolic=["M", "N", "K"], workload_hash="w")
+    dist = Explicit(points=[ShapePoint(shape={"M": 128, "N": 256, "K": 256}, weight=2)])
+    target = TargetSpec(kind="gemmini", arch="default")
+    kind = KINDS.get("gemmini")
+    (unit,) = kind.plan(workload, dist, Budget(trials=200)).units
+    sink = _Sink()
+    ctx = UnitContext(
+        job_id="j",
+        worker="w",
+        workload=workload,
+        target=platform.resolve(target),
+        platform=platform,
+        distribution=dist,
+        budget=Budget(trials=200),
+        settings=Settings(),
+        work_dir=tmp_path,
+        sink=sink,
+    )
+    result = kind.run_unit(unit, ctx)
+    assert result.fatal is None
+    (outcome,) = result.shapes
+    assert outcome.config is not None and outcome.config["backend"] == "firesim"
+    assert HwConfig(**outcome.config["hw"]) in (DEFAULT_HW, big)  # never a config without a bitstream
+    assert outcome.vendor is not None and "by firesim" in outcome.vendor.label
+    assert outcome.provenance["hardware_choices"] == 2
+    assert outcome.provenance["network_edp"]["tuned"] is None  # FireSim gives cycles, not energy
+    assert {c.config["role"] for c in sink.candidates} == {"chosen", "default"}

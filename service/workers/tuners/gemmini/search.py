@@ -337,6 +337,20 @@ def tune_fixed_hw(layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0)
     return _result(ev, layers, alloc)
 
 
+def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, seed: int = 0) -> SearchResult:
+    """The best of a fixed set of hardware configs (e.g. those FireSim has bitstreams for), each with its
+    mappings tuned on an equal share of the budget; configs that cannot hold some layer are skipped."""
+    results = []
+    for hw in choices:
+        try:
+            results.append(tune_fixed_hw(layers, hw, max(len(layers) * 4, budget // max(1, len(choices))), seed))
+        except RuntimeError:
+            continue
+    if not results:
+        raise RuntimeError(f"none of the {len(choices)} available hardware configs can hold every layer's tiles")
+    return min(results, key=lambda r: r.cost.edp)
+
+
 def default_point(layers: list[Layer], hw: HwConfig = DEFAULT_HW) -> tuple[list[Mapping], NetworkCost]:
     """Gemmini-Default: the default config with gemmini.h's own tiling heuristics."""
     maps = [default_mapping(hw, lay) for lay in layers]

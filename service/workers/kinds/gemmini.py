@@ -45,33 +45,46 @@ class GemminiKind(JobKind):
         support = distribution.support()
         shapes = [PlannedShape(shape=s, weight=w, priority=w * workload.flops(s), trials=1) for s, w in support]
         unit = WorkUnit("network", tuple(shape_key(p.shape) for p in shapes), int(budget.trials))
-        return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + len(shapes))
+        # progress: the model calls of the search, then each layer measured on the chosen and the default config
+        return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + 2 * len(shapes))
 
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from service.workers.tuners.base import TuningStopped
         from service.workers.tuners.gemmini.backends import BackendError
         from service.workers.tuners.gemmini.calibration import correlate
-        from service.workers.tuners.gemmini.search import co_explore, default_point
+        from service.workers.tuners.gemmini.search import best_fixed_hw, co_explore, default_point
         from service.workers.tuners.gemmini.space import DEFAULT_HW
         from service.workers.tuners.gemmini.workloads import CLOCK_HZ, layer_of
 
         backend = ctx.platform.backend  # type: ignore[attr-defined]
         support = ctx.distribution.support()
         layers = [layer_of(ctx.workload, s, w, shape_key(s)) for s, w in support]
-        result = co_explore(layers, unit.trials, seed=ctx.budget.seed or 0)
+        seed = ctx.budget.seed or 0
+        choices = backend.hardware_choices()
+        try:
+            # a backend bound to built hardware (FireSim bitstreams) tunes mappings on those configs only
+            result = (
+                co_explore(layers, unit.trials, seed=seed)
+                if choices is None
+                else best_fixed_hw(layers, choices, unit.trials, seed=seed)
+            )
+        except RuntimeError as exc:
+            return UnitResult(fatal=f"{backend.name}: {exc}")
+        ctx.sink.on_progress(None, unit.trials)  # the search's budget is spent (it may stop a little early)
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
         default_maps, default_model = default_point(layers)
         try:
             tuned = backend.measure(result.hw, layers, result.mappings)
-            base = backend.measure(DEFAULT_HW, layers, default_maps)
+            measurable = choices is None or DEFAULT_HW in choices
+            base = backend.measure(DEFAULT_HW, layers, default_maps) if measurable else []
         except BackendError as exc:
             return UnitResult(fatal=f"{backend.name} could not measure: {exc}")
-        model_cycles = [c.cycles for c in result.cost.layers] + [c.cycles for c in default_model.layers]
+        model_cycles = [c.cycles for c in result.cost.layers] + [c.cycles for c in default_model.layers][: len(base)]
         calibration = correlate(model_cycles, [m.cycles for m in tuned + base], backend.name)
 
         def edp(ms: list[Any]) -> float | None:
-            if any(m.energy_pj is None for m in ms):
+            if not ms or any(m.energy_pj is None for m in ms):
                 return None
             w = [lay.weight for lay in layers]
             cycles = sum(a * m.cycles for a, m in zip(w, ms, strict=True))
@@ -81,8 +94,11 @@ class GemminiKind(JobKind):
         hw = result.hw.to_dict()
         candidates = []
         outcomes = []
-        rows = zip(support, layers, result.mappings, tuned, base, result.cost.layers, strict=True)
-        for (shape, _), lay, m, mt, mb, model in rows:  # one row per layer
+        if not base:  # the default config has no bitstream: nothing to compare with, progress still counts it
+            ctx.sink.on_progress(None, len(layers))
+        base_rows: list[Any] = list(base) or [None] * len(layers)
+        rows = zip(support, layers, result.mappings, tuned, base_rows, result.cost.layers, strict=True)
+        for k, ((shape, _), lay, m, mt, mb, model) in enumerate(rows):  # one row per layer
             config = {
                 "format": "gemmini-cotune",
                 "layer": lay.label,
@@ -96,20 +112,41 @@ class GemminiKind(JobKind):
                 "model_cycles": model.cycles,
                 "model_energy_pj": model.energy_pj,
             }
-            candidates.append(MeasuredCandidate(config=config, latency_s=mt.cycles / CLOCK_HZ, status="ok"))
+            # the dashboard's latency/energy scatter marks these two roles
+            candidates.append(
+                MeasuredCandidate(config={**config, "role": "chosen"}, latency_s=mt.cycles / CLOCK_HZ, status="ok")
+            )
+            vendor = None
+            if mb is not None:
+                default_config = {
+                    **config,
+                    "role": "default",
+                    "hw": DEFAULT_HW.to_dict(),
+                    "generator_config": DEFAULT_HW.generator_config(),
+                    "mapping": default_maps[k].to_dict(),
+                    "loop_order": "gemmini.h fixed (default tiling heuristic)",
+                    "measured_cycles": mb.cycles,
+                    "measured_energy_pj": mb.energy_pj,
+                    "model_cycles": default_model.layers[k].cycles,
+                    "model_energy_pj": default_model.layers[k].energy_pj,
+                }
+                candidates.append(MeasuredCandidate(config=default_config, latency_s=mb.cycles / CLOCK_HZ, status="ok"))
+                vendor = VendorTiming(
+                    f"Gemmini default 16x16 256/64 KiB, gemmini.h tiling: {mb.cycles:.0f} cycles by {mb.backend}",
+                    mb.cycles / CLOCK_HZ,
+                )
             outcome = ShapeOutcome(
                 shape=dict(shape),
                 latency_s=mt.cycles / CLOCK_HZ,
-                vendor=VendorTiming(
-                    f"Gemmini default 16x16 256/64 KiB, gemmini.h tiling: {mb.cycles:.0f} cycles by {mb.backend}",
-                    mb.cycles / CLOCK_HZ,
-                ),
+                vendor=vendor,
                 config=config,
                 config_latency_s=model.cycles / CLOCK_HZ,
                 provenance={
                     "tuner": "gemmini-baco",
                     "backend": backend.name,
                     "model_calls": result.calls,
+                    "hardware_choices": "any" if choices is None else len(choices),
+                    "importance_units": dict(zip([x.name for x in layers], result.allocation, strict=False)),
                     "network_edp": {"tuned": tuned_edp, "default": base_edp, "backend": backend.name},
                     "calibration": calibration,
                 },

@@ -48,6 +48,7 @@ def test_gemmini_job_runs_on_a_firesim_queue_worker_with_zigzag(fleet: Fleet) ->
     done = client.wait(job.id, timeout_s=180, poll_s=0.5)
     assert done.state == "succeeded", done
     assert len(done.shapes) == 2
+    assert done.trials_done == done.trials_total == 600 + 4
     candidates = client._request("GET", f"/v1/jobs/{job.id}/candidates").json()
     assert {c["config"]["backend"] for c in candidates} == {"zigzag"}
     assert done.target_fingerprint is not None

@@ -255,6 +255,8 @@ def co_explore(
     Iterated local search: hill-climb the hardware from `start_hw` (BACO starts from the default), then from
     random hardware points (BACO's random start points) until the budget is spent. `limits` restricts the
     hardware (see Limits); `start_hw` must satisfy them."""
+    if start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows:
+        raise ValueError(f"start_hw {start_hw} is outside the limits {limits}")
     rng = random.Random(seed)
     ev = Evaluator(budget)
     per_hw = max(8 * len(layers), min(60 * len(layers), budget // 60))
@@ -333,6 +335,20 @@ def tune_fixed_hw(layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0)
     except BudgetSpent:
         alloc = []
     return _result(ev, layers, alloc)
+
+
+def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, seed: int = 0) -> SearchResult:
+    """The best of a fixed set of hardware configs (e.g. those FireSim has bitstreams for), each with its
+    mappings tuned on an equal share of the budget; configs that cannot hold some layer are skipped."""
+    results = []
+    for hw in choices:
+        try:
+            results.append(tune_fixed_hw(layers, hw, max(len(layers) * 4, budget // max(1, len(choices))), seed))
+        except RuntimeError:
+            continue
+    if not results:
+        raise RuntimeError(f"none of the {len(choices)} available hardware configs can hold every layer's tiles")
+    return min(results, key=lambda r: r.cost.edp)
 
 
 def default_point(layers: list[Layer], hw: HwConfig = DEFAULT_HW) -> tuple[list[Mapping], NetworkCost]:

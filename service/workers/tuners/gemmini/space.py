@@ -159,6 +159,16 @@ class HwConfig:
             "accType": "SInt32",
         }
 
+    @staticmethod
+    def from_generator_config(cfg: dict[str, Any]) -> HwConfig:
+        return HwConfig(
+            dim=int(cfg["meshRows"]) * int(cfg.get("tileRows", 1)),
+            sp_kib=int(cfg["sp_capacity_kib"]),
+            acc_kib=int(cfg["acc_capacity_kib"]),
+            dataflow=cfg["dataflow"],
+            dma_buswidth=int(cfg["dma_buswidth"]),
+        )
+
     def key(self) -> str:
         blob = json.dumps(self.generator_config(), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -210,7 +220,7 @@ def fit(hw: HwConfig, layer: Layer, m: Mapping) -> str | None:
     if hw_problem:
         return hw_problem
     if layer.op == "conv" and hw.dataflow == "OS":
-        return "gemmini.h's tiled_conv rejects OS (\"Gemmini convs do not currently support OS\")"
+        return 'gemmini.h\'s tiled_conv rejects OS ("Gemmini convs do not currently support OS")'
     for d in DIMS:
         t, size = m.t(d), layer.size(d)
         if t < 1:

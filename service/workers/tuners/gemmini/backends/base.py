@@ -40,6 +40,11 @@ class Backend(ABC):
     def measure(self, hw: HwConfig, layers: list[Layer], mappings: list[Mapping]) -> list[Measurement]:
         """Every layer on `hw` with its mapping; raises BackendError when nothing could be measured."""
 
+    def hardware_choices(self) -> list[HwConfig] | None:
+        """The only hardware configs this backend can measure (FireSim: those with a bitstream), or None
+        when it models any config."""
+        return None
+
     def available(self) -> str | None:
         """Why this backend cannot run on this host, or None."""
         return None

@@ -53,6 +53,9 @@ class BitstreamRegistry:
         }
         self.path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
+    def configs(self) -> list[HwConfig]:
+        return [HwConfig.from_generator_config(e["generator_config"]) for e in self._load().values()]  # type: ignore[arg-type]
+
     def lookup(self, hw: HwConfig) -> dict[str, str]:
         entry = self._load().get(hw.key())
         if entry is None:
@@ -94,6 +97,9 @@ class FireSimBackend(Backend):
 
     def version(self) -> str:
         return "firesim"
+
+    def hardware_choices(self) -> list[HwConfig] | None:
+        return self.registry.configs()  # a new config is hours of `firesim buildbitstream`, not a tuning step
 
     def measure(self, hw: HwConfig, layers: list[Layer], mappings: list[Mapping]) -> list[Measurement]:
         return self.measure_many([Request(hw, layers, mappings)])[0]

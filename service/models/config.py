@@ -112,6 +112,19 @@ class PipelineGemmConfig(BaseModel):
     config: PipelineSchedule
 
 
+class GemminiCotuneConfig(BaseModel):
+    """A `gemmini` config: a Gemmini hardware config and one layer's mapping, with what measured it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["gemmini-cotune"] = "gemmini-cotune"
+    layer: str = Field(min_length=1, max_length=200)
+    backend: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="what measured it: zigzag, scalesim, firesim")
+    hw: FiniteJsonObject = Field(min_length=1, description="the hardware config (array, scratchpad, dataflow, bus)")
+    mapping: FiniteJsonObject = Field(min_length=1, description="the layer's tile factors")
+    measured_cycles: Annotated[FiniteFloat, Field(gt=0)]
+
+
 class ImportedRecord(BaseModel):
     """A config measured elsewhere (e.g. an existing MetaSchedule database) brought into the store."""
 

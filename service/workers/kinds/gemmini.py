@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 from service.models import Budget, TargetSpec, WorkloadSpec, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import GemminiCotuneConfig, MeasuredCandidate
 from service.models.distribution import ShapeDistribution
 from service.store.jobs import PlannedShape
 from service.workers.kinds.base import JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
@@ -26,6 +28,7 @@ class GemminiKind(JobKind):
     name = "gemmini"
     summary = "BACO co-tuning of Gemmini hardware and per-layer tiling for a layer list's EDP"
     target_kinds: ClassVar[frozenset[str]] = frozenset({"gemmini"})
+    config_schema: ClassVar[type[BaseModel] | None] = GemminiCotuneConfig
     publishes = "configs"
     default_trials = 3000
     saturates_after = 1

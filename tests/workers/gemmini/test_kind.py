@@ -80,6 +80,11 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
     assert edp["tuned"] < edp["default"]  # ZigZag agrees the co-tuned point beats Gemmini-Default
     assert [c.config["backend"] for c in sink.candidates] == ["zigzag"] * 4
     assert [c.config["role"] for c in sink.candidates] == ["chosen", "default"] * 2  # the dashboard marks both
+    # what it publishes is what /v1/configs/import accepts for this kind, and a broken one is refused
+    assert all(kind.check_config(o.config) is None for o in result.shapes if o.config)
+    broken = {**result.shapes[0].config, "measured_cycles": -1} if result.shapes[0].config else {}
+    problem = kind.check_config(broken)
+    assert problem is not None and problem.loc == ("measured_cycles",)
     assert plan.trials_total == 800 + 4
     # what the dashboard's latency/energy scatter reads from these candidates
     now = dt.datetime.now(dt.UTC)

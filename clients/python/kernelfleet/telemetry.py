@@ -47,6 +47,9 @@ class TelemetryReporter:
         self._dispatchers: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
         self._pending: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_batches)
         self._lock = threading.Lock()
+        # One sender at a time: a close() that flushes while the background thread's send is still in flight
+        # waits for it, so everything is on the service when close() returns (not merely sent twice).
+        self._send_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.sent = 0
@@ -91,6 +94,10 @@ class TelemetryReporter:
 
     def flush(self) -> bool:
         """Collect, then send every queued batch; False when the service could not take them all (they stay)."""
+        with self._send_lock:
+            return self._send_pending()
+
+    def _send_pending(self) -> bool:
         self.collect()
         while True:
             with self._lock:

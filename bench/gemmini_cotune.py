@@ -17,10 +17,10 @@ import math
 import time
 from typing import Any
 
-from service.workers.tuners.gemmini.backends import get_backend
+from service.workers.tuners.gemmini.backends import Measurement, get_backend
 from service.workers.tuners.gemmini.calibration import correlate
-from service.workers.tuners.gemmini.search import co_explore, default_point, random_search, tune_fixed_hw
-from service.workers.tuners.gemmini.space import BUS_WIDTHS, DEFAULT_HW, HwConfig, Layer, Mapping
+from service.workers.tuners.gemmini.search import Limits, co_explore, default_point, random_search, tune_fixed_hw
+from service.workers.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
 from service.workers.tuners.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
 
 
@@ -30,11 +30,16 @@ def _net(layers: list[Layer], ms: list[Any]) -> tuple[float, float]:
     return cyc, en
 
 
+def _edp(m: Measurement) -> float:
+    return m.cycles * (m.energy_pj if m.energy_pj is not None else math.nan)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=int, default=3000, help="analytical-model calls per search")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    started = time.perf_counter()
     zz = get_backend("zigzag", timeout_s=300)
     pairs: list[tuple[float, float]] = []  # (model cycles, zigzag cycles)
     out: dict[str, Any] = {"backend": zz.version(), "budget": args.budget, "single": [], "network": {}}
@@ -50,13 +55,13 @@ def main() -> None:
     gains: dict[str, list[float]] = {"all knobs": [], "bus fixed 128": []}
     for lay, dm in zip(SINGLE_OPS, d_meas, strict=True):
         row: dict[str, Any] = {"layer": lay.name, "default_cycles": dm.cycles, "default_energy_pj": dm.energy_pj}
-        for label, buses in (("all knobs", BUS_WIDTHS), ("bus fixed 128", (128,))):
+        for label, limits in (("all knobs", Limits()), ("bus fixed 128", Limits(buses=(128,)))):
             t0 = time.perf_counter()
-            r = co_explore([lay], args.budget, seed=0, buses=buses)
+            r = co_explore([lay], args.budget, seed=0, limits=limits)
             secs = time.perf_counter() - t0
             (tm,) = zz.measure(r.hw, [lay], r.mappings)
             pairs.append((r.cost.layers[0].cycles, tm.cycles))
-            gain = (dm.cycles * dm.energy_pj) / (tm.cycles * tm.energy_pj)
+            gain = _edp(dm) / _edp(tm)
             gains[label].append(gain)
             row[label] = {
                 "cycles": tm.cycles,
@@ -80,13 +85,18 @@ def main() -> None:
         out[f"single_geomean_edp_gain ({label})"] = geo
 
     # networks: co-tuned vs the best hardware tuned for one of its layers (mappings then tuned per layer)
-    for net_name, net, budget in (("ResNet-50", RESNET50, args.budget * 6), ("BERT-base", BERT, args.budget * 2)):
+    for net_name, net, budget, limits in (
+        ("ResNet-50", RESNET50, args.budget * 4, Limits()),
+        ("BERT-base", BERT, args.budget * 2, Limits()),
+        # what the zigzag backend's array model and the public FireSim bitstreams (leanConfig) cover
+        ("BERT-base, WS only", BERT, args.budget * 2, Limits(dataflows=("WS",))),
+    ):
         t0 = time.perf_counter()
-        co = co_explore(net, budget, seed=0)
+        co = co_explore(net, budget, seed=0, limits=limits)
         co_s = time.perf_counter() - t0
         singles: list[tuple[float, str, HwConfig, list[Mapping]]] = []
         for lay in net:
-            hw = co_explore([lay], args.budget, seed=0).hw
+            hw = co_explore([lay], args.budget, seed=0, limits=limits).hw
             try:
                 fixed = tune_fixed_hw(net, hw, args.budget, seed=0)
             except RuntimeError:
@@ -118,15 +128,15 @@ def main() -> None:
 
     print("\nco-exploration vs random search on ResNet-50, equal budget (analytical-model EDP, lower is better):")
     out["vs_random"] = []
-    for budget in (1000, 3000, 10000):
-        c = [co_explore(RESNET50, budget, seed=s).cost.edp for s in range(3)]
-        r = [random_search(RESNET50, budget, seed=s).cost.edp for s in range(3)]
-        gm = math.exp(sum(math.log(a / b) for a, b in zip(r, c, strict=True)) / 3)
+    for budget in (1000, 3000):
+        c = [co_explore(RESNET50, budget, seed=k).cost.edp for k in range(3)]
+        rnd = [random_search(RESNET50, budget, seed=k).cost.edp for k in range(3)]
+        gm = math.exp(sum(math.log(a / b) for a, b in zip(rnd, c, strict=True)) / 3)
         print(
-            f"  budget {budget:5}: co-explore median {sorted(c)[1]:.3e}  random median {sorted(r)[1]:.3e}  "
+            f"  budget {budget:5}: co-explore median {sorted(c)[1]:.3e}  random median {sorted(rnd)[1]:.3e}  "
             f"random/co geomean over 3 seeds {gm:.2f}x"
         )
-        out["vs_random"].append({"budget": budget, "co": c, "random": r, "random_over_co_geomean": gm})
+        out["vs_random"].append({"budget": budget, "co": c, "random": rnd, "random_over_co_geomean": gm})
 
     cal = correlate([a for a, _ in pairs], [b for _, b in pairs], zz.version())
     print(
@@ -134,6 +144,7 @@ def main() -> None:
         f"r(log) {cal['pearson_r_log']:.3f}, Spearman {cal['spearman_rho']:.3f}"
     )
     out["calibration"] = cal
+    print(f"bench wall time {time.perf_counter() - started:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

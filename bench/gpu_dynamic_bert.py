@@ -4,10 +4,12 @@ Layers Y[T, N] = X[T, K]·W[N, K]ᵀ (../shared/research/gpu.md §4): qkv 2304×
 ffn_up 3072×768, ffn_down 768×3072. Contenders, side by side in one process:
 
 - `dispatcher`: one GPU ukernel run per layer (service.workers.tuners.ukernel.gpu_tuner: FTuner GPU
-  rules, symbolic-M pipelined uKernels, depth searched per uKernel, DP table) covering T = 1..512,
-  called as a GPU host calls kernelfleet.cuda_ukernel.CudaDispatcher: torch CUDA tensors in, a torch
-  CUDA tensor out, back to back, synchronised (Python, table lookup and launches included);
-  `dispatcher_kernels` is the sum of its pieces' kernel times (TVM time_evaluator);
+  rules, symbolic-M pipelined uKernels, depth searched per uKernel, DP table, T ranges where cuBLAS
+  was faster routed to cuBLAS) covering T = 1..512, called as a GPU host calls
+  kernelfleet.cuda_ukernel.CudaDispatcher: torch CUDA tensors in, a torch CUDA tensor out, back to
+  back, synchronised (Python, table lookup and launches included); `program` is the same without
+  the cuBLAS routing, `program_kernels` the sum of its pieces' kernel times (TVM time_evaluator);
+  `cublas_fp32_called` is F.linear called from Python the same way (the routing decision's rival);
 - `cublas_fp32`, `cublas_tf32`, `cublas_fp16`: F.linear captured 50× in a CUDA graph (a Python loop
   costs 17–27 µs per call and would hide everything, gpu.md §4); TF32 and fp16 are context columns;
 - `ms_pad128`: one MetaSchedule kernel tuned at T=128 (random cost model: the GPU host has no
@@ -150,16 +152,25 @@ def run_layer(name: str, args: argparse.Namespace, arch: str, work: Path) -> dic
         ),
         QuietRangeSink(),
     )
-    dispatcher = outcome.dispatcher
-    error = check_dispatcher(dispatcher, n, k, [*range(1, 129), 131, 257, 512])
+    from kernelfleet.cuda_ukernel import CudaDispatcher
+
+    routed = outcome.dispatcher  # with the S ranges the tuner measured cuBLAS faster routed to cuBLAS
+    from kernelfleet.dispatch import DispatchTable
+
+    # our uKernels at every T: the table before cuBLAS routing (outcome.kernels holds every uKernel it uses)
+    tuned = DispatchTable.from_dict(outcome.validation["tuned_table"])
+    program = CudaDispatcher(tuned, outcome.kernels, N=n, K=k)
+    error = check_dispatcher(program, n, k, [*range(1, 129), 131, 257, 512])
     rows: dict[str, dict[str, Any]] = {}
     for t in ts:
         rows[str(t)] = {
-            "dispatcher_us": time_dispatcher_torch(dispatcher, n, k, t),
-            "dispatcher_kernels_us": sum(outcome.kernels[p.ukernel_id].time(p.rows) for p in dispatcher.program(t))
-            * 1e6,
-            "program": [[p.ukernel_id, p.rows] for p in dispatcher.program(t)],
+            "dispatcher_us": time_dispatcher_torch(routed, n, k, t),
+            "program_us": time_dispatcher_torch(program, n, k, t),
+            "program_kernels_us": sum(outcome.kernels[p.ukernel_id].time(p.rows) for p in program.program(t)) * 1e6,
+            "program": [[p.ukernel_id, p.rows] for p in program.program(t)],
+            "routed_to_cublas": routed.routes_to_vendor(t),
             "cublas_fp32_us": cublas.time_linear(t, n, k) * 1e6,
+            "cublas_fp32_called_us": cublas.time_linear_called(t, n, k) * 1e6,
             "cublas_tf32_us": cublas.time_linear(t, n, k, tf32=True) * 1e6,
             "cublas_fp16_us": cublas.time_linear(t, n, k, dtype="float16") * 1e6,
         }
@@ -187,7 +198,8 @@ def run_layer(name: str, args: argparse.Namespace, arch: str, work: Path) -> dic
         "max_rel_error": error,
         "tuning_s": outcome.seconds,
         "piece_overhead_s": outcome.validation["piece_overhead_s"],
-        "dispatch_overhead_us": dispatcher.overhead(S=1) * 1e6,
+        "dispatch_overhead_us": program.overhead(S=1) * 1e6,
+        "vendor_routes": {k: v for k, v in outcome.validation["vendor_routes"].items() if k != "sweep_s"},
         "ukernels": sorted(outcome.kernels),
         "candidates": outcome.candidates,
         "summary": summarize(rows, ms, outcome.seconds),
@@ -197,6 +209,7 @@ def run_layer(name: str, args: argparse.Namespace, arch: str, work: Path) -> dic
 def summarize(rows: dict[str, dict[str, Any]], ms: dict[str, Any], tuning_s: float) -> dict[str, Any]:
     """Geomean of cuBLAS fp32 / dispatcher over T = 1..128, the worst T, and tuning cost vs per-shape MS."""
     ratios = {int(t): r["cublas_fp32_us"] / r["dispatcher_us"] for t, r in rows.items() if int(t) <= 128}
+    kernel_ratios = [r["cublas_fp32_us"] / r["program_kernels_us"] for t, r in rows.items() if int(t) <= 128]
     geo = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
     worst = min(ratios, key=lambda t: ratios[t])
     out: dict[str, Any] = {
@@ -204,6 +217,7 @@ def summarize(rows: dict[str, dict[str, Any]], ms: dict[str, Any], tuning_s: flo
         "worst_t": worst,
         "worst_ratio": ratios[worst],
         "t_below_0.9": sorted(t for t, v in ratios.items() if v < 0.9),
+        "geomean_kernels_only_vs_cublas_fp32": math.exp(sum(math.log(v) for v in kernel_ratios) / len(kernel_ratios)),
     }
     exact = ms.get("exact") or {}
     if exact:

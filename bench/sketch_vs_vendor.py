@@ -23,6 +23,7 @@ from common import reexec_without_overrides
 
 if __name__ == "__main__":
     reexec_without_overrides()  # before numpy, torch or TVM load (see common.STRIPPED_ENV)
+    import kernelfleet  # noqa: F401  (its thread settings must precede numpy: kernelfleet.runtime)
 
 import argparse
 import json
@@ -338,7 +339,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="MetaSchedule seed")
     p.add_argument("--rounds", type=int, default=9, help="interleaved measurement rounds (at least 7)")
     p.add_argument("--min-sample-ms", type=float, default=50.0, help="minimum duration of one timing sample")
-    p.add_argument("--pause-ms", type=float, default=200.0, help="sleep before each sample (idle worker threads)")
+    p.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="sleep before each sample (default 0: the SDK's thread settings keep TVM's and OpenBLAS's idle threads "
+        "off the cores; 200 lets torch's spinning threads go idle too)",
+    )
     phase = p.add_mutually_exclusive_group()
     phase.add_argument("--measure-only", action="store_true", help="skip tuning; measure the configs in --out")
     phase.add_argument("--tune-only", action="store_true", help="only tune and write --out")

@@ -112,7 +112,9 @@ def document(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
-            for operations in schema.get("paths", {}).values():
+            for path, operations in schema.get("paths", {}).items():
+                if not path.startswith("/v1/"):
+                    continue
                 for operation in operations.values():
                     if isinstance(operation, dict) and "requestBody" in operation:
                         for status, why in _BODY_ERRORS.items():

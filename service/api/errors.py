@@ -70,10 +70,36 @@ def _error(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The member labels pydantic appends when a value matches no type of a union of scalars (`int | bool`): one
+# error per member, e.g. at attrs.stride.int and attrs.stride.bool, where the user wrote attrs.stride.
+_SCALAR_MEMBERS = frozenset({"str", "int", "bool", "float"})
+
+
+def merge_union_members(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One error per field for a scalar union: its members' errors merged at the field's own location."""
+    members: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for e in errors:
+        loc = e["loc"]
+        if loc and loc[-1] in _SCALAR_MEMBERS:
+            members.setdefault(tuple(loc[:-1]), []).append(e)
+    out: list[dict[str, Any]] = []
+    merged: set[tuple[Any, ...]] = set()
+    for e in errors:
+        field = tuple(e["loc"][:-1])
+        group = members.get(field, [])
+        if len({g["loc"][-1] for g in group}) < 2 or e not in group:
+            out.append(e)
+        elif field not in merged:
+            merged.add(field)
+            out.append({**e, "type": "union_type", "loc": list(field), "msg": "; or ".join(g["msg"] for g in group)})
+    return out
+
+
 def validation_body(errors: Sequence[Mapping[str, Any]]) -> bytes:
     """The 422 body for `errors`: never raises, never holds a value strict JSON cannot."""
     try:
-        return json.dumps({"detail": [_error(e) for e in errors]}, allow_nan=False).encode()
+        detail = merge_union_members([_error(e) for e in errors])
+        return json.dumps({"detail": detail}, allow_nan=False).encode()
     except Exception:
         log.exception("could not render validation errors in full; answering with locations only")
     try:

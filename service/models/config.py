@@ -76,6 +76,42 @@ class UKernelTileConfig(BaseModel):
     tile: list[Annotated[int, Field(ge=1, le=1 << 16)]] = Field(min_length=3, max_length=3, description="mt, nt, kt")
 
 
+_Dim = Annotated[int, Field(ge=1, le=1 << 24)]
+
+
+class PipelineGemmShape(BaseModel):
+    batch: _Dim
+    m: _Dim
+    n: _Dim
+    k: _Dim
+    dtype: Literal["float32", "float16"]
+
+
+class PipelineSchedule(BaseModel):
+    """ALCOP's schedule knobs (service.workers.tuners.pipeline.space.PipelineConfig as the store keeps it)."""
+
+    bm: Annotated[int, Field(ge=1, le=256)]
+    bn: Annotated[int, Field(ge=1, le=256)]
+    bk: Annotated[int, Field(ge=1, le=128)]
+    tm: Annotated[int, Field(ge=1, le=16)]
+    tn: Annotated[int, Field(ge=1, le=16)]
+    smem_stages: Annotated[int, Field(ge=1, le=5)] = 1
+    async_copy: bool = False
+    reg_stages: Annotated[int, Field(ge=1, le=3)] = 1
+    fuse_inner: bool = False
+
+
+class PipelineGemmConfig(BaseModel):
+    """A `pipeline` config: one pipelined GEMM schedule for one GPU arch and one GEMM shape."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["pipeline-gemm"] = "pipeline-gemm"  # service.workers.kinds.pipeline.CONFIG_FORMAT
+    arch: str = Field(pattern=r"^sm_[0-9]{2,3}a?$")
+    gemm: PipelineGemmShape
+    config: PipelineSchedule
+
+
 class ImportedRecord(BaseModel):
     """A config measured elsewhere (e.g. an existing MetaSchedule database) brought into the store."""
 
@@ -90,6 +126,36 @@ class ImportedRecord(BaseModel):
 
 
 class ImportRequest(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "records": [
+                        {
+                            "workload_hash": "52a36ef24bd6a82eab95d4c1f0e3a7b2",
+                            "target": {
+                                "kind": "llvm",
+                                "mcpu": "znver4",
+                                "num_cores": 2,
+                                "toolchain": {"tvm": "0.27.0"},
+                            },
+                            "shape": {"M": 61},
+                            "latency_s": 2.1e-5,
+                            "config": {
+                                "format": "metaschedule-trace",
+                                "trace": [[], []],
+                                "module": "<tvm.ir.save_json of the IRModule>",
+                                "module_hash": "1234567890",
+                                "target": {"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
+                            },
+                            "source": "metaschedule:/path/to/work_dir",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
     records: list[ImportedRecord] = Field(min_length=1, max_length=10_000)
 
 

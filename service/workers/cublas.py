@@ -8,6 +8,7 @@ Importable without torch, pydantic or a GPU; calling needs torch with CUDA.
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any
 
 TORCH_DTYPES = ("float32", "float16", "bfloat16")
@@ -24,10 +25,11 @@ def torch_cuda() -> Any:
     return torch
 
 
-def label(dtype: str = "float32", tf32: bool = False) -> str:
+def label(dtype: str = "float32", tf32: bool = False, graph: bool = True) -> str:
     torch = torch_cuda()
     mode = "TF32" if tf32 else dtype
-    return f"cuBLAS {mode} (torch {torch.__version__}, CUDA {torch.version.cuda}, CUDA graph)"
+    how = "CUDA graph" if graph else "called from Python, synchronised"
+    return f"cuBLAS {mode} (torch {torch.__version__}, CUDA {torch.version.cuda}, {how})"
 
 
 def time_linear(
@@ -66,3 +68,21 @@ def time_linear(
         return float(statistics.median(times))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def time_linear_called(m: int, n: int, k: int, dtype: str = "float32", calls: int = 50, repeats: int = 5) -> float:
+    """Median seconds per `F.linear` as a host calls it from Python, back to back, synchronised: the like-
+    for-like rival of a dispatcher call (launch and Python included) when deciding who serves a shape."""
+    torch = torch_cuda()
+    x = torch.randn(m, k, device="cuda", dtype=getattr(torch, dtype))
+    w = torch.randn(n, k, device="cuda", dtype=getattr(torch, dtype))
+    torch.nn.functional.linear(x, w)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.nn.functional.linear(x, w)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / calls)
+    return float(statistics.median(times))

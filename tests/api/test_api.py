@@ -95,6 +95,16 @@ def test_bad_jobs_get_422_naming_the_field(api: TestClient, body: dict[str, Any]
     assert any(tuple(found[: len(loc)]) == tuple(loc) for found in locs), locs
 
 
+@pytest.mark.parametrize("kind", ["sketch", "ukernel"])
+def test_cuda_jobs_queue_for_gpu_workers_only(api: TestClient, kind: str) -> None:
+    """A cuda job goes to `gpu.<arch>` (never a CPU queue) and says so while no GPU worker is live."""
+    resp = api.post("/v1/jobs", json=_job(kind=kind, target={"kind": "cuda", "arch": "sm_90"}))
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["waiting_for_worker"] == "gpu.sm_90"
+    cpu = api.post("/v1/jobs", json=_job(kind=kind))
+    assert cpu.status_code == 202 and cpu.json()["waiting_for_worker"] == "cpu.znver4"
+
+
 def test_best_config_lookup_hit_miss_and_batch(api: TestClient) -> None:
     wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
     target = api.post("/v1/targets", json={**TARGET, "toolchain": TOOLCHAIN})

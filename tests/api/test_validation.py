@@ -203,6 +203,9 @@ def test_wrong_content_type_gets_415_and_non_utf8_gets_400(api: TestClient) -> N
         assert api.post("/v1/workloads", content=raw, headers={"Content-Type": content_type}).status_code == 201
     job = api.post("/v1/jobs", json=_job()).json()
     assert api.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # no body, no content type: fine
+    # the dashboard's HTML forms are urlencoded, outside /v1
+    form = api.post("/dashboard/login", data={"key": "kf_wrong"}, headers={"Origin": str(api.base_url)})
+    assert form.status_code not in (400, 415), form.text
 
 
 CONV_DIMS = {"H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 3}
@@ -251,3 +254,13 @@ def test_422_locations_are_the_fields_a_user_wrote(api: TestClient) -> None:
         for error in api.post("/v1/jobs", json=body).json()["detail"]:
             assert error["loc"][:2] == ["body", "workload"] and error["loc"][2:3] != ["str"], error
             assert not any(str(part).startswith("function-") for part in error["loc"]), error
+
+
+def test_a_scalar_union_gets_one_error_at_the_field(api: TestClient) -> None:
+    conv = {**CONV, "attrs": {"stride": "x"}}  # attrs are int | bool: one error, not one per member
+    detail = api.post("/v1/workloads", json=conv).json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "attrs", "stride"]], detail
+    assert "integer" in detail[0]["msg"] and "boolean" in detail[0]["msg"]
+    target = {**TARGET, "details": {"gpu": [1]}, "toolchain": TOOLCHAIN}  # details are str | int
+    detail = api.post("/v1/targets", json=target).json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "details", "gpu"]], detail

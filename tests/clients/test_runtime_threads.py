@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelfleet.runtime import OPENBLAS_TIMEOUT, TVM_SPIN_COUNT
+
 ROOT = Path(__file__).resolve().parents[2]
 THREAD_ENV = (
     "TVM_NUM_THREADS",
@@ -83,8 +85,8 @@ def test_importing_kernelfleet_first_configures_tvm_and_openblas() -> None:
     assert result["env"] == {
         "TVM_NUM_THREADS": cores,
         "TVM_BIND_THREADS": "0",
-        "TVM_THREAD_POOL_SPIN_COUNT": "1000",
-        "OPENBLAS_THREAD_TIMEOUT": "4",
+        "TVM_THREAD_POOL_SPIN_COUNT": str(TVM_SPIN_COUNT),
+        "OPENBLAS_THREAD_TIMEOUT": str(OPENBLAS_TIMEOUT),
     }
     assert _pinned_threads(result) == [], result["affinity"]  # TVM's worker may move off a busy core
     assert result["warning"] is None

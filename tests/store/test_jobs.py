@@ -118,3 +118,36 @@ def test_plan_is_persisted_once(use_store: str) -> None:
     assert first == again == ["M=8", "M=4"]
     assert view.trials_total == 8 and view.trials_done == 6
     assert TypeAdapter(JobState).validate_python(view.shapes[0].state) is JobState.succeeded
+
+
+def _publication(job_id: str) -> tuple[bool | None, str | None]:
+    with session_scope() as s:
+        row = jobs.get_row(s, job_id)
+        assert row is not None
+        view = jobs.view(s, row)
+        assert (view.published, view.publish_reason) == (row.published, row.publish_reason)
+        return row.published, row.publish_reason
+
+
+def test_a_job_that_published_nothing_says_so_and_why(use_store: str) -> None:
+    held_back = _new_job()
+    assert _publication(held_back) == (None, None)  # unknown until the job ends
+    with session_scope() as s:
+        jobs.record_publication(s, held_back, False, ["M=1: the vendor is faster as called (3.0 µs vs 9.0 µs)"])
+        jobs.record_publication(s, held_back, False, ["M=8: the vendor is faster as called (4.0 µs vs 9.5 µs)"])
+        jobs.finish_publication(s, held_back)
+    published, reason = _publication(held_back)
+    assert published is False and reason is not None
+    assert reason.startswith("M=1: the vendor is faster") and "M=8: the vendor" in reason
+
+    partly = _new_job()  # one unit published, another held back: published, with the reason for the rest
+    with session_scope() as s:
+        jobs.record_publication(s, partly, True)
+        jobs.record_publication(s, partly, False, ["M=8: the vendor is faster as called"])
+        jobs.finish_publication(s, partly)
+    assert _publication(partly) == (True, "M=8: the vendor is faster as called")
+
+    silent = _new_job()  # nothing published and no reason recorded: still not a bare "succeeded"
+    with session_scope() as s:
+        jobs.finish_publication(s, silent)
+    assert _publication(silent) == (False, "nothing was published")

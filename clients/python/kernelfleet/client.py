@@ -22,7 +22,7 @@ from kernelfleet.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload
+from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload, non_finite
 
 log = logging.getLogger("kernelfleet")
 
@@ -85,6 +85,17 @@ class Client:
 
     # -- transport -------------------------------------------------------------------------------
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        bad = non_finite(kwargs.get("json"))
+        if bad:  # JSON has no NaN or Infinity (httpx would refuse with a bare ValueError): name the field instead
+            detail = [
+                {"loc": ["body", *loc], "msg": f"{number} is not a finite number", "type": "finite_number"}
+                for loc, number in bad
+            ]
+            where = ".".join(str(p) for p in detail[0]["loc"])
+            # a 422 as the service would answer, so callers treat it alike (e.g. the telemetry reporter drops the
+            # batch rather than resending it forever)
+            message = f"{method} {path}: {where} is {bad[0][1]}; JSON numbers must be finite (refused before sending)"
+            raise InvalidRequest(message, 422, detail)
         idempotent = method in ("GET", "HEAD")
         for attempt in range(self.retries + 1):
             try:

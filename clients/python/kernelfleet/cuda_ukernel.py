@@ -87,6 +87,16 @@ def _rows(t: Any, start: int, rows: int) -> Any:
     return t._create_view((rows, cols), relative_byte_offset=start * cols * itemsize)
 
 
+def _from_dlpack(a: Any) -> Any:
+    """A zero-copy TVM view of a DLPack tensor. The kernels' widest access is a 16-byte cp.async / float4,
+    so 16-byte alignment is what they need; TVM's own from_dlpack insists on 64, which the row views of
+    later pieces (start·K·4 bytes in) need not meet. K and N are multiples of 4 for every uKernel
+    (bk | K, bn | N with bk, bn multiples of the 16-byte vector), so every row view is 16-byte aligned."""
+    import tvm_ffi
+
+    return tvm_ffi.from_dlpack(a, require_alignment=16, require_contiguous=True)
+
+
 class CudaUKernel:
     """A compiled CUDA uKernel: `kernel(x, w, out)` on device tensors, any M ≥ 1."""
 
@@ -97,7 +107,7 @@ class CudaUKernel:
 
     def __call__(self, x: Any, w: Any, out: Any) -> Any:
         tvm = require_cuda()
-        self._fn(*(a if isinstance(a, tvm.runtime.Tensor) else tvm.runtime.from_dlpack(a) for a in (x, w, out)))
+        self._fn(*(a if isinstance(a, tvm.runtime.Tensor) else _from_dlpack(a) for a in (x, w, out)))
         return out
 
     def time(self, M: int, repeat: int = 5, number: int = 50, seed: int = 0) -> float:
@@ -141,8 +151,9 @@ class CudaDispatcher:
 
     `x` [S, K] and `w` [N, K] are device tensors (torch CUDA tensors, TVM tensors, or anything with
     DLPack); the result is a new device tensor of the same kind (or `out`, when given). Host numpy
-    arrays are accepted for convenience and copied to the GPU once per call. With no table the call
-    goes to cuBLAS through torch when torch is installed, else raises NoCudaDevice/RuntimeError.
+    arrays are accepted for convenience and copied to the GPU once per call. With no table, and for the
+    S the table routes to the vendor (the tuner measured cuBLAS faster there), the call goes to cuBLAS
+    through torch; without torch those calls raise saying so.
     """
 
     def __init__(
@@ -168,6 +179,10 @@ class CudaDispatcher:
         self._programs: dict[int, tuple[Piece, ...]] = {}
         self.calls: dict[int, int] = {}
 
+    def routes_to_vendor(self, S: int) -> bool:
+        """Whether S goes to cuBLAS: no table, or the table's vendor interval (the tuner measured it faster)."""
+        return self.table is None or self.table.vendor_at(S)
+
     def program(self, S: int) -> tuple[Piece, ...]:
         if self.table is None:
             return ()
@@ -179,7 +194,7 @@ class CudaDispatcher:
     def __call__(self, x: Any, w: Any, out: Any = None) -> Any:
         S = int(x.shape[0])
         self.calls[S] = self.calls.get(S, 0) + 1
-        if self.table is None:
+        if self.routes_to_vendor(S):
             return _vendor(x, w, out)
         x, w, host = _on_device(x), _on_device(w), _is_numpy(x)
         if tuple(int(d) for d in x.shape[1:]) != (self.K,) or tuple(int(d) for d in w.shape) != (self.N, self.K):
@@ -238,8 +253,8 @@ def _vendor(x: Any, w: Any, out: Any) -> Any:
         import torch
     except ImportError:
         raise RuntimeError(
-            "no dispatch table for this workload and target, and torch is not installed for the cuBLAS "
-            "fallback: submit a ukernel job or pip install torch"
+            "this call goes to cuBLAS (no dispatch table, or the table routes this S to the vendor) and torch "
+            "is not installed: pip install torch"
         ) from None
     tx = x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
     tw = w if isinstance(w, torch.Tensor) else torch.from_dlpack(w)

@@ -219,7 +219,14 @@ def cuda_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str
         "dim": doc.dim,
         "job_id": doc.job_id,
     }
-    return CudaDispatcher(DispatchTable.from_dict(doc.table), kernels, N=spec.N, K=spec.K, source=source, meta=meta)
+    return CudaDispatcher(
+        DispatchTable.from_dict(doc.table),
+        kernels,
+        N=spec.N,
+        K=spec.K,
+        source=source,
+        meta=meta,
+    )
 
 
 # What a service that cannot answer looks like to the SDK: unreachable, 503, a revoked key (401/403), a

@@ -27,14 +27,14 @@ TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
-def _non_finite(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[tuple[str | int, ...], float]]:
+def non_finite(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[tuple[str | int, ...], float]]:
     """(path, value) of every non-finite float in a JSON-like value."""
     if isinstance(value, float):
         return [] if math.isfinite(value) else [(path, value)]
     if isinstance(value, Mapping):
-        return [hit for k, v in value.items() for hit in _non_finite(v, (*path, str(k)))]
+        return [hit for k, v in value.items() for hit in non_finite(v, (*path, str(k)))]
     if isinstance(value, list | tuple):
-        return [hit for i, v in enumerate(value) for hit in _non_finite(v, (*path, i))]
+        return [hit for i, v in enumerate(value) for hit in non_finite(v, (*path, i))]
     return []
 
 
@@ -51,7 +51,7 @@ def field_errors(title: str, errors: list[tuple[tuple[str | int, ...], str, Any]
 
 
 def _finite_json(value: dict[str, Any]) -> dict[str, Any]:
-    bad = _non_finite(value)
+    bad = non_finite(value)
     if bad:
         message = "Input should be a finite number (JSON has no NaN or Infinity)"
         raise field_errors("FiniteJsonObject", [(path, message, repr(number)) for path, number in bad[:20]])

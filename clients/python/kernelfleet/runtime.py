@@ -14,10 +14,13 @@ every dispatcher call took 10x longer (issue 10 item 4; `bench/contention.py` me
 - TVM_BIND_THREADS = 0: TVM's workers are not pinned, so the scheduler can move them off a busy core;
 - TVM_THREAD_POOL_SPIN_COUNT = 1000: TVM's workers spin about a millisecond, not 0.1-0.3 s, so they
   are off the cores before a BLAS call needs them (back-to-back TVM calls still find them awake);
-- OPENBLAS_THREAD_TIMEOUT = 4 (OpenBLAS's minimum: its threads sleep right after a call), only when
-  no BLAS is loaded yet, because OpenBLAS reads it once when it loads. `import kernelfleet` does
-  this before it imports numpy, so importing kernelfleet first is enough; `blas_spin_warning()`
-  says when numpy was imported first and OpenBLAS spins as it defaults.
+- OPENBLAS_THREAD_TIMEOUT = 16: OpenBLAS's threads wait 2^16 cycles (about 25 µs) for the next
+  call before sleeping, instead of 2^28 (about 0.1 s). Back-to-back numpy calls still find them
+  awake, but they are asleep a few µs into a uKernel call. (The minimum, 4, made every numpy call
+  wake its threads, which on a loaded machine cost milliseconds per call.) Set only when no BLAS is
+  loaded yet, because OpenBLAS reads it once when it loads. `import kernelfleet` does this before it
+  imports numpy, so importing kernelfleet first is enough; `blas_spin_warning()` says when numpy was
+  imported first and OpenBLAS spins as it defaults.
 
 TVM reads its variables when its thread pool starts (the first parallel kernel call), so calling
 this any time before the first uKernel runs is enough; `import_tvm` calls it.
@@ -29,7 +32,7 @@ import os
 import sys
 
 TVM_SPIN_COUNT = 1000
-OPENBLAS_TIMEOUT = 4  # log2 of the cycles OpenBLAS's threads wait for work before sleeping (its minimum)
+OPENBLAS_TIMEOUT = 16  # log2 of the cycles OpenBLAS's threads wait for work before sleeping: about 25 µs
 DISABLE = "KERNELFLEET_NO_THREAD_CONFIG"  # set to 1 to leave both libraries at their defaults
 
 

@@ -71,9 +71,8 @@ def check_imported_config(config: Mapping[str, Any]) -> Problem | None:
         if kind.config_format() != fmt or fmt is None:
             continue
         if kind.publishes != "configs":
-            return Problem(
-                ("format",), f"{fmt} configs are {kind.name} candidates, not served per shape; importable: {served}"
-            )
+            why = f"{fmt} configs are {kind.name} candidates, not served per shape"
+            return Problem(("format",), f"{why}; importable formats: {', '.join(served)}")
         return kind.check_config(config)
     return Problem(("format",), f"unknown config format {fmt!r}; importable formats: {', '.join(served)}")
 

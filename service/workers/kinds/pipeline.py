@@ -19,10 +19,13 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel
+
 from service.models import Budget, TargetSpec, WorkloadSpec, parse_shape_key, shape_key
-from service.models.config import MeasuredCandidate
+from service.models.config import MeasuredCandidate, PipelineGemmConfig
 from service.models.distribution import ShapeDistribution
 from service.workers import planning
+from service.workers.kinds import panels as ui
 from service.workers.kinds.base import JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
 
 if TYPE_CHECKING:
@@ -49,9 +52,10 @@ class PipelineKind(JobKind):
         "(implicit GEMM) on sm_80+ GPUs, ranked by its analytical model with an XGBoost model pre-trained on it"
     )
     target_kinds: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    config_schema: ClassVar[type[BaseModel] | None] = PipelineGemmConfig
     publishes = "configs"
     default_trials = 64
-    fleet_priority = 10
+    fleet_priority = 15  # on a GPU, above sketch (the generic search) and below ukernel (whole ranges)
 
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
@@ -83,6 +87,7 @@ class PipelineKind(JobKind):
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from service.workers.tuners.base import TuningStopped
         from service.workers.tuners.pipeline import lowering
+        from service.workers.tuners.pipeline.model import predict
         from service.workers.tuners.pipeline.tuner import PipelineTask, PipelineTuner
 
         (key,) = unit.shape_keys
@@ -94,19 +99,23 @@ class PipelineKind(JobKind):
 
         def measure_and_report(configs: Any) -> list[float]:
             seconds = measure(configs)
+            predicted = {c: predict(gemm, c, gpu).seconds for c in configs}  # kept with each measurement
             pairs = zip(configs, seconds, strict=True)
-            ctx.sink.on_candidates(key, [candidate(gemm, c, s, measure.errors.get(c)) for c, s in pairs])
+            ctx.sink.on_candidates(
+                key, [candidate(gemm, c, s, measure.errors.get(c), predicted.get(c)) for c, s in pairs]
+            )
             return seconds
 
         task = PipelineTask(gemm, gpu, unit.trials, mode, seed=ctx.budget.seed or 0)
         outcome = PipelineTuner().tune(task, measure_and_report, ctx.sink.should_stop)
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
-        vendor = ctx.platform.vendor(ctx.workload, shape)
         best = outcome.best
         if best is None:
-            failed = f"all {len(outcome.proposals)} candidates failed"
-            return UnitResult([ShapeOutcome(shape, error=failed, vendor=vendor)])
+            first = next(iter(measure.errors.values()), "")
+            failed = f"all {len(outcome.proposals)} candidates failed" + (f"; first: {first}" if first else "")
+            return UnitResult([ShapeOutcome(shape, error=failed)])
+        vendor = ctx.platform.vendor(ctx.workload, shape)
         seconds, error = measure.verify(best.config)
         if error:
             return UnitResult([ShapeOutcome(shape, error=f"tuned kernel: {error}", vendor=vendor)])
@@ -123,6 +132,52 @@ class PipelineKind(JobKind):
                 f"the vendor is faster as called ({vendor.seconds * 1e6:.1f} µs vs {seconds * 1e6:.1f} µs)"
             )
         return UnitResult([result])
+
+    def dashboard_panels(self, data: ui.JobData) -> list[ui.Panel]:
+        return [*ui.default_panels(data, describe=describe), model_quality(data.candidates)]
+
+
+def model_quality(candidates: list[ui.CandidatePoint]) -> ui.Panel:
+    """Per shape, how well the search's proposal order and the analytical model did (ALCOP Figs. 5.13–5.14)."""
+    from service.workers.tuners.pipeline.model import best_in_top_k, rank_correlation
+
+    by_shape: dict[str, list[ui.CandidatePoint]] = {}
+    for c in candidates:
+        if c.config.get("format") == CONFIG_FORMAT:
+            by_shape.setdefault(c.shape_key, []).append(c)
+    rows: list[list[ui.Cell]] = []
+    for shape, points in by_shape.items():
+        measured = [c.latency_s if c.latency_s else math.inf for c in points]  # proposal order
+        paired = [(c.config["predicted_s"], c.latency_s) for c in points if c.latency_s and "predicted_s" in c.config]
+        rho = rank_correlation([p for p, _ in paired], [m for _, m in paired]) if len(paired) > 1 else None
+        ran = sum(math.isfinite(m) for m in measured)
+        quality = None if rho is None or math.isnan(rho) else round(rho, 3)
+        rows.append([shape, len(points), ran, best_in_top_k(measured, 10), best_in_top_k(measured, 50), quality])
+    return ui.table(
+        "model",
+        "Analytical model and search",
+        [
+            ui.Column("shape"),
+            ui.Column("proposals", "count"),
+            ui.Column("ran", "count"),
+            ui.Column("best-in-top-10"),
+            ui.Column("best-in-top-50"),
+            ui.Column("Spearman ρ (predicted vs measured)"),
+        ],
+        rows,
+        note="best-in-top-k: the best of the first k proposals ÷ the best found (1.0 = found within k)",
+    )
+
+
+def describe(config: dict[str, Any]) -> str:
+    """A pipeline candidate in one line for the dashboard, e.g. '64x64x16/4x4/s4a/r2f' (tiles/thread tile/
+    shared stages, a = cp.async/register stages, f = fused)."""
+    from service.workers.tuners.pipeline.space import PipelineConfig
+
+    try:
+        return PipelineConfig.from_dict(config["config"]).key
+    except (KeyError, TypeError):
+        return str(config.get("format", "config"))
 
 
 def search_mode(job_id: str) -> Mode:
@@ -153,10 +208,17 @@ def config_record(gemm: Any, config: Any, arch: str, op: str = "") -> dict[str, 
     return record
 
 
-def candidate(gemm: Any, config: Any, seconds: float, error: str | None) -> MeasuredCandidate:
+def candidate(
+    gemm: Any, config: Any, seconds: float, error: str | None, predicted_s: float | None = None
+) -> MeasuredCandidate:
+    """A measured proposal as the store keeps it; candidates are recorded in proposal order, with the model's
+    prediction, so best-in-top-k and the rank correlation can be recomputed for any job."""
     ok = math.isfinite(seconds)
+    record = config_record(gemm, config, "")
+    if predicted_s is not None and math.isfinite(predicted_s):
+        record["predicted_s"] = predicted_s
     return MeasuredCandidate(
-        config=config_record(gemm, config, ""),
+        config=record,
         latency_s=seconds if ok else None,
         status="ok" if ok else "error",
         error=None if ok else (error or "failed"),

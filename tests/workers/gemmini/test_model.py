@@ -33,8 +33,9 @@ def test_gemv_is_dram_bound_and_os_adds_up() -> None:
     lay = Layer.gemm("v", M=1, N=64, K=64)
     m = Mapping({"N": 16, "K": 64, "C": 64})
     ws = layer_cost(HwConfig(dim=16, sp_kib=64, acc_kib=16), lay, m)
-    # weights 64·64 = 4096 B + 64 B input over 16 B/cycle = 260 cycles per tile (compute 16·17 = 272? no:
-    # 4·4 blocks × (1 row + 16) = 272) -> compute bound 272, + 260 first load + 4 last store
+    # one tile. WS compute: (64/16)·(64/16) weight blocks × (1 row + 16 preload) = 272 cycles; DRAM reads
+    # 4096 B of weights + 64 B of input at 16 B/cycle = 260 per tile. Tile = 272 (compute bound), plus the
+    # first load (260) and the last store (64 outputs / 16 = 4).
     assert ws.cycles == pytest.approx(272 + 260 + 4)
     os_ = layer_cost(HwConfig(dim=16, sp_kib=64, acc_kib=16, dataflow="OS"), lay, m)
     # OS, not double-buffered: load 260 + max(compute 1·4·(64+32) = 384, ...) + store 4
@@ -59,6 +60,8 @@ def test_configs_that_cannot_hold_the_tiles_are_rejected_not_clipped() -> None:
     acc = fit(DEFAULT_HW, lay, Mapping({"N": 256, "K": 256, "C": 16}))
     assert acc is not None and "accumulator" in acc
     assert "array dim" in (HwConfig(dim=256).problem() or "")
+    conv = Layer.conv("c", 8, 8, 16, 16, 3, 3)
+    assert "rejects OS" in (fit(HwConfig(dataflow="OS"), conv, default_mapping(DEFAULT_HW, conv)) or "")
 
 
 def test_default_tiling_follows_gemmini_h() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from typing import Any
 
 import pytest
 
@@ -147,3 +148,34 @@ def test_pipelined_kernel_runs_correctly_on_the_gpu() -> None:
     for config in (MULTI_LEVEL_FUSED, MULTI_LEVEL, SHARED_ONLY, MULTI_LEVEL_FUSED.unpipelined()):
         seconds, error = measurer.verify(config)
         assert error is None and 0 < seconds < 1, (config.key, error)
+
+
+def _annotated(config: PipelineConfig, **annotations: list[int]) -> Any:
+    """A legal schedule of RN50_FC whose outer k loop's pipeline annotations are replaced."""
+    from service.workers.tuners.pipeline.lowering import schedule
+
+    sch = schedule(config, RN50_FC)
+    ko = sch.get_loops(sch.get_sblock("Y_update"))[-4]
+    for key, value in annotations.items():
+        sch.unannotate(ko, key)
+        sch.annotate(ko, key, value)
+    return sch
+
+
+def test_scheduled_tir_is_checked_against_the_rules() -> None:
+    from service.workers.tuners.pipeline.rules import check_tir
+    from service.workers.tuners.pipeline.schedule import schedule_gemm
+
+    def rules(sch: Any) -> set[str]:
+        return {v.rule for v in check_tir(sch.mod["main"])}
+
+    assert rules(_annotated(MULTI_LEVEL_FUSED)) == set()
+    # the compute (stage 3, writing the register accumulator) declared asynchronous: not a copy
+    assert rules(_annotated(MULTI_LEVEL_FUSED, software_pipeline_async_stages=[3])) == {"async-copy"}
+    # X and W shared copies in different stages need barriers in two places
+    assert rules(_annotated(MULTI_LEVEL_FUSED, software_pipeline_stage=[0, 1, 3, 3, 4])) == {"sync-scope"}
+    # a thread-bound loop annotated as a pipeline
+    sch = schedule_gemm(tile_of(SHARED_ONLY), RN50_FC.n, RN50_FC.k, RN50_FC.m)
+    tx = sch.get_loops(sch.get_sblock("Y_update"))[3]
+    sch.annotate(tx, "software_pipeline_stage", [0])
+    assert "sequential-loop" in rules(sch)

@@ -142,3 +142,29 @@ def test_calibration_fits_measured_kernels() -> None:
     assert fitted.dram_bw < table.dram_bw and fitted.sm_count == table.sm_count
     with pytest.raises(ValueError, match="two measured"):
         calibrate(table, samples[:1])
+
+
+# Recorded H100 measurements (../shared/research/gpu.md §3.1, an earlier session's probe4.py, 2026-11-22): the best
+# MetaSchedule tiles for dense N=2304, K=768, re-applied with only the k-loop's pipeline depth changed, µs.
+# Tiles read from gpu-probes/trace_m*.txt: M=128 → 64×18×48 with 2×9 per thread; M=16 → 16×18×48 with 4×1.
+H100_DEPTHS = [(1, False)] + [(s, a) for s in range(2, 6) for a in (False, True)]
+H100_MEASURED_US = {
+    128: ((64, 18, 48, 2, 9), [37.9, 33.6, 29.4, 32.6, 29.9, 33.6, 31.6, 33.8, 30.4]),
+    16: ((16, 18, 48, 4, 1), [18.5, 14.4, 10.6, 12.0, 10.2, 11.6, 9.6, 11.6, 9.9]),
+}
+
+
+def test_rank_correlation_against_recorded_h100_kernels() -> None:
+    gpu = GPUConstants.for_arch("sm_90")
+    pooled_pred: list[float] = []
+    pooled_meas: list[float] = []
+    for m, (tile, measured) in H100_MEASURED_US.items():
+        shape = GemmShape(1, m, 2304, 768)
+        predicted = [predict(shape, PipelineConfig(*tile, s, a), gpu).seconds for s, a in H100_DEPTHS]
+        pooled_pred += predicted
+        pooled_meas += measured
+        # within 2.5× of what ran, before any calibration (sync stages at M=16: 25.6 µs predicted, 11.6–14.4 ran)
+        assert all(0.4 < p * 1e6 / t < 2.5 for p, t in zip(predicted, measured, strict=True))
+        if m == 16:  # small output, long reduction: async stages win, as measured
+            assert rank_correlation(predicted, measured) > 0.85
+    assert rank_correlation(pooled_pred, pooled_meas) > 0.9

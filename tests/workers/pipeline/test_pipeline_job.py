@@ -130,3 +130,98 @@ def test_the_model_is_calibrated_from_the_targets_measured_pipeline_kernels(use_
     fitted = gpu_constants(target, samples)
     assert fitted.dram_bw < table.dram_bw
     assert calibration_samples("0" * 32) == []
+
+
+def test_dashboard_names_each_candidate_by_its_pipeline_and_the_kind_needs_no_compiler() -> None:
+    import subprocess
+    import sys
+
+    from service.workers.kinds.pipeline import candidate, describe
+    from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig
+
+    config = PipelineConfig(32, 32, 16, 2, 4, smem_stages=4, async_copy=True, reg_stages=2, fuse_inner=True)
+    record = candidate(GemmShape(1, 64, 1024, 2048), config, 1e-5, None)
+    assert describe(record.config) == "32x32x16/2x4/s4a/r2f" and record.status == "ok"
+    failed = candidate(GemmShape(1, 64, 1024, 2048), config, float("inf"), "ptxas error")
+    assert failed.status == "error" and failed.latency_s is None and failed.error == "ptxas error"
+    code = (
+        "import sys; from service.workers.kinds import KINDS; KINDS.get('pipeline'); "
+        "assert not [m for m in sys.modules if m == 'tvm' or m.startswith('tvm.')], 'imports TVM'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_unit_without_a_gpu_records_failed_measurements_and_publishes_nothing(
+    use_store: str, tmp_path: Path
+) -> None:
+    """The unit runs for real up to the device: ALCOP's search builds its proposals with TVM; timing needs a GPU,
+    this host has none, so every proposal is recorded as a failed candidate and nothing is published."""
+    from service.models.config import MeasuredCandidate
+    from service.models.target import Toolchain
+    from service.settings import get_settings
+    from service.store import catalog, jobs
+    from service.store.db import session_scope
+    from service.workers.kinds import KINDS, UnitContext
+    from service.workers.platforms import platform_for
+
+    target = TargetSpec(**A100, toolchain=Toolchain(tvm="0.27.0"))
+    kind = KINDS.get("pipeline")
+    spec = JobSpec(kind="pipeline", workload=WorkloadSpec(**DENSE), target=target, distribution=DIST,
+                   budget=Budget(trials=3, max_shapes=1), tags={"pipeline_search": "analytical"})  # fmt: skip
+    with session_scope() as s:
+        workload = catalog.put_workload(s, WorkloadSpec(**DENSE))
+        job_id = jobs.create_job(s, spec, workload.workload_hash).id
+    plan = kind.plan(workload, spec.distribution, spec.budget)
+    recorded: list[MeasuredCandidate] = []
+
+    class Sink:
+        def on_candidates(self, unit_key: str, candidates: list[MeasuredCandidate]) -> None:
+            recorded.extend(candidates)
+
+        def on_progress(self, shape_key: str | None, trials: int) -> None: ...
+
+        def earlier_candidates(self, unit_key: str) -> list[MeasuredCandidate]:
+            return []
+
+        def should_stop(self) -> bool:
+            return False
+
+    ctx = UnitContext(job_id, "cpu-test", workload, target, platform_for(target), spec.distribution, spec.budget,
+                      get_settings(), tmp_path, Sink())  # fmt: skip
+    result = kind.run_unit(plan.units[0], ctx)
+    (outcome,) = result.shapes
+    assert outcome.config is None and outcome.latency_s is None
+    assert outcome.error and outcome.error.startswith("all 3 candidates failed")
+    assert "cuda is not enabled" in outcome.error  # built fine; TVM has no CUDA device API on this host
+    assert len(recorded) == 3 and all(c.status == "error" and c.latency_s is None for c in recorded)
+    assert all(c.config["format"] == "pipeline-gemm" and c.config["predicted_s"] > 0 for c in recorded)
+
+
+def test_the_dashboard_shows_the_models_quality_per_shape() -> None:
+    """Recomputed from the candidates alone (proposal order + predictions), so every job shows it, published or not."""
+    import datetime as dt
+
+    from kernelfleet.models import JobView
+    from service.workers.kinds import KINDS
+    from service.workers.kinds import panels as ui
+    from service.workers.kinds.pipeline import candidate
+    from service.workers.tuners.pipeline.space import GemmShape, enumerate_space
+
+    gemm = GemmShape(1, 64, 1024, 2048)
+    configs = enumerate_space(gemm)[:12]
+    # proposals measured 12, 11, ..., 1 µs (the 12th proposal is the best) and predicted in the same order
+    points = [
+        ui.CandidatePoint(i, "M=64", candidate(gemm, c, (12 - i) * 1e-6, None, (12 - i) * 2e-6).config,
+                          (12 - i) * 1e-6, "ok", None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+        for i, c in enumerate(configs)
+    ]  # fmt: skip
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    job = JobView(id="j", kind="pipeline", state="succeeded", workload_hash="w", target={}, target_fingerprint=None,
+                  progress=1.0, trials_done=12, trials_total=12, error=None, attempts=1, created_at=t0,
+                  started_at=t0, shapes=[])  # fmt: skip
+    panels = KINDS.get("pipeline").dashboard_panels(ui.JobData(job, points, len(points)))
+    (model,) = [p for p in panels if p.id == "model"]
+    (row,) = model.rows
+    assert row[:3] == ["M=64", 12, 12]
+    assert row[3] == pytest.approx(1 / 3)  # best of the first 10 proposals: 3 µs, against 1 µs found
+    assert row[4] == 1.0 and row[5] == 1.0

@@ -129,3 +129,18 @@ def test_a_buffer_filled_by_a_computation_cannot_be_pipelined() -> None:
     # one stage (no pipelining) of the same buffer is fine: only pipelined buffers need an async-copy producer
     single = _buffer(plan, "S2_shared", stages=1, async_copy=False)
     assert _rules(_with(single, steps=tuple(s for s in plan.steps if s.kind != "pipeline"))) == set()
+
+
+def test_published_configs_match_the_kind_schema_and_broken_imports_are_refused() -> None:
+    from service.workers.kinds import KINDS
+    from service.workers.kinds.pipeline import config_record
+
+    kind = KINDS.get("pipeline")
+    gemm = GemmShape(batch=1, m=128, n=768, k=768, dtype="float32")
+    config = PipelineConfig(bm=64, bn=64, bk=16, tm=4, tn=4, smem_stages=3, async_copy=True)
+    record = config_record(gemm, config, "sm_90")
+    assert kind.config_format() == "pipeline-gemm"
+    assert kind.check_config(record) is None
+    broken = {**record, "config": {**record["config"], "smem_stages": 9}}
+    problem = kind.check_config(broken)
+    assert problem is not None and problem.loc == ("config", "smem_stages")

@@ -14,7 +14,14 @@ import numpy as np
 
 from service.workers.tuners.pipeline.model import GPUConstants, predict
 from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig
-from service.workers.tuners.pipeline.tuner import CostModel, PipelineTask, PipelineTuner, features, legal_space
+from service.workers.tuners.pipeline.tuner import (
+    CostModel,
+    PipelineTask,
+    PipelineTuner,
+    features,
+    legal_space,
+    pipelines_for_tile,
+)
 from service.workers.tuners.ranking import spearman
 
 PRIOR = GPUConstants.for_arch("sm_80")
@@ -81,3 +88,13 @@ def test_a_stopped_search_stops_between_rounds() -> None:
     rounds = iter([False, True])
     out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=40, batch_size=8), measure, lambda: next(rounds))
     assert len(out.proposals) == 8
+
+
+def test_pipelines_for_one_tile_rank_its_depths_for_a_ukernel() -> None:
+    """What a GPU uKernel asks: which of its tile's pipelines to measure first (long reduction: async wins)."""
+    ranked = pipelines_for_tile(RN50_FC, (32, 32, 16, 2, 4), PRIOR)
+    assert all((c.bm, c.bn, c.bk, c.tm, c.tn) == (32, 32, 16, 2, 4) for c, _ in ranked)
+    seconds = [s for _, s in ranked]
+    assert seconds == sorted(seconds) and len(ranked) > 20
+    assert ranked[0][0].async_copy and ranked[0][0].smem_stages > 1
+    assert len(pipelines_for_tile(RN50_FC, (32, 32, 16, 2, 4), PRIOR, top_k=3)) == 3

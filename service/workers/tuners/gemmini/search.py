@@ -25,6 +25,7 @@ from service.workers.tuners.gemmini.space import (
     DEFAULT_HW,
     DIMS,
     SP_KIB,
+    Dataflow,
     HwConfig,
     Layer,
     Mapping,
@@ -37,6 +38,15 @@ from service.workers.tuners.gemmini.space import (
 
 class BudgetSpent(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Restrictions on the hardware a search may pick, e.g. the default's 128-bit bus (BACO's Table 6.3 fixes
+    DRAM bandwidth) or WS only (what the public FireSim Gemmini bitstreams build and the zigzag backend models)."""
+
+    buses: tuple[int, ...] = BUS_WIDTHS
+    dataflows: tuple[Dataflow, ...] = ("WS", "OS")
 
 
 @dataclass
@@ -138,7 +148,6 @@ def tune_mappings(
     calls: int,
     rng: random.Random,
     start: list[Mapping] | None = None,
-    unit: int = 6,
 ) -> tuple[list[Mapping], list[Cost | None], list[int]]:
     """Each layer's best mapping on `hw` within `calls` model calls, the budget spread by importance."""
     starts = [_start_mapping(hw, lay, start[i] if start else None, ev) for i, lay in enumerate(layers)]
@@ -148,12 +157,13 @@ def tune_mappings(
         [LayerState(lay.weight, 2.0 * lay.macs, (lay.op, lay.R, lay.S, lay.stride)) for lay in layers]
     )
     stop_at = min(ev.budget, ev.calls + calls)
-    while ev.calls + unit <= stop_at:  # (a unit may overrun `stop_at` by one line search)
+    while ev.calls < stop_at:
         i = sched.next_layer()
         if i is None:
             break
         # one unit: a line search over one tile factor's choices, then random local moves
-        for cand in [*_line(hw, layers[i], maps[i], rng), *(_neighbour(hw, layers[i], maps[i], rng) for _ in range(2))]:
+        cands = [*_line(hw, layers[i], maps[i], rng), *(_neighbour(hw, layers[i], maps[i], rng) for _ in range(2))]
+        for cand in cands[: stop_at - ev.calls]:  # never past this call's share of the budget
             c = ev.layer(hw, layers[i], cand)
             cur = costs[i]
             if c is not None and (cur is None or c.edp < cur.edp):
@@ -175,7 +185,8 @@ def _network(hw: HwConfig, layers: list[Layer], maps: list[Mapping], costs: list
 
 
 # -- hardware ------------------------------------------------------------------------------------------
-def hw_neighbours(hw: HwConfig, buses: tuple[int, ...] = BUS_WIDTHS) -> list[HwConfig]:
+def hw_neighbours(hw: HwConfig, limits: Limits = Limits()) -> list[HwConfig]:
+    buses = limits.buses
     out = []
     i = ARRAY_DIMS.index(hw.dim)
     for j in (i - 2, i - 1, i + 1, i + 2):
@@ -194,18 +205,20 @@ def hw_neighbours(hw: HwConfig, buses: tuple[int, ...] = BUS_WIDTHS) -> list[HwC
     for f in (0.25, 0.5, 2.0, 4.0):
         out.append(replace(hw, sp_kib=min(max(round(hw.sp_kib * f), SP_KIB[0]), SP_KIB[1])))
         out.append(replace(hw, acc_kib=min(max(round(hw.acc_kib * f), ACC_KIB[0]), ACC_KIB[1])))
-    out.append(replace(hw, dataflow="OS" if hw.dataflow == "WS" else "WS"))
+    for flow in limits.dataflows:
+        if flow != hw.dataflow:
+            out.append(replace(hw, dataflow=flow))
     return [h for h in out if h != hw and h.problem() is None]
 
 
-def random_hw(rng: random.Random, buses: tuple[int, ...] = BUS_WIDTHS) -> HwConfig:
+def random_hw(rng: random.Random, limits: Limits = Limits()) -> HwConfig:
     while True:
         hw = HwConfig(
             dim=rng.choice(ARRAY_DIMS),
             sp_kib=round(math.exp(rng.uniform(math.log(16), math.log(SP_KIB[1])))),
             acc_kib=round(math.exp(rng.uniform(math.log(4), math.log(ACC_KIB[1])))),
-            dataflow=rng.choice(("WS", "OS")),
-            dma_buswidth=rng.choice(buses),
+            dataflow=rng.choice(limits.dataflows),
+            dma_buswidth=rng.choice(limits.buses),
         )
         if hw.problem() is None:
             return hw
@@ -235,13 +248,13 @@ def co_explore(
     seed: int = 0,
     start_hw: HwConfig = DEFAULT_HW,
     progress: Callable[[int, float], None] | None = None,
-    buses: tuple[int, ...] = BUS_WIDTHS,
+    limits: Limits = Limits(),
 ) -> SearchResult:
     """Hardware and mappings co-tuned for the occurrence-weighted network EDP within `budget` model calls.
 
     Iterated local search: hill-climb the hardware from `start_hw` (BACO starts from the default), then from
-    random hardware points (BACO's random start points) until the budget is spent. `buses` restricts the DMA
-    bus widths (e.g. (128,) keeps the default's DRAM bandwidth fixed, as BACO's Table 6.3 does)."""
+    random hardware points (BACO's random start points) until the budget is spent. `limits` restricts the
+    hardware (see Limits); `start_hw` must satisfy them."""
     rng = random.Random(seed)
     ev = Evaluator(budget)
     per_hw = max(8 * len(layers), min(60 * len(layers), budget // 60))
@@ -259,7 +272,7 @@ def co_explore(
             add(a)
             while net is not None:  # first-improvement hill climbing on the hardware
                 moved = False
-                neighbours = hw_neighbours(hw, buses)
+                neighbours = hw_neighbours(hw, limits)
                 rng.shuffle(neighbours)
                 for cand in neighbours:
                     if cand in seen:
@@ -281,7 +294,7 @@ def co_explore(
                 n2 = _network(hw, layers, maps2, costs2)
                 if n2 is not None:
                     ev.offer(hw, maps2, n2)
-            hw0 = random_hw(rng, buses)
+            hw0 = random_hw(rng, limits)
     except BudgetSpent:
         pass
     return _result(ev, layers, alloc)
@@ -291,15 +304,13 @@ def random_mapping(hw: HwConfig, layer: Layer, rng: random.Random) -> Mapping:
     return Mapping({d: rng.choice(tile_choices(hw, layer, d)) for d in DIMS})
 
 
-def random_search(
-    layers: list[Layer], budget: int, seed: int = 0, buses: tuple[int, ...] = BUS_WIDTHS
-) -> SearchResult:
+def random_search(layers: list[Layer], budget: int, seed: int = 0, limits: Limits = Limits()) -> SearchResult:
     """Uniform random hardware + mappings, `budget` model calls (one network sample = one call per layer)."""
     rng = random.Random(seed)
     ev = Evaluator(budget)
     try:
         while True:
-            hw = random_hw(rng, buses)
+            hw = random_hw(rng, limits)
             maps = [random_mapping(hw, lay, rng) for lay in layers]
             costs = [ev.layer(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
             net = _network(hw, layers, maps, costs)

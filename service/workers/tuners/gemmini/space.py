@@ -209,6 +209,8 @@ def fit(hw: HwConfig, layer: Layer, m: Mapping) -> str | None:
     hw_problem = hw.problem()
     if hw_problem:
         return hw_problem
+    if layer.op == "conv" and hw.dataflow == "OS":
+        return "gemmini.h's tiled_conv rejects OS (\"Gemmini convs do not currently support OS\")"
     for d in DIMS:
         t, size = m.t(d), layer.size(d)
         if t < 1:
@@ -283,6 +285,8 @@ def default_conv_tiles(hw: HwConfig, layer: Layer) -> Mapping:
     """tiled_conv_auto's idea: start from the whole layer and shrink the largest tile factor until the
     tiles fit (it decrements the biggest of batches/porows/pocols/pochs/kchs; kernel rows/cols last)."""
     m = Mapping({d: layer.size(d) for d in DIMS})
+    if hw.dataflow == "OS":
+        return m  # no conv mapping exists on OS (fit says why)
     order = ("N", "P", "Q", "K", "C")
     while fit(hw, layer, m) is not None:
         shrinkable = [d for d in order if m.t(d) > 1]

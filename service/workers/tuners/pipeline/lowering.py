@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from service.workers.tuners.pipeline.rules import gemm_plan, require_legal
+from service.workers.tuners.pipeline.rules import IllegalSchedule, check_tir, gemm_plan, require_legal
 from service.workers.tuners.pipeline.schedule import (
     GemmTile,
     _annotate_pipeline,
@@ -109,6 +109,9 @@ def schedule(
         sch = _schedule_gemm_like(batch_matmul_module(gemm.batch, gemm.n, gemm.k, m, gemm.dtype), tile, gemm, True)
     if config.reg_stages > 1:
         _register_pipeline(sch, config, "C_update" if conv is not None or gemm.batch > 1 else "Y_update")
+    violations = check_tir(sch.mod["main"])  # the plan was legal; the schedule must be too
+    if violations:
+        raise IllegalSchedule(violations)
     return sch
 
 

@@ -1,6 +1,6 @@
 """ALCOP's analytical latency model of a pipelined GEMM kernel (thesis §3.5, Table 5.1).
 
-    T_kernel     = T_threadblk × N_threadblk_batch                       (+ one launch)
+    T_kernel     = T_threadblk × N_threadblk_batch      (+ one launch; a partial last batch: its own T_threadblk)
     T_threadblk  = T_init + T_main_loop + T_epilogue,   T_init = T_smem_load + T_reg_load
     T_main_loop  = Pipeline(T_smem_load, T_smem_use, N_smem_loop, N_smem_pipe_stage, N_threadblk_per_SM)
     T_smem_use   = Pipeline(T_reg_load,  T_compute,  N_reg_loop,  N_reg_pipe_stage,  N_warp_per_threadblk)

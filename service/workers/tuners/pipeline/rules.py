@@ -22,14 +22,16 @@ Multi-level pipelines:
                   on an enclosing loop, or from a buffer that is not pipelined;
   fusion          inner-pipeline fusion needs a pipelined register buffer inside a pipelined shared one.
 
-Pure Python (no TVM): the rules run in the API process and in the benchmark alike.
+`check_tir` applies the buffer rules to a scheduled TIR function itself (what `lowering` checks after
+scheduling, before building). Pure Python (no TVM import): the rules run in the API process and in the
+benchmark alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from service.workers.tuners.pipeline.space import PipelineConfig
 
@@ -255,3 +257,66 @@ def gemm_plan(config: PipelineConfig, operands: tuple[str, str] = ("A", "B"), pa
 
 def check_config(config: PipelineConfig) -> list[Violation]:
     return check(gemm_plan(config))
+
+
+# -- the same rules on a scheduled TIR function, before it is built ---------------------------------
+# Duck-typed over TVM 0.27's node classes (no TVM import): loops carry `kind`/`annotations`/`body`, stores
+# `buffer`/`value`, loads `source`; ForKind 0 is serial.
+
+_SERIAL = 0
+
+
+def check_tir(func: Any) -> list[Violation]:
+    """ALCOP's buffer rules on the loops a schedule annotated with software-pipeline stages: the loop is
+    sequential, every statement of an async stage is a copy from global into shared memory, and the shared
+    copies of one loop sit in one stage (scope-based barriers)."""
+    out: list[Violation] = []
+    for loop in _nodes(func.body, lambda n: hasattr(n, "annotations") and "software_pipeline_stage" in n.annotations):
+        name = str(loop.loop_var)
+        if int(loop.kind) != _SERIAL:
+            out.append(Violation("sequential-loop", f"loop {name} is software-pipelined but not sequential"))
+        stages = [int(x) for x in loop.annotations["software_pipeline_stage"]]
+        async_stages = {int(x) for x in loop.annotations.get("software_pipeline_async_stages", [])}
+        children = list(getattr(loop.body, "seq", None) or [loop.body])
+        shared_stages = set()
+        for stage, child in zip(stages, children, strict=False):
+            stores = _nodes(child, lambda n: type(n).__name__ == "BufferStore")
+            copies = [st.buffer.scope() == "shared" and _global_copy(st.value) for st in stores]
+            if any(copies):
+                shared_stages.add(stage)
+            if stage in async_stages and not all(copies):
+                bad = stores[copies.index(False)]
+                out.append(Violation("async-copy", f"stage {stage} of loop {name} is asynchronous but writes "
+                                     f"{bad.buffer.name} ({bad.buffer.scope()}) with something other than a copy "
+                                     "from global memory"))
+        if len(shared_stages) > 1:
+            out.append(Violation("sync-scope", f"loop {name} fills shared memory in stages {sorted(shared_stages)}; "
+                                 "scope-based barriers need them in one"))
+    return out
+
+
+def _global_copy(value: Any) -> bool:
+    """A load from global memory, possibly predicated (if_then_else(p, load, 0)) or cast."""
+    kind = type(value).__name__
+    if kind in ("TensorLoad", "BufferLoad"):
+        source = getattr(value, "source", None)  # TVM expressions refuse `or`: no truth value
+        if source is None:
+            source = getattr(value, "buffer", None)
+        return source is not None and source.scope() == "global"
+    if kind == "Cast":
+        return _global_copy(value.value)
+    if kind == "Call" and str(getattr(value.op, "name", "")).endswith("if_then_else"):
+        _, then, other = value.args
+        return _global_copy(then) and type(other).__name__ in ("FloatImm", "IntImm")
+    return False
+
+
+def _nodes(node: Any, predicate: Callable[[Any], bool]) -> list[Any]:
+    out = [node] if predicate(node) else []
+    for attr in ("block", "body", "then_case", "else_case"):
+        child = getattr(node, attr, None)
+        if child is not None:
+            out += _nodes(child, predicate)
+    for child in getattr(node, "seq", None) or []:
+        out += _nodes(child, predicate)
+    return out

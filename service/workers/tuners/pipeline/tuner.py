@@ -29,7 +29,14 @@ import numpy as np
 
 from service.workers.tuners.pipeline.model import GPUConstants, best_in_top_k, occupancy, predict, rank_correlation
 from service.workers.tuners.pipeline.rules import check_config
-from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig, SpaceLimits, enumerate_space
+from service.workers.tuners.pipeline.space import (
+    GemmShape,
+    PipelineConfig,
+    SpaceLimits,
+    enumerate_space,
+    feasible,
+    pipeline_variants,
+)
 
 Mode = Literal["anal+xgb", "analytical"]
 MODES: tuple[Mode, ...] = ("anal+xgb", "analytical")
@@ -97,6 +104,26 @@ def legal_space(gemm: GemmShape, limits: SpaceLimits = SpaceLimits()) -> tuple[l
         if not violations:
             legal.append(config)
     return legal, rejected
+
+
+def pipelines_for_tile(
+    gemm: GemmShape,
+    tile: tuple[int, int, int, int, int],
+    gpu: GPUConstants,
+    top_k: int | None = None,
+    limits: SpaceLimits = SpaceLimits(),
+) -> list[tuple[PipelineConfig, float]]:
+    """The legal pipelines (shared and register stages, async copies, fusion) of one fixed tile
+    (B_m, B_n, B_k, t_m, t_n), fastest first by the analytical model: how a `ukernel` job on a GPU asks this
+    module which depths to measure for a uKernel instead of searching them itself."""
+    bm, bn, bk, tm, tn = tile
+    configs = [
+        PipelineConfig(bm, bn, bk, tm, tn, smem, async_copy, reg, fuse)
+        for smem, async_copy, reg, fuse in pipeline_variants(limits)
+    ]
+    legal = [c for c in configs if feasible(c, gemm, limits) is None and not check_config(c)]
+    ranked = sorted(((c, predict(gemm, c, gpu).seconds) for c in legal), key=lambda item: item[1])
+    return ranked[:top_k] if top_k is not None else ranked
 
 
 def features(gemm: GemmShape, config: PipelineConfig, gpu: GPUConstants) -> list[float]:

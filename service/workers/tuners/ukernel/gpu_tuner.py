@@ -6,8 +6,9 @@
      where the arch has them (worth 1.3–1.9× on the H100, with the best depth differing by shape,
      ../shared/research/gpu.md §3.1);
   3. each uKernel at its best depth is timed at a few M, the existing DP (combine) picks per S which
-     uKernels run which rows, and the table plus content-addressed libraries (device code embedded;
-     the nvcc fatbin's hash recorded in the spec) are what the job publishes;
+     uKernels run which rows, every S where cuBLAS (called as a host calls it) is faster is routed to
+     cuBLAS, and the table plus content-addressed libraries (device code embedded; the nvcc fatbin's
+     hash recorded in the spec) are what the job publishes;
   4. the heaviest shapes are re-measured with every uKernel alone and with the chosen program as a
      GPU host runs it (kernelfleet.cuda_ukernel.CudaDispatcher, device tensors, synchronised).
 
@@ -39,7 +40,14 @@ from service.workers.tuners.ukernel.combine import TileCost, combine, dispatch_t
 from service.workers.tuners.ukernel.gpu_rules import GPURuleLimits, gpu_ukernels
 from service.workers.tuners.ukernel.hardware_model import HardwareModel
 from service.workers.tuners.ukernel.limits import MAX_UKERNELS
-from service.workers.tuners.ukernel.tuner import NOISE_TIE, RangeOutcome, RangeSink, RangeTask
+from service.workers.tuners.ukernel.tuner import (
+    NOISE_TIE,
+    RangeOutcome,
+    RangeSink,
+    RangeTask,
+    vendor_sweep_shapes,
+    vendor_wins,
+)
 
 
 def build_cuda_ukernel(tile: GemmTile, N: int, K: int, target: Mapping[str, Any], fatbin: bool = True) -> CudaUKernel:
@@ -115,6 +123,7 @@ class DenseRange:
     max_ukernels: int = MAX_UKERNELS
     representative_m: int = 64
     measure_points: int = 5
+    vendor_routes: bool = True  # route every S where cuBLAS is faster to cuBLAS
 
 
 class GPUUKernelTuner:
@@ -133,6 +142,7 @@ class GPUUKernelTuner:
                 max_ukernels=task.max_ukernels,
                 representative_m=task.representative_m,
                 measure_points=task.measure_points,
+                vendor_routes=task.vendor_routes,
             ),
             sink,
         )
@@ -158,7 +168,17 @@ class GPUUKernelTuner:
             uid = cand.tile.label()
             record: dict[str, Any] = {
                 "id": uid,
-                "tile": dataclasses.asdict(cand.tile),
+                # [bm, bn, bk, tm, tn, stages, split_k], a list like the CPU records' [mt, nt, kt]
+                "tile": [
+                    cand.tile.bm,
+                    cand.tile.bn,
+                    cand.tile.bk,
+                    cand.tile.tm,
+                    cand.tile.tn,
+                    cand.tile.stages,
+                    cand.tile.split_k,
+                ],
+                "gemm_tile": dataclasses.asdict(cand.tile),
                 "score": cand.score,
                 "reasons": list(cand.reasons),
             }
@@ -168,6 +188,8 @@ class GPUUKernelTuner:
                 record["depths_s"] = depths
                 uid = GemmTile(**kernel.spec.tile).label()  # the label now names the chosen depth
                 record["id"] = uid
+                record["gemm_tile"] = dict(kernel.spec.tile)
+                record["tile"][5] = kernel.spec.tile["stages"]  # the depth the search kept
                 timer = functools.partial(kernel.time, repeat=3, number=20)
                 points = sample_ms(kernel.spec.mt, job.s_max, job.measure_points)
                 cost = TileCost.measure(uid, kernel.spec.mt, timer, points)
@@ -193,13 +215,18 @@ class GPUUKernelTuner:
         kernels = {u: k for u, k in kernels.items() if u in used}
         artifacts = {u: a for u, a in artifacts.items() if u in used}
         programs = combine(costs, job.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE)
-        table = dispatch_table(programs)
-        dispatcher = CudaDispatcher(table, kernels, N=N, K=K)
+        # the tuned programs against cuBLAS as a host calls both; cuBLAS keeps every S it wins
+        tuned_table = dispatch_table(programs)
+        sweep = self._vendor_sweep(CudaDispatcher(tuned_table, kernels, N=N, K=K), N, K, job, sink)
+        vendor = vendor_wins(sweep, job.s_max) if sweep else set()
+        table = dispatch_table(programs, vendor)
+        artifacts = {u: a for u, a in artifacts.items() if u in table.mts}  # published: what the table uses
+        dispatcher = CudaDispatcher(table, {u: k for u, k in kernels.items() if u in table.mts}, N=N, K=K)
         shapes: dict[str, Any] = {}
         for S in job.validate:
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            alone = {u: k.time(S, repeat=3, number=20) for u, k in kernels.items()}
+            alone = {u: k.time(S, repeat=3, number=20) for u, k in kernels.items()}  # every uKernel the DP used
             shapes[str(S)] = {
                 "measured_s": alone,
                 "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
@@ -207,10 +234,22 @@ class GPUUKernelTuner:
                 "chosen_predicted_s": programs[S - 1].cost,
             }
             sink.on_validated(S, len(alone) + 1)
-        validation = {"shapes": shapes, "piece_overhead_s": overhead, "platform": "cuda"}
+        validation: dict[str, Any] = {
+            "shapes": shapes,
+            "piece_overhead_s": overhead,
+            "platform": "cuda",
+            "tuned_table": tuned_table.to_dict(),  # before routing: every S on our uKernels
+            "vendor_routes": {
+                "vendor": "cuBLAS through torch F.linear (called from Python, synchronised)",
+                "shapes_timed": len(sweep),
+                "vendor_S": len(vendor),
+                "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
+                "sweep_s": {str(S): list(v) for S, v in sweep.items()},
+            },
+        }
         return RangeOutcome(
             table=table,
-            kernels=kernels,
+            kernels=kernels,  # every uKernel of the tuned table (validation["tuned_table"]), routed or not
             artifacts=artifacts,
             predicted_s=[p.cost for p in programs],
             measured_s={int(s): v["chosen_measured_s"] for s, v in shapes.items()},
@@ -238,6 +277,28 @@ class GPUUKernelTuner:
         assert best is not None
         chosen = GemmTile(**best[1].spec.tile)
         return build_cuda_ukernel(chosen, N, K, target, fatbin=True), timings
+
+    @staticmethod
+    def _vendor_sweep(
+        tuned: CudaDispatcher, N: int, K: int, job: DenseRange, sink: RangeSink
+    ) -> dict[int, tuple[float, float]]:
+        """(ours, cuBLAS) seconds per call at the swept S, both called as a host calls them. Empty when
+        routing is off or torch is missing (the table then serves every S with our uKernels)."""
+        from service.workers import cublas
+
+        if not job.vendor_routes:
+            return {}
+        try:
+            cublas.torch_cuda()
+        except RuntimeError:
+            return {}
+        assert tuned.table is not None
+        sweep: dict[int, tuple[float, float]] = {}
+        for S in vendor_sweep_shapes(tuned.table, job.validate):
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            sweep[S] = (time_cuda_dispatcher(tuned, N, K, S, calls=20), cublas.time_linear_called(S, N, K, calls=20))
+        return sweep
 
     @staticmethod
     def _piece_overhead(kernels: Mapping[str, CudaUKernel], N: int, K: int) -> float:

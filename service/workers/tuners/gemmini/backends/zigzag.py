@@ -40,6 +40,6 @@ class ZigZagBackend(Backend):
             raise BackendError(f"zigzag on {[lay.name for lay in layers]}: {exc}") from exc
         out = []
         for layer, r in zip(layers, answer["results"], strict=True):
-            detail = {k: r[k] for k in ("seconds", "padded_to_tiles", "temporal_ordering")}
+            detail = {k: r[k] for k in ("seconds", "padded_to_tiles", "temporal_ordering", "dataflow_modelled")}
             out.append(Measurement(self.name, layer.name, r["cycles"], r["energy_pj"], detail))
         return out

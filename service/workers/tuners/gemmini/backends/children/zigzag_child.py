@@ -188,6 +188,8 @@ def score(payload, td):
         "energy_pj": float(energy),
         "seconds": time.time() - t0,
         "padded_to_tiles": padded,
+        # the array model here keeps weights in the PEs: an OS config is scored as if it were WS
+        "dataflow_modelled": "WS",
         "temporal_ordering": mapping[0]["temporal_ordering"],
     }
 

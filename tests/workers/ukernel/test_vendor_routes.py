@@ -117,3 +117,28 @@ def test_a_layer_numpy_always_wins_routes_everything_to_the_vendor(tmp_path: Pat
     assert out.kernels == {} and out.artifacts == {} and out.padding_ratio == 0.0
     kept = UKernelTuner().tune_range(_task(tmp_path / "off", 16, 16, 8, vendor_routes=False), QuietRangeSink())
     assert kept.serves_ukernels and all(not iv.vendor for iv in kept.table.intervals)
+
+
+def test_a_table_that_routes_every_s_to_the_vendor_loads_and_runs_numpy(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from kernelfleet.dispatch_cache import DispatchCache, dispatcher_from_doc
+    from kernelfleet.models import DispatchDoc
+
+    everything_vendor = dispatch_table(combine(_costs(), 40), vendor=set(range(1, 41)))
+    doc = DispatchDoc(
+        workload_hash="ab" * 8,
+        target_fingerprint="cd" * 8,
+        dim="M",
+        s_max=40,
+        table=everything_vendor.to_dict(),
+        ukernels=[],  # no uKernel won anywhere, so none ships
+        predicted_latency_s=[1e-6] * 40,
+        measured_latency_s={},
+        created_at=dt.datetime.now(dt.UTC),
+    )
+    d = dispatcher_from_doc(doc, DispatchCache(tmp_path), "service")
+    assert isinstance(d, Dispatcher)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((7, 24)).astype("float32"), rng.standard_normal((16, 24)).astype("float32")
+    np.testing.assert_allclose(d(x, w), x @ w.T, rtol=1e-5)

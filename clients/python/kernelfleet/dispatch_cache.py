@@ -179,12 +179,12 @@ def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> 
         path = cache.artifact_path(u.sha256)
         verify_bytes(path.read_bytes(), u.sha256)
         kernels[u.id] = load_ukernel(path, UKernelSpec.from_dict(u.spec))
-    spec = next(iter(kernels.values())).spec
+    spec = next(iter(kernels.values())).spec if kernels else None  # None: every S routed to the vendor
     return Dispatcher(
         DispatchTable.from_dict(doc.table),
         kernels,
-        N=spec.N,
-        K=spec.K,
+        N=spec.N if spec else None,
+        K=spec.K if spec else None,
         exact={o.S: _LazyKernel(o.config) for o in doc.overrides},
         source=source,
         meta={

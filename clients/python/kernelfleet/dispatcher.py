@@ -73,8 +73,8 @@ class Dispatcher:
         source: str = "local",
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        if table is not None and (N is None or K is None):
-            raise ValueError("a dispatcher with a table needs N and K")
+        if table is not None and table.mts and (N is None or K is None):  # (a table of vendor routes only: numpy)
+            raise ValueError("a dispatcher with a table that runs uKernels needs N and K")
         if table is not None:
             missing = set(table.mts) - set(kernels)
             if missing:

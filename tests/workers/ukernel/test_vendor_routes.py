@@ -117,3 +117,12 @@ def test_a_layer_numpy_always_wins_routes_everything_to_the_vendor(tmp_path: Pat
     assert out.kernels == {} and out.artifacts == {} and out.padding_ratio == 0.0
     kept = UKernelTuner().tune_range(_task(tmp_path / "off", 16, 16, 8, vendor_routes=False), QuietRangeSink())
     assert kept.serves_ukernels and all(not iv.vendor for iv in kept.table.intervals)
+
+
+def test_a_table_of_vendor_routes_only_needs_no_ukernels() -> None:
+    # what a job publishes when told to publish even where numpy wins everywhere
+    # (KERNELFLEET_PUBLISH_ONLY_FASTER_THAN_VENDOR=false): the SDK loads it without any uKernel spec
+    d = Dispatcher(DispatchTable((Interval(1, 8, None),), {}), {}, N=None, K=None)
+    x, w = np.ones((11, 5), np.float32), np.ones((3, 5), np.float32)
+    np.testing.assert_allclose(d(x, w), x @ w.T)
+    assert not d.fallback and d.usage()[11].fallbacks == 0

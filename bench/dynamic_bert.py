@@ -49,6 +49,7 @@ if __name__ == "__main__":
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import math
@@ -465,9 +466,8 @@ def measure_bmm(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def run_measurement(args: argparse.Namespace) -> dict[str, Any]:
     data = json.loads(args.out.read_text())
-    torch: Any = None
-    if not args.no_torch:
-        import torch  # here, not at the top: the tuning child runs with torch hidden
+    # here, not at the top: the tuning child runs with torch hidden
+    torch: Any = None if args.no_torch else importlib.import_module("torch")
 
     set_vendor_threads(torch, cores())
     env = {**host_info(), "blas": blas_info(), "torch": torch_info(torch) if torch is not None else NO_TORCH}

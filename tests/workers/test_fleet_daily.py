@@ -24,6 +24,7 @@ ENV = {
     "KERNELFLEET_FLEET_REMEASURE_SAMPLE": "1",
     # SMALL's shapes are too small to beat numpy as the SDK calls it; this test checks the loop's mechanics
     "KERNELFLEET_PUBLISH_ONLY_FASTER_THAN_VENDOR": "false",
+    "KERNELFLEET_UKERNEL_VENDOR_ROUTES": "false",  # and so is BIG: its table keeps every M on uKernels
 }
 
 

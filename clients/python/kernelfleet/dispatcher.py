@@ -73,8 +73,8 @@ class Dispatcher:
         source: str = "local",
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        if kernels and (N is None or K is None):  # an all-vendor table ships no uKernels and has no W shape
-            raise ValueError("a dispatcher with uKernels needs N and K")
+        if table is not None and table.mts and (N is None or K is None):  # (a table of vendor routes only: numpy)
+            raise ValueError("a dispatcher with a table that runs uKernels needs N and K")
         if table is not None:
             missing = set(table.mts) - set(kernels)
             if missing:
@@ -125,7 +125,7 @@ class Dispatcher:
         entry = self._packed.get(id(w))
         if entry is not None and entry.ref() is w:
             return entry
-        if self.N is not None and w.shape != (self.N, self.K):
+        if w.shape != (self.N, self.K):
             raise ValueError(f"W must be [{self.N}, {self.K}], got {list(w.shape)}")
         entry = _Packed(w, self.kernels)
         with self._lock:

@@ -142,3 +142,12 @@ def test_a_table_that_routes_every_s_to_the_vendor_loads_and_runs_numpy(tmp_path
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((7, 24)).astype("float32"), rng.standard_normal((16, 24)).astype("float32")
     np.testing.assert_allclose(d(x, w), x @ w.T, rtol=1e-5)
+
+
+def test_a_table_of_vendor_routes_only_needs_no_ukernels() -> None:
+    # what a job publishes when told to publish even where numpy wins everywhere
+    # (KERNELFLEET_PUBLISH_ONLY_FASTER_THAN_VENDOR=false): the SDK loads it without any uKernel spec
+    d = Dispatcher(DispatchTable((Interval(1, 8, None),), {}), {}, N=None, K=None)
+    x, w = np.ones((11, 5), np.float32), np.ones((3, 5), np.float32)
+    np.testing.assert_allclose(d(x, w), x @ w.T)
+    assert not d.fallback and d.usage()[11].fallbacks == 0

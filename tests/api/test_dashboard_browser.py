@@ -436,9 +436,12 @@ def test_gemmini_page_plots_the_real_cotuning_job(tuned: World) -> None:
     candidates = w.client._request("GET", f"/v1/jobs/{job.id}/candidates").json()
     with_energy = [c for c in candidates if c["config"].get("measured_energy_pj")]
     assert with_energy  # ZigZag measured each layer's latency and energy on the co-tuned hardware
+    explored = [c for c in candidates if c["config"].get("role") == "explored"]
+    assert explored and all(c["config"]["model_energy_pj"] > 0 for c in explored)  # the search's other configs
     w.open("/dashboard/gemmini", "#panel-energy svg")
     series = _series(w, "energy")
-    assert sum(s["circles"] for s in series.values()) == len(with_energy)
+    assert sum(s["circles"] for s in series.values()) == len(with_energy) + len(explored)
+    assert series["explored (analytical model)"]["circles"] == len(explored)
     titles = [t for s in series.values() for t in s["titles"]]
     assert all(any(c["config"]["layer"] in t for t in titles) for c in with_energy)  # each layer, by name
     assert "zigzag" in w.text("network-edp")  # the network's EDP, co-tuned vs Gemmini-Default

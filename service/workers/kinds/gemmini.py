@@ -10,6 +10,7 @@ analytical model's correlation with that backend is stored with the result.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -73,7 +74,10 @@ class GemminiKind(JobKind):
             )
         except RuntimeError as exc:
             return UnitResult(fatal=f"{backend.name}: {exc}")
-        ctx.sink.on_progress(None, unit.trials)  # the search's budget is spent (it may stop a little early)
+        # the search's budget is spent (it may stop a little early); the explored configs recorded below are
+        # part of it (each cost at least one model call), so they count once, as candidates
+        explored = explored_candidates(result.explored, len(layers))
+        ctx.sink.on_progress(None, max(0, unit.trials - len(explored)))
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
         default_maps, default_model = default_point(layers)
@@ -157,5 +161,33 @@ class GemminiKind(JobKind):
             if ctx.settings.publish_only_faster_than_vendor and tuned_edp and base_edp and tuned_edp >= base_edp:
                 outcome.not_published = "the co-tuned network's measured EDP does not beat Gemmini-Default"
             outcomes.append(outcome)
+        candidates += explored
         ctx.sink.on_candidates(unit.key, candidates)
         return UnitResult(shapes=outcomes)
+
+
+MAX_EXPLORED_RECORDED = 200  # the lowest-EDP hardware configs of a search; enough to show its frontier
+
+
+def explored_candidates(explored: Mapping[Any, Any], n_layers: int) -> list[MeasuredCandidate]:
+    """The hardware configs the search visited, each at its best network point, as the analytical model
+    scored them (`model_` numbers, never a backend's): the dashboard's latency/energy scatter. With several
+    layers they are occurrence-weighted network sums, so they sit apart from the per-layer measured points."""
+    from service.workers.tuners.gemmini.workloads import CLOCK_HZ
+
+    best = sorted(explored.items(), key=lambda item: item[1].edp)[:MAX_EXPLORED_RECORDED]
+    return [
+        MeasuredCandidate(
+            config={
+                "role": "explored",
+                "layer": "network" if n_layers > 1 else "layer",
+                "backend": "model",
+                "hw": hw.to_dict(),
+                "model_cycles": net.cycles,
+                "model_energy_pj": net.energy_pj,
+            },
+            latency_s=net.cycles / CLOCK_HZ,
+            status="ok",
+        )
+        for hw, net in best
+    ]

@@ -306,7 +306,7 @@ class EnergyPoint:
     candidate: CandidatePoint
     latency_s: float
     energy_j: float
-    role: str  # "default", "chosen" or ""
+    role: str  # "default", "chosen", "explored" (a search's model estimate) or "" (a measured candidate)
 
     @property
     def edp(self) -> float:
@@ -315,7 +315,7 @@ class EnergyPoint:
 
 def _role(config: dict[str, Any]) -> str:
     role = config.get("role")
-    if role in ("default", "chosen"):
+    if role in ("default", "chosen", "explored"):
         return str(role)
     if config.get("default") is True or config.get("name") == "default":
         return "default"
@@ -348,7 +348,8 @@ def energy_points(candidates: Sequence[CandidatePoint]) -> list[EnergyPoint]:
     for members in groups.values():
         if len(members) < 2 or any(points[i].role == "chosen" for i in members):
             continue
-        best = min((i for i in members if points[i].role != "default"), key=lambda i: points[i].edp, default=None)
+        # only unmarked measurements compete: a search's model estimates ("explored") were never chosen
+        best = min((i for i in members if points[i].role == ""), key=lambda i: points[i].edp, default=None)
         if best is not None:
             points[best] = dataclasses.replace(points[best], role="chosen")
     return points
@@ -362,19 +363,32 @@ def _label(p: EnergyPoint) -> str:
 
 def energy_scatter(candidates: Sequence[CandidatePoint], panel_id: str = "energy") -> Panel:
     points = energy_points(candidates)
-    groups: dict[str, list[EnergyPoint]] = {"": [], "default": [], "chosen": []}
+    groups: dict[str, list[EnergyPoint]] = {"explored": [], "": [], "default": [], "chosen": []}
     for p in points:
         groups[p.role].append(p)
+    roles = (
+        ("explored", "explored (analytical model)"),
+        ("", "measured"),
+        ("default", "default config"),
+        ("chosen", "chosen"),
+    )
     series = [
-        Series(name, [(p.latency_s, p.energy_j) for p in ps], "points", [_label(p) for p in ps], emphasis=bool(role))
-        for role, name in (("", "measured"), ("default", "default config"), ("chosen", "chosen"))
+        Series(
+            name,
+            [(p.latency_s, p.energy_j) for p in ps],
+            "points",
+            [_label(p) for p in ps],
+            emphasis=role in ("default", "chosen"),
+        )
+        for role, name in roles
         if (ps := groups[role])
     ]
     return Panel(
         panel_id,
         "Explored hardware configs: latency vs energy",
         "scatter",
-        "each point is one measured candidate; lower-left is better (energy-delay product)",
+        "each point is one candidate: measured by the job's backend, or (explored) the search's analytical-model"
+        " estimate of a hardware config it visited; lower-left is better (energy-delay product)",
         Axis("latency", "s", log=True),
         Axis("energy", "J", log=True),
         series,

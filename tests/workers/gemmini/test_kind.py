@@ -78,8 +78,13 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
     assert len(hw) == 1  # one hardware config shared by the whole list
     edp = result.shapes[0].provenance["network_edp"]
     assert edp["tuned"] < edp["default"]  # ZigZag agrees the co-tuned point beats Gemmini-Default
-    assert [c.config["backend"] for c in sink.candidates] == ["zigzag"] * 4
-    assert [c.config["role"] for c in sink.candidates] == ["chosen", "default"] * 2  # the dashboard marks both
+    measured, explored = sink.candidates[:4], sink.candidates[4:]
+    assert [c.config["backend"] for c in measured] == ["zigzag"] * 4
+    assert [c.config["role"] for c in measured] == ["chosen", "default"] * 2  # the dashboard marks both
+    # every hardware config the search visited, at its best network point, labelled as the model's estimate
+    assert explored and {c.config["role"] for c in explored} == {"explored"}
+    assert {c.config["backend"] for c in explored} == {"model"}
+    assert len({str(c.config["hw"]) for c in explored}) == len(explored)  # one point per hardware config
     # what it publishes is what /v1/configs/import accepts for this kind, and a broken one is refused
     assert all(kind.check_config(o.config) is None for o in result.shapes if o.config)
     broken = {**result.shapes[0].config, "measured_cycles": -1} if result.shapes[0].config else {}
@@ -94,7 +99,8 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
             for i, c in enumerate(sink.candidates)
         ]
     )
-    assert sorted(p.role for p in points) == ["chosen", "chosen", "default", "default"]
+    assert sorted(p.role for p in points if p.role != "explored") == ["chosen", "chosen", "default", "default"]
+    assert sum(p.role == "explored" for p in points) == len(explored)
     assert all(p.energy_j > 0 and p.latency_s > 0 for p in points)
 
 
@@ -170,4 +176,4 @@ def test_gemmini_kind_on_the_fake_firesim_tunes_mappings_on_configs_with_bitstre
     assert outcome.vendor is not None and "by firesim" in outcome.vendor.label
     assert outcome.provenance["hardware_choices"] == 2
     assert outcome.provenance["network_edp"]["tuned"] is None  # FireSim gives cycles, not energy
-    assert {c.config["role"] for c in sink.candidates} == {"chosen", "default"}
+    assert {c.config["role"] for c in sink.candidates} == {"chosen", "default", "explored"}

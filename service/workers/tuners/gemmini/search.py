@@ -57,6 +57,8 @@ class Evaluator:
     calls: int = 0
     trace: list[tuple[int, float]] = field(default_factory=list)  # (calls so far, best network EDP)
     best: tuple[float, HwConfig, list[Mapping]] | None = None
+    # the best network point the search reached on each hardware config it visited (the dashboard's scatter)
+    explored: dict[HwConfig, NetworkCost] = field(default_factory=dict)
 
     def layer(self, hw: HwConfig, layer: Layer, m: Mapping) -> Cost | None:
         if self.calls >= self.budget:
@@ -67,6 +69,9 @@ class Evaluator:
         return layer_cost(hw, layer, m)
 
     def offer(self, hw: HwConfig, mappings: list[Mapping], net: NetworkCost) -> None:
+        seen = self.explored.get(hw)
+        if seen is None or net.edp < seen.edp:
+            self.explored[hw] = net
         if self.best is None or net.edp < self.best[0]:
             self.best = (net.edp, hw, list(mappings))
             self.trace.append((self.calls, net.edp))
@@ -80,13 +85,14 @@ class SearchResult:
     calls: int
     trace: list[tuple[int, float]]
     allocation: list[int] = field(default_factory=list)  # mapping-search units per layer (importance)
+    explored: dict[HwConfig, NetworkCost] = field(default_factory=dict)  # by the analytical model
 
 
 def _result(ev: Evaluator, layers: list[Layer], allocation: list[int] | None = None) -> SearchResult:
     if ev.best is None:
         raise RuntimeError(f"no valid hardware/mapping point found in {ev.calls} model calls")
     _, hw, maps = ev.best
-    return SearchResult(hw, maps, network_cost(hw, layers, maps), ev.calls, ev.trace, allocation or [])
+    return SearchResult(hw, maps, network_cost(hw, layers, maps), ev.calls, ev.trace, allocation or [], ev.explored)
 
 
 # -- mappings under one hardware config ---------------------------------------------------------------

@@ -40,6 +40,7 @@ from kernelfleet.signing import UntrustedArtifact, verify_bytes, verify_document
 
 if TYPE_CHECKING:
     from kernelfleet.client import Client
+    from kernelfleet.cuda_ukernel import CudaDispatcher
 
 log = logging.getLogger(__name__)
 _HEX = re.compile(r"^[0-9a-f]{1,64}$")
@@ -170,8 +171,12 @@ class _LazyKernel:
         return self._kernel(x, w)
 
 
-def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> Dispatcher:
+def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> Dispatcher | CudaDispatcher:
     """Load a verified document's uKernels from the cache, checking each library's hash before loading it."""
+    from kernelfleet.cuda_ukernel import is_cuda_spec
+
+    if doc.ukernels and is_cuda_spec(doc.ukernels[0].spec):
+        return cuda_dispatcher_from_doc(doc, cache, source)
     from kernelfleet.ukernel import UKernelSpec, load_ukernel
 
     kernels = {}
@@ -196,6 +201,34 @@ def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> 
     )
 
 
+def cuda_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> CudaDispatcher:
+    """A CUDA table's dispatcher: device tensors in and out. Raises NoCudaDevice on a host without a GPU
+    (a CUDA table is for GPU inference hosts; there is no CPU fallback that would honour it)."""
+    from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernelSpec, load_cuda_ukernel, require_cuda
+
+    require_cuda()
+    kernels = {}
+    for u in doc.ukernels:
+        path = cache.artifact_path(u.sha256)
+        verify_bytes(path.read_bytes(), u.sha256)
+        kernels[u.id] = load_cuda_ukernel(path, CudaUKernelSpec.from_dict(u.spec))
+    spec = next(iter(kernels.values())).spec
+    meta = {
+        "workload_hash": doc.workload_hash,
+        "target_fingerprint": doc.target_fingerprint,
+        "dim": doc.dim,
+        "job_id": doc.job_id,
+    }
+    return CudaDispatcher(
+        DispatchTable.from_dict(doc.table),
+        kernels,
+        N=spec.N,
+        K=spec.K,
+        source=source,
+        meta=meta,
+    )
+
+
 # What a service that cannot answer looks like to the SDK: unreachable, 503, a revoked key (401/403), a
 # rate limit, a malformed answer. None of them may stop inference when a verified table is cached.
 _UNANSWERED = (KernelFleetError, httpx.HTTPError, OSError, ValueError)
@@ -203,7 +236,7 @@ _UNANSWERED = (KernelFleetError, httpx.HTTPError, OSError, ValueError)
 
 def load_dispatcher(
     client: Client, workload: str, target: str, cache_dir: Path | None = None, trusted_key: str | None = None
-) -> Dispatcher:
+) -> Dispatcher | CudaDispatcher:
     cache = DispatchCache(cache_dir or default_cache_dir())
     meta = {"workload_hash": _hex(workload, "workload"), "target_fingerprint": _hex(target, "target"), "dim": "M"}
     try:

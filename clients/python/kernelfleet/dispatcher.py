@@ -125,7 +125,7 @@ class Dispatcher:
         entry = self._packed.get(id(w))
         if entry is not None and entry.ref() is w:
             return entry
-        if w.shape != (self.N, self.K):
+        if self.N is not None and w.shape != (self.N, self.K):
             raise ValueError(f"W must be [{self.N}, {self.K}], got {list(w.shape)}")
         entry = _Packed(w, self.kernels)
         with self._lock:

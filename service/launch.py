@@ -155,7 +155,10 @@ class Supervisor:
         def _terminate(signum: int, _frame: object) -> None:
             raise KeyboardInterrupt
 
+        # SIGINT explicitly too: a process started in the background by a non-interactive shell inherits
+        # SIGINT ignored, and Ctrl-C (or a supervisor's SIGINT) must still stop every part cleanly.
         signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGINT, _terminate)
         admin_key = self.start()
         if admin_key:
             print(f"admin API key (shown once; also saved to {admin_key_path(self.settings)}): {admin_key}", flush=True)

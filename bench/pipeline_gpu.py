@@ -152,32 +152,8 @@ def cublas(gemm: GemmShape) -> float:
     torch = vendor.torch_cuda()
     a = torch.randn(gemm.batch, gemm.m, gemm.k, device="cuda")
     bt = torch.randn(gemm.batch, gemm.n, gemm.k, device="cuda")
-    return _graph_seconds(torch, lambda: torch.bmm(a, bt.transpose(1, 2)))
-
-
-def _graph_seconds(torch: Any, call: Any, calls: int = 50, repeats: int = 7) -> float:
-    """Seconds per call replayed from a CUDA graph of `calls` calls (gpu.md §4; as service.workers.cublas)."""
-    import statistics
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3 / calls)
-    return float(statistics.median(times))
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 cuBLAS, as time_linear
+    return vendor.time_graph(lambda: torch.bmm(a, bt.transpose(1, 2)))
 
 
 def run_operator(op: Operator, arch: str, trials: int, search: str, skip_ms: bool) -> dict[str, Any]:

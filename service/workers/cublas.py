@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 TORCH_DTYPES = ("float32", "float16", "bfloat16")
@@ -32,6 +33,33 @@ def label(dtype: str = "float32", tf32: bool = False, graph: bool = True) -> str
     return f"cuBLAS {mode} (torch {torch.__version__}, CUDA {torch.version.cuda}, {how})"
 
 
+def time_graph(call: Callable[[], Any], calls: int = 50, repeats: int = 7) -> float:
+    """Median seconds per `call()`, replayed from one CUDA graph holding `calls` of them (events around each
+    replay). Warmed up on a side stream first, off the capture: cuBLAS picks its kernel and workspace there."""
+    torch = torch_cuda()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / calls)
+    return float(statistics.median(times))
+
+
 def time_linear(
     m: int, n: int, k: int, dtype: str = "float32", tf32: bool = False, calls: int = 50, repeats: int = 7
 ) -> float:
@@ -45,27 +73,7 @@ def time_linear(
     try:
         x = torch.randn(m, k, device="cuda", dtype=tdtype)
         w = torch.randn(n, k, device="cuda", dtype=tdtype)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the capture: cuBLAS picks its kernel and workspace
-            for _ in range(3):
-                torch.nn.functional.linear(x, w)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                torch.nn.functional.linear(x, w)
-        graph.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e-3 / calls)
-        return float(statistics.median(times))
+        return time_graph(lambda: torch.nn.functional.linear(x, w), calls, repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
 

@@ -207,26 +207,32 @@ class CudaDispatcher:
             start += piece.rows
         return out.numpy() if host else out
 
-    def overhead(self, S: int = 1, repeat: int = 200) -> float:
-        """Seconds a call costs beyond its kernels: table lookup, DLPack views, launches (device-synchronised)."""
+    def time_called(self, S: int, calls: int = 50) -> float:
+        """Median seconds per call at S rows as a GPU host calls it: device tensors, back to back, synchronised."""
         tvm = require_cuda()
         dev = tvm.cuda(0)
         import numpy as np
 
-        x = tvm.runtime.tensor(np.zeros((S, self.K or 1), "float32"), dev)
-        w = tvm.runtime.tensor(np.zeros((self.N or 1, self.K or 1), "float32"), dev)
-        out = tvm.runtime.empty((S, self.N or 1), "float32", dev)
+        rng = np.random.default_rng(0)
+        n, k = self.N or 1, self.K or 1
+        x = tvm.runtime.tensor(rng.standard_normal((S, k), dtype=np.float32), dev)
+        w = tvm.runtime.tensor(rng.standard_normal((n, k), dtype=np.float32), dev)
+        out = tvm.runtime.empty((S, n), "float32", dev)
         self(x, w, out)
         dev.sync()
         samples = []
         for _ in range(5):
             start = time.perf_counter()
-            for _ in range(repeat):
+            for _ in range(calls):
                 self(x, w, out)
             dev.sync()
-            samples.append((time.perf_counter() - start) / repeat)
+            samples.append((time.perf_counter() - start) / calls)
+        return statistics.median(samples)
+
+    def overhead(self, S: int = 1, repeat: int = 200) -> float:
+        """Seconds a call costs beyond its kernels: table lookup, DLPack views, launches (device-synchronised)."""
         kernels = sum(self.kernels[p.ukernel_id].time(p.rows, repeat=3, number=20) for p in self.program(S))
-        return max(0.0, statistics.median(samples) - kernels)
+        return max(0.0, self.time_called(S, repeat) - kernels)
 
 
 def _is_numpy(a: Any) -> bool:

@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, require_cuda, sha256_bytes
 from service.workers.tuners.base import TuningStopped
 from service.workers.tuners.pipeline.schedule import (
@@ -87,26 +85,6 @@ def gpu_hardware(task: RangeTask) -> HardwareModel:
         l2_bytes=int(details.get("l2_bytes", base.l2_bytes)),
         smem_per_block=int(details.get("smem_per_block", base.smem_per_block)),
     )
-
-
-def time_cuda_dispatcher(dispatcher: CudaDispatcher, N: int, K: int, S: int, calls: int = 50) -> float:
-    """Median seconds per call at S rows as a GPU host calls it: device tensors, back to back, synchronised."""
-    tvm = require_cuda()
-    dev = tvm.cuda(0)
-    rng = np.random.default_rng(0)
-    x = tvm.runtime.tensor(rng.standard_normal((S, K), dtype=np.float32), dev)
-    w = tvm.runtime.tensor(rng.standard_normal((N, K), dtype=np.float32), dev)
-    out = tvm.runtime.empty((S, N), "float32", dev)
-    dispatcher(x, w, out)
-    dev.sync()
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            dispatcher(x, w, out)
-        dev.sync()
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +208,7 @@ class GPUUKernelTuner:
             shapes[str(S)] = {
                 "measured_s": alone,
                 "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
-                "chosen_measured_s": time_cuda_dispatcher(dispatcher, N, K, S),
+                "chosen_measured_s": dispatcher.time_called(S),
                 "chosen_predicted_s": programs[S - 1].cost,
             }
             sink.on_validated(S, len(alone) + 1)
@@ -297,7 +275,7 @@ class GPUUKernelTuner:
         for S in vendor_sweep_shapes(tuned.table, job.validate):
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            sweep[S] = (time_cuda_dispatcher(tuned, N, K, S, calls=20), cublas.time_linear_called(S, N, K, calls=20))
+            sweep[S] = (tuned.time_called(S, calls=20), cublas.time_linear_called(S, N, K, calls=20))
         return sweep
 
     @staticmethod

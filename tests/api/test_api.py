@@ -24,7 +24,7 @@ def api(use_store: str) -> Iterator[TestClient]:
         yield client
 
 
-def _job(**overrides: Any) -> dict[str, Any]:
+def job_body(**overrides: Any) -> dict[str, Any]:
     body = {
         "kind": "sketch",
         "workload": DENSE,
@@ -60,7 +60,7 @@ def test_workloads_are_idempotent(api: TestClient) -> None:
 
 
 def test_submit_get_list_cancel(api: TestClient) -> None:
-    resp = api.post("/v1/jobs", json=_job())
+    resp = api.post("/v1/jobs", json=job_body())
     assert resp.status_code == 202, resp.text
     job = resp.json()
     assert job["state"] == "queued" and resp.headers["location"] == f"/v1/jobs/{job['id']}"
@@ -72,22 +72,22 @@ def test_submit_get_list_cancel(api: TestClient) -> None:
     assert api.get("/v1/jobs/does-not-exist").status_code == 404
     # a job by registered workload hash
     wh = job["workload_hash"]
-    assert api.post("/v1/jobs", json=_job(workload=wh)).status_code == 202
+    assert api.post("/v1/jobs", json=job_body(workload=wh)).status_code == 202
 
 
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
-        (_job(workload={"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]}), ["body", "workload"]),
-        (_job(workload="0" * 32), ["body", "workload"]),
-        (_job(target={"kind": "llvm", "num_cores": 2}), ["body", "target"]),
-        (_job(target={"kind": "gemmini", "arch": "default"}), ["body", "target", "kind"]),
-        (_job(distribution={"kind": "uniform", "dim": "T", "low": 1, "high": 4}), ["body", "distribution"]),
-        (_job(distribution={"kind": "uniform", "dim": "M", "low": 1, "high": 10**6}), ["body", "distribution"]),
-        (_job(budget={"trials": 0}), ["body", "budget", "trials"]),
-        (_job(budget={"trials": 10**9}), ["body", "budget", "trials"]),
-        (_job(kind="rm -rf /"), ["body", "kind"]),
-        (_job(extra="field"), ["body", "extra"]),
+        (job_body(workload={"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]}), ["body", "workload"]),
+        (job_body(workload="0" * 32), ["body", "workload"]),
+        (job_body(target={"kind": "llvm", "num_cores": 2}), ["body", "target"]),
+        (job_body(target={"kind": "gemmini", "arch": "default"}), ["body", "target", "kind"]),
+        (job_body(distribution={"kind": "uniform", "dim": "T", "low": 1, "high": 4}), ["body", "distribution"]),
+        (job_body(distribution={"kind": "uniform", "dim": "M", "low": 1, "high": 10**6}), ["body", "distribution"]),
+        (job_body(budget={"trials": 0}), ["body", "budget", "trials"]),
+        (job_body(budget={"trials": 10**9}), ["body", "budget", "trials"]),
+        (job_body(kind="rm -rf /"), ["body", "kind"]),
+        (job_body(extra="field"), ["body", "extra"]),
     ],
 )
 def test_bad_jobs_get_422_naming_the_field(api: TestClient, body: dict[str, Any], loc: list[str]) -> None:
@@ -98,10 +98,10 @@ def test_bad_jobs_get_422_naming_the_field(api: TestClient, body: dict[str, Any]
 @pytest.mark.parametrize("kind", ["sketch", "ukernel"])
 def test_cuda_jobs_queue_for_gpu_workers_only(api: TestClient, kind: str) -> None:
     """A cuda job goes to `gpu.<arch>` (never a CPU queue) and says so while no GPU worker is live."""
-    resp = api.post("/v1/jobs", json=_job(kind=kind, target={"kind": "cuda", "arch": "sm_90"}))
+    resp = api.post("/v1/jobs", json=job_body(kind=kind, target={"kind": "cuda", "arch": "sm_90"}))
     assert resp.status_code == 202, resp.text
     assert resp.json()["waiting_for_worker"] == "gpu.sm_90"
-    cpu = api.post("/v1/jobs", json=_job(kind=kind))
+    cpu = api.post("/v1/jobs", json=job_body(kind=kind))
     assert cpu.status_code == 202 and cpu.json()["waiting_for_worker"] == "cpu.znver4"
 
 
@@ -206,8 +206,8 @@ def test_scopes_and_ownership(use_store: str) -> None:
     reader, submitter, other, admin = _key("read"), _key("submit", "read"), _key("submit"), _key("admin")
     with TestClient(create_app(run_migrations=False)) as c:
         assert c.get("/v1/jobs", headers=reader).status_code == 200
-        assert c.post("/v1/jobs", json=_job(), headers=reader).status_code == 403
-        job = c.post("/v1/jobs", json=_job(), headers=submitter).json()
+        assert c.post("/v1/jobs", json=job_body(), headers=reader).status_code == 403
+        job = c.post("/v1/jobs", json=job_body(), headers=submitter).json()
         assert c.post(f"/v1/jobs/{job['id']}/cancel", headers=other).status_code == 403
         assert c.post(f"/v1/jobs/{job['id']}/cancel", headers=admin).json()["state"] == "cancelled"
         assert c.get("/v1/keys", headers=submitter).status_code == 403
@@ -238,7 +238,7 @@ def test_submit_rate_limit_and_body_size(use_store: str, monkeypatch: pytest.Mon
             assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
             assert c.post("/v1/workloads", json=DENSE, headers=_key("submit")).status_code == 201  # per key
             huge = {"kind": "explicit", "points": [{"shape": {"M": i}, "weight": 1} for i in range(1, 400)]}
-            assert c.post("/v1/jobs", json=_job(distribution=huge), headers=headers).status_code == 413
+            assert c.post("/v1/jobs", json=job_body(distribution=huge), headers=headers).status_code == 413
     finally:
         get_settings.cache_clear()
         submit_bucket.cache_clear()
@@ -246,7 +246,7 @@ def test_submit_rate_limit_and_body_size(use_store: str, monkeypatch: pytest.Mon
 
 def test_metrics_and_status(api: TestClient) -> None:
     wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
-    api.post("/v1/jobs", json=_job())
+    api.post("/v1/jobs", json=job_body())
     api.get("/v1/configs/best", params={"workload": wh, "target": "f" * 32, "shape": "M=8"})
     text = api.get("/metrics").text
     for name in (

@@ -13,10 +13,8 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.api.errors import validation_body
+from tests.api.test_api import DENSE, TARGET, TOOLCHAIN, job_body
 
-DENSE = {"op": "dense", "dims": {"N": 64, "K": 32}, "symbolic": ["M"]}
-TARGET = {"kind": "llvm", "mcpu": "znver4", "num_cores": 2}
-TOOLCHAIN = {"tvm": "0.27.0.post1", "tuner_abi": "1"}
 X = "__NON_FINITE__"  # replaced by a literal in the raw body
 NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"]
 
@@ -37,17 +35,6 @@ def api(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient
         with TestClient(create_app(run_migrations=False), headers={"Authorization": f"Bearer {admin}"}) as client:
             yield client
     submit_bucket.cache_clear()
-
-
-def _job(**overrides: Any) -> dict[str, Any]:
-    body = {
-        "kind": "sketch",
-        "workload": DENSE,
-        "target": TARGET,
-        "distribution": {"kind": "uniform", "dim": "M", "low": 1, "high": 16},
-        "budget": {"trials": 8},
-    }
-    return {**body, **overrides}
 
 
 def _trace_config(**overrides: Any) -> dict[str, Any]:
@@ -98,17 +85,17 @@ def _names(resp: Any, loc: list[Any]) -> bool:
 
 NON_FINITE_CASES = [
     ("/v1/workloads", {**DENSE, "dims": {"N": X, "K": 32}}, ["body", "dims", "N"]),
-    ("/v1/jobs", _job(distribution={"kind": "zipf", "dim": "M", "low": 1, "high": 16, "s": X}),
+    ("/v1/jobs", job_body(distribution={"kind": "zipf", "dim": "M", "low": 1, "high": 16, "s": X}),
      ["body", "distribution", "zipf", "s"]),
-    ("/v1/jobs", _job(distribution={"kind": "explicit", "points": [{"shape": {"M": 1}, "weight": X}]}),
+    ("/v1/jobs", job_body(distribution={"kind": "explicit", "points": [{"shape": {"M": 1}, "weight": X}]}),
      ["body", "distribution", "explicit", "points", 0, "weight"]),
-    ("/v1/jobs", _job(distribution={"kind": "normal", "dim": "M", "low": 1, "high": 16, "mean": X, "std": 2}),
+    ("/v1/jobs", job_body(distribution={"kind": "normal", "dim": "M", "low": 1, "high": 16, "mean": X, "std": 2}),
      ["body", "distribution", "normal", "mean"]),
-    ("/v1/jobs", _job(distribution={"kind": "histogram", "dim": "M", "counts": {"3": X}}),
+    ("/v1/jobs", job_body(distribution={"kind": "histogram", "dim": "M", "counts": {"3": X}}),
      ["body", "distribution", "histogram", "counts", "3"]),
-    ("/v1/jobs", _job(workload={**DENSE, "dims": {"N": 64, "K": X}}), ["body", "workload", "dims", "K"]),
-    ("/v1/jobs", _job(budget={"trials": X}), ["body", "budget", "trials"]),
-    ("/v1/jobs", _job(target={**TARGET, "num_cores": X}), ["body", "target", "num_cores"]),
+    ("/v1/jobs", job_body(workload={**DENSE, "dims": {"N": 64, "K": X}}), ["body", "workload", "dims", "K"]),
+    ("/v1/jobs", job_body(budget={"trials": X}), ["body", "budget", "trials"]),
+    ("/v1/jobs", job_body(target={**TARGET, "num_cores": X}), ["body", "target", "num_cores"]),
     ("/v1/telemetry", {"batch_id": str(uuid.UUID(int=7)), "records": [{"workload_hash": "ab",
      "target_fingerprint": "cd", "shape": {"M": 3}, "calls": 1, "kernel_seconds": X}]},
      ["body", "records", 0, "kernel_seconds"]),
@@ -201,7 +188,7 @@ def test_wrong_content_type_gets_415_and_non_utf8_gets_400(api: TestClient) -> N
     assert utf16.status_code == 400
     for content_type in ("application/json", "application/json; charset=utf-8", "application/merge-patch+json"):
         assert api.post("/v1/workloads", content=raw, headers={"Content-Type": content_type}).status_code == 201
-    job = api.post("/v1/jobs", json=_job()).json()
+    job = api.post("/v1/jobs", json=job_body()).json()
     assert api.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # no body, no content type: fine
     # the dashboard's HTML forms are urlencoded, outside /v1
     form = api.post("/dashboard/login", data={"key": "kf_wrong"}, headers={"Origin": str(api.base_url)})
@@ -216,16 +203,16 @@ def test_oversized_workloads_get_422_naming_the_field(api: TestClient) -> None:
     huge = {**DENSE, "dims": {"N": 10**6, "K": 10**6}}  # W alone: 10^12 elements
     resp = api.post("/v1/workloads", json=huge)
     assert _names(resp, ["body", "dims"]) and "elements" in resp.text and "W" in resp.text
-    assert _names(api.post("/v1/jobs", json=_job(workload=huge)), ["body", "workload", "dims"])
+    assert _names(api.post("/v1/jobs", json=job_body(workload=huge)), ["body", "workload", "dims"])
     # each tensor fits, but a call at M=4096 is 1.3e13 FLOPs: refused for the distribution that asks for it
     wide = {**DENSE, "dims": {"N": 40_000, "K": 40_000}}
     wide_hash = api.post("/v1/workloads", json=wide).json()["workload_hash"]
     far = {"kind": "uniform", "dim": "M", "low": 4000, "high": 4096}
     for workload in (wide, wide_hash):
-        resp = api.post("/v1/jobs", json=_job(workload=workload, distribution=far))
+        resp = api.post("/v1/jobs", json=job_body(workload=workload, distribution=far))
         assert _names(resp, ["body", "distribution"]) and "FLOPs" in resp.text
     near = {"kind": "uniform", "dim": "M", "low": 1, "high": 16}
-    assert api.post("/v1/jobs", json=_job(workload=wide_hash, distribution=near)).status_code == 202
+    assert api.post("/v1/jobs", json=job_body(workload=wide_hash, distribution=near)).status_code == 202
 
 
 def test_conv2d_kernels_larger_than_the_padded_input_get_422(api: TestClient) -> None:
@@ -234,23 +221,23 @@ def test_conv2d_kernels_larger_than_the_padded_input_get_422(api: TestClient) ->
     assert _names(resp, ["body", "dims", "KH"]) and "larger than H" in resp.text
     wide = {**CONV, "dims": {**CONV_DIMS, "KW": 7}, "attrs": {"padding": 1}}  # 4 + 2*1 < 7
     assert _names(api.post("/v1/workloads", json=wide), ["body", "dims", "KW"])
-    job = _job(workload=tall, distribution={"kind": "uniform", "dim": "N", "low": 1, "high": 4})
+    job = job_body(workload=tall, distribution={"kind": "uniform", "dim": "N", "low": 1, "high": 4})
     assert _names(api.post("/v1/jobs", json=job), ["body", "workload", "dims", "KH"])
     padded = {**wide, "attrs": {"padding": 2}}  # 4 + 2*2 >= 7
     assert api.post("/v1/workloads", json=padded).status_code == 201
 
 
 def test_422_locations_are_the_fields_a_user_wrote(api: TestClient) -> None:
-    detail = api.post("/v1/jobs", json=_job(workload={"op": "dense", "dims": {"N": 10}, "symbolic": ["M"]})).json()
+    detail = api.post("/v1/jobs", json=job_body(workload={"op": "dense", "dims": {"N": 10}, "symbolic": ["M"]})).json()
     assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "dims"]]  # one error, no union labels
-    detail = api.post("/v1/jobs", json=_job(workload={**DENSE, "dims": {"N": 8, "K": "x"}})).json()
+    detail = api.post("/v1/jobs", json=job_body(workload={**DENSE, "dims": {"N": 8, "K": "x"}})).json()
     assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "dims", "K"]]
-    detail = api.post("/v1/jobs", json=_job(workload={**DENSE, "symbolic": ["M", "Q"]})).json()
+    detail = api.post("/v1/jobs", json=job_body(workload={**DENSE, "symbolic": ["M", "Q"]})).json()
     assert [e["loc"] for e in detail["detail"]] == [["body", "workload", "symbolic", 1]]
-    detail = api.post("/v1/jobs", json=_job(workload=5)).json()
+    detail = api.post("/v1/jobs", json=job_body(workload=5)).json()
     assert [e["loc"] for e in detail["detail"]] == [["body", "workload"]] and "hash" in detail["detail"][0]["msg"]
-    assert api.post("/v1/jobs", json=_job(workload="0" * 32)).status_code == 422  # unknown hash: still named
-    for body in (_job(workload={"op": "nope"}), _job(workload={**DENSE, "attrs": {"bias": 3}})):
+    assert api.post("/v1/jobs", json=job_body(workload="0" * 32)).status_code == 422  # unknown hash: still named
+    for body in (job_body(workload={"op": "nope"}), job_body(workload={**DENSE, "attrs": {"bias": 3}})):
         for error in api.post("/v1/jobs", json=body).json()["detail"]:
             assert error["loc"][:2] == ["body", "workload"] and error["loc"][2:3] != ["str"], error
             assert not any(str(part).startswith("function-") for part in error["loc"]), error

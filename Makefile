@@ -23,6 +23,7 @@ standalone: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check service clients tests bench
 	$(BIN)/mypy service clients/python/kernelfleet
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)
@@ -30,6 +31,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check service clients tests bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy service clients/python/kernelfleet

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.tuning.platforms import tvm_target
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -62,7 +64,7 @@ def set_tvm_threads(n: int) -> None:
 
 
 def cores() -> int:
-    from service.workers.hardware import host_target
+    from service.tuning.hardware import host_target
 
     return host_target().num_cores
 
@@ -79,7 +81,7 @@ def cpu_model() -> str:
 
 def isa_flags() -> dict[str, bool]:
     """The vector ISA extensions that matter for these kernels, as the kernel reports them."""
-    from service.workers.hardware import cpu_flags
+    from service.tuning.hardware import cpu_flags
 
     flags = cpu_flags()
     return {name: name in flags for name in ISA_FLAGS}
@@ -89,7 +91,7 @@ def host_info() -> dict[str, Any]:
     import numpy as np
     import tvm
 
-    from service.workers.hardware import host_target
+    from service.tuning.hardware import host_target
 
     target = host_target()
     return {
@@ -101,8 +103,8 @@ def host_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "tvm": tvm.__version__,
-        "tvm_target": target.tvm_target(),
-        "tvm_target_str": str(tvm.target.Target(target.tvm_target())),
+        "tvm_target": tvm_target(target),
+        "tvm_target_str": str(tvm.target.Target(tvm_target(target))),
         "tvm_threads": int(tvm.get_global_func("runtime.NumThreads")()),
         "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS", "unset"),
         "stripped_env": json.loads(os.environ.get(STRIPPED_RECORD, "{}")),

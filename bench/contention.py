@@ -35,6 +35,8 @@ from typing import Any
 
 from common import STRIPPED_ENV, blas_info, host_info, write_json
 
+from service.tuning.platforms import tvm_target
+
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "contention.json"
 N, K = 1024, 512
@@ -47,13 +49,13 @@ THREAD_ENV = ("TVM_NUM_THREADS", "TVM_BIND_THREADS", "TVM_THREAD_POOL_SPIN_COUNT
 
 def build_kernel(directory: Path) -> dict[str, Any]:
     """One uKernel for the layer, chosen by the rules as a ukernel job would, exported like a job's artifact."""
-    from service.workers.hardware import host_target
-    from service.workers.tuners.ukernel.hardware_model import HardwareModel
-    from service.workers.tuners.ukernel.kernel import build_ukernel
-    from service.workers.tuners.ukernel.rules import dense_candidates
+    from service.tuning.hardware import host_target
+    from service.tuning.hardware_model import HardwareModel
+    from service.tuning.tuners.ukernel.kernel import build_ukernel
+    from service.tuning.tuners.ukernel.rules import dense_candidates
 
     best = dense_candidates(HardwareModel.from_host(), N, K, representative_m=80, top_k=1, distinct_mt=True)[0]
-    artifact = build_ukernel(N, K, best.mt, best.nt, best.kt, host_target().tvm_target()).export(directory)
+    artifact = build_ukernel(N, K, best.mt, best.nt, best.kt, tvm_target(host_target())).export(directory)
     return {"path": str(artifact.path), "sha256": artifact.sha256, "spec": artifact.spec.to_dict()}
 
 

@@ -91,13 +91,14 @@ from common import (
 
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
-from kernelfleet.tvm_kernel import Kernel, build_kernel, import_tvm
-from kernelfleet.ukernel import UKernel, UKernelSpec, aligned_empty, load_ukernel
+from kernelfleet.tvm_kernel import Kernel, build_kernel
+from kernelfleet.tvm_runtime import aligned_empty, import_tvm
+from kernelfleet.ukernel import UKernel, UKernelSpec, load_ukernel
 from service.models import WorkloadSpec
-from service.workers.hardware import host_target
-from service.workers.tuners.base import TuningTask
-from service.workers.tuners.compute import tolerance
-from service.workers.tuners.sketch import SketchTuner
+from service.tuning.compute import tolerance
+from service.tuning.hardware import host_target
+from service.tuning.tuners.base import TuningTask
+from service.tuning.tuners.sketch import SketchTuner
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "dynamic_bert.json"
@@ -164,7 +165,7 @@ class ValidationSink:
 
 
 def tune_ukernel(name: str, K: int, N: int, args: argparse.Namespace) -> dict[str, Any]:
-    from service.workers.tuners.ukernel.tuner import RangeTask, UKernelTuner
+    from service.tuning.tuners.ukernel.tuner import RangeTask, UKernelTuner
 
     task = RangeTask(
         dense_workload(K, N),
@@ -277,7 +278,7 @@ def load_dispatcher(uk: dict[str, Any], N: int, K: int) -> tuple[Dispatcher, str
         if path.exists():
             kernels[uid] = load_ukernel(path, spec, art["sha256"])
             continue
-        from service.workers.tuners.ukernel.kernel import build_ukernel
+        from service.tuning.tuners.ukernel.kernel import build_ukernel
 
         kernels[uid] = build_ukernel(spec.N, spec.K, spec.mt, spec.nt, spec.kt, spec.target, spec.vec, spec.dtype)
         source = "recompiled from their specs (the exported artifacts are gone)"

@@ -17,11 +17,11 @@ import math
 import time
 from typing import Any
 
-from service.workers.tuners.gemmini.backends import Measurement, get_backend
-from service.workers.tuners.gemmini.calibration import correlate
-from service.workers.tuners.gemmini.search import Limits, co_explore, default_point, random_search, tune_fixed_hw
-from service.workers.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
-from service.workers.tuners.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
+from service.tuning.tuners.gemmini.backends import Measurement, get_backend
+from service.tuning.tuners.gemmini.calibration import correlate
+from service.tuning.tuners.gemmini.search import Limits, co_explore, default_point, random_search, tune_fixed_hw
+from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
+from service.tuning.tuners.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
 
 
 def _net(layers: list[Layer], ms: list[Any]) -> tuple[float, float]:

@@ -3,7 +3,7 @@
 Layers Y[T, N] = X[T, K]·W[N, K]ᵀ (../shared/research/gpu.md §4): qkv 2304×768, attn_out 768×768,
 ffn_up 3072×768, ffn_down 768×3072. Contenders, side by side in one process:
 
-- `dispatcher`: one GPU ukernel run per layer (service.workers.tuners.ukernel.gpu_tuner: FTuner GPU
+- `dispatcher`: one GPU ukernel run per layer (service.tuning.tuners.ukernel.gpu_tuner: FTuner GPU
   rules, symbolic-M pipelined uKernels, depth searched per uKernel, DP table, T ranges where cuBLAS
   was faster routed to cuBLAS) covering T = 1..512, called as a GPU host calls
   kernelfleet.cuda_ukernel.CudaDispatcher: torch CUDA tensors in, a torch CUDA tensor out, back to
@@ -94,8 +94,8 @@ def tune_metaschedule(n: int, k: int, m: int, arch: str, trials: int, work: Path
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from service.workers.tuners.build import fast_build_cuda, make_builder
-    from service.workers.tuners.pipeline.schedule import cuda_target, dense_module
+    from service.tuning.tuners.build import fast_build_cuda, make_builder
+    from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module
 
     target = tvm.target.Target(cuda_target(arch))
     mod = dense_module(n, k, m)
@@ -129,15 +129,15 @@ def time_module_us(module: Any, n: int, k: int, m: int) -> float:
 
 
 def run_layer(name: str, args: argparse.Namespace, arch: str, work: Path) -> dict[str, Any]:
-    from service.workers import cublas, gpu
-    from service.workers.tuners.pipeline.schedule import cuda_target
-    from service.workers.tuners.ukernel.gpu_tuner import DenseRange, GPUUKernelTuner
-    from service.workers.tuners.ukernel.hardware_model import HardwareModel
-    from service.workers.tuners.ukernel.tuner import QuietRangeSink
+    from service.tuning import cublas, gpu
+    from service.tuning.hardware_model import HardwareModel
+    from service.tuning.tuners.pipeline.schedule import cuda_target
+    from service.tuning.tuners.ukernel.gpu_tuner import DenseRange, GPUUKernelTuner
+    from service.tuning.tuners.ukernel.tuner import QuietRangeSink
 
     n, k = LAYERS[name]
     card = gpu.detect()
-    hw = HardwareModel.from_gpu_description(card) if card else HardwareModel.for_gpu(arch)
+    hw = card.hardware_model() if card else HardwareModel.for_gpu(arch)
     ts = [t for t in T_RANGE if t <= args.t_max] + list(T_EXTRA)
     outcome = GPUUKernelTuner().tune_dense(
         DenseRange(
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "gpu_dynamic_bert.json")
     args = parser.parse_args(argv)
     from kernelfleet.cuda_ukernel import require_cuda
-    from service.workers import gpu
+    from service.tuning import gpu
 
     require_cuda()
     card = gpu.detect()

@@ -43,7 +43,7 @@ run | run-tests | run-bench)
         # tree may be read-only. A failing test does not stop the benchmark.
         set +e
         python3 -m pytest -p no:cacheprovider -q -rs -k "not sampled_sketch and not full_ukernel_job" \
-            tests/workers/gpu/test_on_gpu.py tests/workers/gpu/test_codegen.py tests/workers/gpu/test_gpu_rules.py \
+            tests/tuning/gpu/test_on_gpu.py tests/tuning/gpu/test_codegen.py tests/tuning/gpu/test_gpu_rules.py \
             2>&1 | tee "$out/pytest.txt"
         tests_rc=${PIPESTATUS[0]}
         set -e

@@ -142,7 +142,7 @@ def _dispatch_workloads(n: int) -> list[WorkloadSpec]:
 
 
 def _tune_once(target: TargetSpec, work_dir: Path) -> Any:
-    from service.workers.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
+    from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
 
     spec = WorkloadSpec(op="dense", dims={"N": DISPATCH_N, "K": DISPATCH_K}, symbolic=["M"])
     task = RangeTask(spec, S_MAX, VALIDATE, target, MAX_UKERNELS, work_dir)
@@ -157,8 +157,8 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
     from service.store import dispatch as dispatch_store
     from service.store.db import session_scope
     from service.store.tables import DispatchTableRow
-    from service.workers.hardware import host_target
-    from service.workers.kinds.ukernel import artifacts_of, validation_record
+    from service.tuning.hardware import host_target
+    from service.tuning.kinds.ukernel import artifacts_of, validation_record
 
     target = host_target()
     fp = target.fingerprint

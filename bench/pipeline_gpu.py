@@ -27,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.workers.tuners.pipeline.model import GPUConstants, best_in_top_k
-from service.workers.tuners.pipeline.space import GemmShape, PipelineConfig
-from service.workers.tuners.pipeline.tuner import MODES, PipelineTask, PipelineTuner
+from service.tuning.tuners.pipeline.model import GPUConstants, best_in_top_k
+from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig
+from service.tuning.tuners.pipeline.tuner import MODES, PipelineTask, PipelineTuner
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Runner:
 
 
 def pipeline_measure(runner: Runner, arch: str, errors: dict[str, str]) -> Any:
-    from service.workers.tuners.pipeline.lowering import build
+    from service.tuning.tuners.pipeline.lowering import build
 
     def measure(configs: list[PipelineConfig]) -> list[float]:
         out = []
@@ -117,9 +117,9 @@ def metaschedule(gemm: GemmShape, arch: str, trials: int, runner: Runner) -> tup
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from service.workers.tuners.build import make_builder
-    from service.workers.tuners.pipeline.lowering import batch_matmul_module
-    from service.workers.tuners.pipeline.schedule import cuda_target, dense_module, pass_config
+    from service.tuning.tuners.build import make_builder
+    from service.tuning.tuners.pipeline.lowering import batch_matmul_module
+    from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module, pass_config
 
     mod = dense_module(gemm.n, gemm.k, gemm.m) if gemm.batch == 1 else batch_matmul_module(
         gemm.batch, gemm.n, gemm.k, gemm.m
@@ -145,7 +145,7 @@ def metaschedule(gemm: GemmShape, arch: str, trials: int, runner: Runner) -> tup
 
 
 def cublas(gemm: GemmShape) -> float:
-    from service.workers import cublas as vendor
+    from service.tuning import cublas as vendor
 
     if gemm.batch == 1:
         return vendor.time_linear(gemm.m, gemm.n, gemm.k)

@@ -65,10 +65,10 @@ from common import (
 
 from kernelfleet.tvm_kernel import Kernel, build_kernel
 from service.models import TargetSpec, WorkloadSpec
-from service.workers.hardware import host_target
-from service.workers.tuners.base import TuningTask
-from service.workers.tuners.compute import random_inputs, reference, tolerance
-from service.workers.tuners.sketch import SketchTuner
+from service.tuning.compute import random_inputs, reference, tolerance
+from service.tuning.hardware import host_target
+from service.tuning.tuners.base import TuningTask
+from service.tuning.tuners.sketch import SketchTuner
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "sketch_vs_vendor.json"

@@ -98,7 +98,7 @@ def import_metaschedule(
     """Bring an existing MetaSchedule JSON database into the store (workloads matched to the registry)."""
     from kernelfleet.client import local_toolchain
     from service.models import Toolchain, Workload
-    from service.workers.tuners.metaschedule_io import read_database
+    from service.tuning.tuners.metaschedule_io import read_database
 
     with client_from_env(url) as client:
         workloads = [Workload(**w.model_dump()) for w in client.workloads()]
@@ -118,7 +118,7 @@ def export_metaschedule(
     url: UrlOpt = None,
 ) -> None:
     """Write the store's best configs as a MetaSchedule JSON database for offline use."""
-    from service.workers.tuners.metaschedule_io import write_database
+    from service.tuning.tuners.metaschedule_io import write_database
 
     with client_from_env(url) as client:
         n = write_database(out_dir, client.configs(workload=workload, target=target))

@@ -26,7 +26,8 @@ from kernelfleet.dispatcher import Dispatcher
 from service.launch import Supervisor
 from service.models import TargetSpec, WorkloadSpec
 from service.settings import Settings
-from service.workers.kinds import KINDS, JobKind, fleet_kind
+from service.tuning.admission import fleet_kind
+from service.tuning.kinds import KINDS, JobKind
 
 WORKLOAD = {"op": "dense", "dtype": "float32", "dims": {"N": 2304, "K": 768}, "symbolic": ["M"]}
 # Sequence lengths seen by a serving fleet (weights are the share of calls).

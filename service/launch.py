@@ -23,7 +23,7 @@ def worker_queues(settings: Settings) -> list[str]:
     """The queues of the hardware this host is, plus housekeeping; overridable for special workers."""
     if settings.worker_queues:
         return [q.strip() for q in settings.worker_queues.split(",") if q.strip()]
-    from service.workers.platforms import host_platform
+    from service.tuning.platforms import host_platform
 
     platform, target = host_platform()
     return [platform.queue(target), CONTROL_QUEUE]

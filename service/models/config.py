@@ -88,7 +88,7 @@ class PipelineGemmShape(BaseModel):
 
 
 class PipelineSchedule(BaseModel):
-    """ALCOP's schedule knobs (service.workers.tuners.pipeline.space.PipelineConfig as the store keeps it)."""
+    """ALCOP's schedule knobs (service.tuning.tuners.pipeline.space.PipelineConfig as the store keeps it)."""
 
     bm: Annotated[int, Field(ge=1, le=256)]
     bn: Annotated[int, Field(ge=1, le=256)]
@@ -106,7 +106,7 @@ class PipelineGemmConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    format: Literal["pipeline-gemm"] = "pipeline-gemm"  # service.workers.kinds.pipeline.CONFIG_FORMAT
+    format: Literal["pipeline-gemm"] = "pipeline-gemm"  # service.tuning.kinds.pipeline.CONFIG_FORMAT
     arch: str = Field(pattern=r"^sm_[0-9]{2,3}a?$")
     gemm: PipelineGemmShape
     config: PipelineSchedule

@@ -5,14 +5,14 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import PydanticCustomError
 
 from service.models.distribution import ShapeDistribution
 from service.models.target import TargetSpec
 from service.models.workload import WorkloadSpec
 
-JobKind = str  # a name from the job-kind registry (service.workers.kinds), checked on input
+JobKind = str  # a name from the job-kind registry (service.tuning.kinds), checked at submission
 
 
 class JobState(enum.StrEnum):
@@ -80,12 +80,3 @@ class JobSpec(BaseModel):
     distribution: ShapeDistribution
     budget: Budget = Field(default_factory=Budget)
     tags: dict[str, str] = Field(default_factory=dict, max_length=16)
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, kind: str) -> str:
-        from service.workers.kinds import KINDS
-
-        if kind not in KINDS.names():
-            raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(KINDS.names())}")
-        return kind

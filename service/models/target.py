@@ -4,6 +4,9 @@ The fingerprint covers everything that changes which kernel is fastest or whethe
 still applies: the hardware (kind, CPU model or GPU arch, cores, features) and the toolchain (TVM
 version and the tuner ABI that wrote the config). Two records with different fingerprints never
 answer for each other.
+
+A target's kind names a platform of the tuning engine (service.tuning.platforms): whether the platform
+exists, accepts the target and which queue serves it are the engine's to say, checked at submission.
 """
 
 from __future__ import annotations
@@ -11,12 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-if TYPE_CHECKING:
-    from service.workers.platforms import Platform
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Bumped whenever the format of stored configs changes in a way old readers cannot apply.
 TUNER_ABI = "1"
@@ -62,43 +61,17 @@ class TargetSpec(BaseModel):
     )
     toolchain: Toolchain | None = Field(default=None, description="filled in by the worker when omitted on jobs")
 
-    @field_validator("kind")
-    @classmethod
-    def _known_platform(cls, kind: str) -> str:
-        from service.workers.platforms import PLATFORMS
-
-        if kind not in PLATFORMS.names():
-            raise ValueError(f"unknown platform {kind!r}; known: {', '.join(PLATFORMS.names())}")
-        return kind
-
     @model_validator(mode="after")
     def _consistent(self) -> TargetSpec:
         for feat in self.features:
             if not _NAME.match(feat):
                 raise ValueError(f"bad feature name {feat!r}")
         self.features = sorted(set(self.features))
-        if self.is_host_alias:
-            return self  # resolved against the live workers when a job is submitted
-        problem = self.platform.validate(self)
-        if problem:
-            raise ValueError(problem)
         return self
 
     @property
     def is_host_alias(self) -> bool:
         return HOST_ALIAS in (self.mcpu, self.arch)
-
-    @property
-    def platform(self) -> Platform:
-        """The hardware platform that describes, queues and measures this kind of target."""
-        from service.workers.platforms import PLATFORMS
-
-        return PLATFORMS.get(self.kind)
-
-    @property
-    def queue(self) -> str:
-        """The Celery queue whose workers run on exactly this hardware."""
-        return self.platform.queue(self)
 
     def hardware(self) -> dict[str, object]:
         return self.model_dump(exclude={"toolchain"})
@@ -115,15 +88,6 @@ class TargetSpec(BaseModel):
             del fields["details"]  # targets without details keep the fingerprints they had before the field existed
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
-
-    def tvm_target(self) -> dict[str, object]:
-        """The dict TVM 0.27 takes as `tvm.target.Target(...)`."""
-        from service.workers.platforms import TVMPlatform
-
-        platform = self.platform
-        if not isinstance(platform, TVMPlatform):
-            raise ValueError(f"{self.kind} targets are not compiled by TVM")
-        return platform.tvm_target(self)
 
 
 class Target(TargetSpec):

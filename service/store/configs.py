@@ -56,6 +56,21 @@ def job_candidates(session: Session, job_id: str, fingerprint: str, key: str) ->
     ]
 
 
+def target_candidates(session: Session, fingerprint: str, config_format: str, limit: int) -> list[MeasuredCandidate]:
+    """Successful candidates any job recorded on one target in configs of one format, newest first."""
+    rows = session.scalars(
+        select(CandidateRow)
+        .where(CandidateRow.target_fingerprint == fingerprint, CandidateRow.status == "ok")
+        .order_by(CandidateRow.id.desc())
+        .limit(limit)
+    )
+    return [
+        MeasuredCandidate(config=r.config, latency_s=r.latency_s, status="ok", error=r.error)
+        for r in rows
+        if isinstance(r.config, dict) and r.config.get("format") == config_format
+    ]
+
+
 def upsert_best(session: Session, record: ConfigRecord) -> bool:
     """Atomically store `record` unless an equal or faster one is already there.
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, func, select
@@ -18,19 +17,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from kernelfleet.models import DispatchDoc, ExactOverride, UKernelRef
+from service.models.artifact import Artifact
 from service.models.shape import parse_shape_key
 from service.store.tables import ArtifactRow, BestConfigRow, DispatchTableRow, utcnow
 
 
-@dataclass(frozen=True)
-class NewArtifact:
-    ukernel_id: str
-    sha256: str
-    spec: dict[str, Any]
-    data: bytes
-
-
-def put_artifact(session: Session, artifact: NewArtifact, target_fingerprint: str, job_id: str | None) -> None:
+def put_artifact(session: Session, artifact: Artifact, target_fingerprint: str, job_id: str | None) -> None:
     """Store an artifact unless its content is already there (same sha256: same bytes; racing writers of
     the same bytes both succeed)."""
     table = cast(Table, ArtifactRow.__table__)
@@ -59,7 +51,7 @@ def publish(
     target_fingerprint: str,
     dim: str,
     table: Mapping[str, Any],
-    artifacts: Sequence[NewArtifact],
+    artifacts: Sequence[Artifact],
     predicted: Sequence[float],
     measured: Mapping[int, float],
     validation: Mapping[str, Any],

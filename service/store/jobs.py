@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from service.models import JobState, JobView, ShapeResult, shape_key
 from service.models.job import JobSpec
+from service.models.plan import PlannedShape
 from service.store.tables import CandidateRow, JobRow, JobShapeRow, utcnow
 
 
@@ -32,16 +33,17 @@ def create_job(
     workload_hash: str,
     owner_key_id: str | None = None,
     *,
-    queue: str | None = None,
+    queue: str,
     trials_total: int | None = None,
 ) -> JobRow:
+    """A queued job whose message goes to `queue` (the engine names it: the store knows no platforms)."""
     row = JobRow(
         id=str(uuid.uuid4()),
         kind=spec.kind,
         state=JobState.queued.value,
         workload_hash=workload_hash,
         target=spec.target.model_dump(),
-        queue=queue or spec.target.queue,
+        queue=queue,
         distribution=spec.distribution.model_dump(),
         budget=spec.budget.model_dump(),
         tags=spec.tags,
@@ -167,14 +169,6 @@ def confirm_cancelled(session: Session, job_id: str) -> None:
         .where(JobRow.id == job_id, JobRow.state == JobState.running.value)
         .values(state=JobState.cancelled.value, finished_at=utcnow(), lease=None)
     )
-
-
-@dataclass(frozen=True)
-class PlannedShape:
-    shape: dict[str, int]
-    weight: float
-    priority: float
-    trials: int
 
 
 def plan_shapes(

@@ -26,9 +26,9 @@ from service.settings import Settings
 from service.store import catalog, configs, jobs
 from service.store import dispatch as dispatch_store
 from service.store.db import session_scope
-from service.workers.kinds import KINDS, JobKind, ShapeOutcome, UnitContext, UnitResult, WorkUnit, unit_done
-from service.workers.platforms import platform_for
-from service.workers.tuners.base import TuningStopped
+from service.tuning.kinds import KINDS, JobKind, ShapeOutcome, UnitContext, UnitResult, WorkUnit, unit_done
+from service.tuning.platforms import platform_for
+from service.tuning.tuners.base import TuningStopped
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,10 @@ class _StoreSink:
         with session_scope() as s:
             return configs.job_candidates(s, self.job_id, self.fingerprint, unit_key)
 
+    def target_candidates(self, config_format: str, limit: int) -> list[MeasuredCandidate]:
+        with session_scope() as s:
+            return configs.target_candidates(s, self.fingerprint, config_format, limit)
+
     def should_stop(self) -> bool:
         return self.hb.lost.is_set()
 
@@ -128,6 +132,7 @@ def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: 
         assert row is not None
         workload = catalog.get_workload(s, row.workload_hash)
         kind_name, target, budget, dist = row.kind, TargetSpec(**row.target), Budget(**row.budget), row.distribution
+        tags = dict(row.tags or {})
     if workload is None:
         return _fail(job_id, lease, f"workload {row.workload_hash} is not registered")
     try:
@@ -161,7 +166,7 @@ def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: 
                 jobs.update_shape(s, job_id, key, state=JobState.running.value, trials_done=0)
         with tempfile.TemporaryDirectory(prefix=f"kf-{job_id[:8]}-") as tmp:
             ctx = UnitContext(
-                job_id, worker, workload, target, platform, distribution, budget, settings, Path(tmp), sink
+                job_id, worker, workload, target, platform, distribution, budget, settings, Path(tmp), sink, tags
             )
             result = kind.run_unit(unit, ctx)
             if result.fatal:

@@ -9,8 +9,9 @@ from sqlalchemy.orm import Session
 from service.models import JobSpec
 from service.store import catalog, jobs
 from service.store.tables import JobRow
+from service.tuning.kinds import KINDS
+from service.tuning.platforms import queue_for
 from service.workers.celery_app import dispatch
-from service.workers.kinds import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,14 @@ def submit(session: Session, spec: JobSpec, workload_hash: str, owner_key_id: st
         raise ValueError(f"workload {workload_hash} is not registered")
     # progress counts to what the kind plans, from the first poll on (the worker plans the same way)
     planned = KINDS.get(spec.kind).plan(workload, spec.distribution, spec.budget)
-    row = jobs.create_job(session, spec, workload_hash, owner_key_id=owner_key_id, trials_total=planned.trials_total)
+    row = jobs.create_job(
+        session,
+        spec,
+        workload_hash,
+        owner_key_id=owner_key_id,
+        queue=queue_for(spec.target),
+        trials_total=planned.trials_total,
+    )
     session.commit()  # the job is durable before its message exists: the reaper re-sends undispatched jobs
     try:
         dispatch(row.id, row.queue)

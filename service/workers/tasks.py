@@ -16,12 +16,12 @@ from service.logs import for_job
 from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store.db import session_scope
-from service.workers import hardware
+from service.tuning import hardware
 
 hardware.pin_tvm_threads()  # before numpy (the platforms import it) and any TVM import in this worker
 
+from service.tuning.platforms import host_platform  # noqa: E402
 from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch  # noqa: E402
-from service.workers.platforms import host_platform  # noqa: E402
 
 log = logging.getLogger(__name__)
 

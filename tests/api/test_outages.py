@@ -66,9 +66,9 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
     from service.models import WorkloadSpec
     from service.store import catalog
     from service.store import dispatch as dispatch_store
-    from service.workers.hardware import host_target
-    from service.workers.kinds.ukernel import artifacts_of
-    from service.workers.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
+    from service.tuning.hardware import host_target
+    from service.tuning.kinds.ukernel import artifacts_of
+    from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
 
     target = host_target()
     spec = WorkloadSpec.model_validate(DENSE)

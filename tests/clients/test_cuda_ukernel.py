@@ -1,6 +1,6 @@
 """The SDK's CUDA dispatcher on a host without a GPU: clear errors, the code path a GPU host takes.
 
-Running kernels is covered by tests/workers/gpu/test_on_gpu.py, which skips (saying why) without a GPU.
+Running kernels is covered by tests/tuning/gpu/test_on_gpu.py, which skips (saying why) without a GPU.
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def test_gpu_kernel_path_imports_without_pydantic() -> None:
         "        if name.split('.')[0] in ('pydantic', 'pydantic_core', 'fastapi', 'celery', 'sqlalchemy', 'httpx'):\n"
         "            raise ImportError('blocked ' + name)\n"
         "sys.meta_path.insert(0, B())\n"
-        "import kernelfleet.cuda_ukernel, service.workers.gpu, service.workers.cublas\n"
-        "import service.workers.tuners.pipeline.schedule, service.workers.tuners.ukernel.gpu_rules\n"
-        "import service.workers.tuners.ukernel.gpu_tuner\n"
+        "import kernelfleet.cuda_ukernel, service.tuning.gpu, service.tuning.cublas\n"
+        "import service.tuning.tuners.pipeline.schedule, service.tuning.tuners.ukernel.gpu_rules\n"
+        "import service.tuning.tuners.ukernel.gpu_tuner\n"
         "sys.path.insert(0, 'bench'); import gpu_dynamic_bert\n"
         "print('ok')\n"
     )

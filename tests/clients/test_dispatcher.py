@@ -16,15 +16,16 @@ from kernelfleet.dispatch_cache import DispatchCache
 from kernelfleet.dispatcher import Dispatcher, dispatch_overhead_s
 from kernelfleet.signing import UntrustedArtifact, document_message, verify_bytes, verify_document
 from kernelfleet.ukernel import UKernel
-from service.workers.hardware import host_target
-from service.workers.tuners.ukernel.kernel import build_ukernel
+from service.tuning.hardware import host_target
+from service.tuning.platforms import tvm_target
+from service.tuning.tuners.ukernel.kernel import build_ukernel
 
 N, K = 64, 32
 
 
 @pytest.fixture(scope="module")
 def kernels() -> dict[str, UKernel]:
-    target = host_target().tvm_target()
+    target = tvm_target(host_target())
     return {"a": build_ukernel(N, K, 4, 32, 4, target), "b": build_ukernel(N, K, 3, 16, 4, target)}
 
 

@@ -35,9 +35,9 @@ PROBE = textwrap.dedent(
         importlib.import_module(name)
     import numpy as np
     from kernelfleet.runtime import blas_spin_warning
-    from service.workers.hardware import host_target
-    from service.workers.tuners.ukernel.kernel import build_ukernel
-    k = build_ukernel(64, 64, 4, 16, 4, host_target().tvm_target())
+    from service.tuning.hardware import host_target
+    from service.tuning.tuners.ukernel.kernel import build_ukernel
+    k = build_ukernel(64, 64, 4, 16, 4, tvm_target(host_target()))
     x = np.ones((64, 64), np.float32)
     np.testing.assert_allclose(k(x, k.pack_weight(np.ones((64, 64), np.float32))), x @ x.T)
     affinity = {}

@@ -15,7 +15,8 @@ from kernelfleet import Client, Forbidden, InvalidRequest, ServiceUnavailable, U
 from kernelfleet.tvm_kernel import build_kernel
 from service.cli import app
 from service.models import WorkloadSpec
-from service.workers.hardware import host_target
+from service.tuning.hardware import host_target
+from service.tuning.platforms import tvm_target
 from tests.helpers import TINY_DENSE, Fleet, free_port
 
 
@@ -67,14 +68,14 @@ def test_metaschedule_import_best_and_export(api_url: str, tmp_path: Path) -> No
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from service.workers.tuners.build import make_builder
-    from service.workers.tuners.compute import prim_func
-    from service.workers.tuners.sketch import drop_unnamed_ms_handlers
+    from service.tuning.compute import prim_func
+    from service.tuning.tuners.build import make_builder
+    from service.tuning.tuners.sketch import drop_unnamed_ms_handlers
 
     # an existing MetaSchedule JSON database, as a user would bring it
     workload = WorkloadSpec.model_validate(TINY_DENSE)
     mod = prim_func(workload, {"M": 8})
-    target = tvm.target.Target(host_target().tvm_target())
+    target = tvm.target.Target(tvm_target(host_target()))
     ms_dir = tmp_path / "ms"
     drop_unnamed_ms_handlers()  # pytest's capture handlers would crash MetaSchedule's logging setup
     ms.tune_tir(mod, target, str(ms_dir), max_trials_global=4, num_trials_per_iter=4, builder=make_builder(), seed=0)

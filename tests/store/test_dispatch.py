@@ -13,9 +13,9 @@ TARGET = TargetSpec(kind="llvm", mcpu="znver4", num_cores=2, toolchain={"tvm": "
 TABLE = {"mts": {"u": 4}, "intervals": [[1, 8, [[], "u"]]]}
 
 
-def _artifact(payload: bytes) -> dispatch_store.NewArtifact:
+def _artifact(payload: bytes) -> dispatch_store.Artifact:
     sha = hashlib.sha256(payload).hexdigest()
-    return dispatch_store.NewArtifact("u", sha, {"N": 8, "K": 8, "mt": 4}, payload)
+    return dispatch_store.Artifact("u", sha, {"N": 8, "K": 8, "mt": 4}, payload)
 
 
 def _publish(s, wh: str, payload: bytes, predicted: list[float]):  # type: ignore[no-untyped-def]

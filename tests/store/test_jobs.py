@@ -25,7 +25,7 @@ def _new_job() -> str:
     with session_scope() as s:
         assert isinstance(SPEC.workload, WorkloadSpec)
         w = catalog.put_workload(s, SPEC.workload)
-        return jobs.create_job(s, SPEC, w.workload_hash).id
+        return jobs.create_job(s, SPEC, w.workload_hash, queue="cpu.znver4").id
 
 
 def _age_heartbeat(job_id: str, seconds: float) -> None:
@@ -100,7 +100,7 @@ def test_cancel(use_store: str) -> None:
 
 
 def test_plan_is_persisted_once(use_store: str) -> None:
-    from service.store.jobs import PlannedShape
+    from service.models.plan import PlannedShape
 
     job_id = _new_job()
     plan = [PlannedShape({"M": 8}, 0.5, 4.0, 6), PlannedShape({"M": 4}, 0.5, 2.0, 2)]

@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 from service.models import Budget, WorkloadSpec, parse_shape_key, shape_key
 from service.models.config import MeasuredCandidate
 from service.models.distribution import ShapeDistribution
-from service.store.jobs import PlannedShape
-from service.workers import planning
-from service.workers.kinds import KINDS, JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.models.plan import PlannedShape
+from service.tuning import planning
+from service.tuning.kinds import KINDS, JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.tuning.platforms import tvm_target
 
 FACTORS = (1, 4, 8, 16)  # the fixed list: inner extents of the vectorised column loop
 
@@ -27,8 +28,8 @@ def _candidate(workload: WorkloadSpec, shape: dict[str, int], factor: int, targe
     from tvm import s_tir
 
     from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
-    from service.workers.tuners.compute import prim_func
-    from service.workers.tuners.trace_json import to_py
+    from service.tuning.compute import prim_func
+    from service.tuning.tuners.trace_json import to_py
 
     mod = prim_func(workload, shape)
     sch = s_tir.Schedule(mod)
@@ -68,14 +69,14 @@ class ExhaustiveKind(JobKind):
 
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from kernelfleet.tvm_kernel import build_kernel
-        from service.workers.tuners.compute import random_inputs, reference, tolerance
+        from service.tuning.compute import random_inputs, reference, tolerance
 
         shape = parse_shape_key(unit.key)
         inputs = random_inputs(ctx.workload, shape, seed=1)
         expected = reference(ctx.workload)(*inputs)
         best: tuple[float, dict[str, Any]] | None = None
         for factor in FACTORS:
-            config = _candidate(ctx.workload, shape, factor, ctx.target.tvm_target())
+            config = _candidate(ctx.workload, shape, factor, tvm_target(ctx.target))
             kernel = build_kernel(config)
             error = ctx.platform.check(kernel(*inputs), expected, tolerance(ctx.workload, shape))
             seconds = None if error else ctx.platform.time_call(kernel, *inputs)

@@ -221,7 +221,7 @@ def test_redis_restart_loses_no_job(fleet_factory, pg_url: str, private_redis: P
     )
     fleet.start_api()
     client = fleet.client()
-    hw = __import__("service.workers.hardware", fromlist=["host_target"]).host_target()
+    hw = __import__("service.tuning.hardware", fromlist=["host_target"]).host_target()
     target = hw.model_dump(exclude={"toolchain", "arch"})
     ids = [
         client.submit(
@@ -261,7 +261,7 @@ def test_job_accepted_while_the_broker_is_down_is_dispatched_later(  # type: ign
     )
     fleet.start_api()
     client = fleet.client()
-    hw = __import__("service.workers.hardware", fromlist=["host_target"]).host_target()
+    hw = __import__("service.tuning.hardware", fromlist=["host_target"]).host_target()
     target = hw.model_dump(exclude={"toolchain", "arch"})
     private_redis.stop()  # the broker is gone: the API must still accept and keep the job
     job = client.submit(

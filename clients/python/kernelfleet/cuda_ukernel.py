@@ -1,7 +1,7 @@
 """CUDA uKernels and their dispatcher on a GPU inference host: device tensors in, a device tensor out.
 
 A CUDA uKernel is a pipelined tiled GEMM Y[M,N] = X[M,K]·W[N,K]ᵀ compiled once over a symbolic M by a
-KernelFleet GPU worker (service/workers/tuners/pipeline/schedule.py) and shipped as a shared library
+KernelFleet GPU worker (service/tuning/tuners/pipeline/schedule.py) and shipped as a shared library
 with its device code (fatbin), named by the sha256 of its bytes. W is used as the host holds it (no
 packing). `CudaDispatcher` runs the dispatch table's program for S = X.shape[0]: each piece is a row
 view of X and of the output (DLPack views, no copies), so torch CUDA tensors or anything exporting

@@ -4,7 +4,7 @@ A program for S rows is a few pieces, each run by one shape-generic uKernel on i
 61 = 48 + 13 rows on an mt=48 and an mt=13 uKernel (FTuner's combination). Consecutive S whose
 programs have the same `Shape` (the same full pieces plus a remainder piece on the same uKernel)
 form one interval, so a dispatch table covering 1..S_max is a short sorted list looked up with
-bisect. The service computes the table (service/workers/tuners/ukernel/combine.py); inference
+bisect. The service computes the table (service/tuning/tuners/ukernel/combine.py); inference
 hosts only read it.
 
 An interval may instead route its S to the vendor library (numpy): the job measured both as the SDK

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import numpy as np
@@ -39,11 +39,26 @@ from kernelfleet.models import DispatchDoc
 from kernelfleet.signing import UntrustedArtifact, verify_bytes, verify_document
 
 if TYPE_CHECKING:
-    from kernelfleet.client import Client
     from kernelfleet.cuda_ukernel import CudaDispatcher
 
 log = logging.getLogger(__name__)
 _HEX = re.compile(r"^[0-9a-f]{1,64}$")
+
+
+class DispatchSource(Protocol):
+    """What loading a dispatcher needs from the service (kernelfleet.client.Client is one): the cache is used by
+    the client, never the reverse."""
+
+    base_url: str
+
+    def dispatch_raw(self, workload: str, target: str, etag: str | None = None) -> tuple[bytes, str | None, str] | None:
+        """(body, ETag, signature) of the newest dispatch document; None when `etag` is still current."""
+
+    def artifact(self, sha256: str) -> bytes:
+        """An artifact's bytes, unverified."""
+
+    def signing_key(self) -> str:
+        """The service's public key (base64) that signs dispatch documents."""
 
 
 def default_cache_dir() -> Path:
@@ -111,7 +126,7 @@ class DispatchCache:
         _write_atomic(self._key_path(base_url), key.encode())
 
 
-def resolve_trusted_key(client: Client, cache: DispatchCache, explicit: str | None) -> str:
+def resolve_trusted_key(client: DispatchSource, cache: DispatchCache, explicit: str | None) -> str:
     """The explicit key, else the key pinned for this service, else the service's key (then pinned)."""
     if explicit:
         return explicit
@@ -132,7 +147,9 @@ def verified_doc(cached: CachedDoc, workload: str, target: str, key: str) -> Dis
     return doc
 
 
-def _fetch(client: Client, cache: DispatchCache, workload: str, target: str, trusted_key: str | None) -> DispatchDoc:
+def _fetch(
+    client: DispatchSource, cache: DispatchCache, workload: str, target: str, trusted_key: str | None
+) -> DispatchDoc:
     """The current document, verified, with every artifact on disk and verified; raises when the service
     cannot answer."""
     cached = cache.read_doc(workload, target)
@@ -235,7 +252,7 @@ _UNANSWERED = (KernelFleetError, httpx.HTTPError, OSError, ValueError)
 
 
 def load_dispatcher(
-    client: Client, workload: str, target: str, cache_dir: Path | None = None, trusted_key: str | None = None
+    client: DispatchSource, workload: str, target: str, cache_dir: Path | None = None, trusted_key: str | None = None
 ) -> Dispatcher | CudaDispatcher:
     cache = DispatchCache(cache_dir or default_cache_dir())
     meta = {"workload_hash": _hex(workload, "workload"), "target_fingerprint": _hex(target, "target"), "dim": "M"}

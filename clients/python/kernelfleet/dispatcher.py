@@ -29,7 +29,8 @@ import numpy as np
 
 from kernelfleet.dispatch import DispatchTable, Piece
 from kernelfleet.runtime import blas_spin_warning
-from kernelfleet.ukernel import ALIGN, UKernel, aligned_empty, as_aligned, is_aligned
+from kernelfleet.tvm_runtime import ALIGN, aligned_empty, as_aligned, is_aligned
+from kernelfleet.ukernel import UKernel
 
 log = logging.getLogger(__name__)
 ExactKernel = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -17,23 +17,29 @@ import logging
 import threading
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.errors import KernelFleetError
-
-if TYPE_CHECKING:
-    from kernelfleet.client import Client
 
 log = logging.getLogger(__name__)
 # ~200 bytes a record: 2,000 records stay far below the service's 1 MiB body limit
 MAX_RECORDS_PER_BATCH = 2_000
 
 
+class TelemetrySink(Protocol):
+    """Where a reporter sends its batches (kernelfleet.client.Client is one): the reporter is used by the
+    client, never the reverse."""
+
+    def send_telemetry(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """POST one batch; resending the same `batch_id` changes nothing."""
+
+
 class TelemetryReporter:
     def __init__(
         self,
-        client: Client,
+        client: TelemetrySink,
         *,
         interval_s: float = 60.0,
         max_batches: int = 100,

@@ -14,19 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from kernelfleet.runtime import configure_threads
+from kernelfleet.tvm_runtime import aligned_empty, as_aligned, import_tvm
 
 CONFIG_FORMAT_TRACE = "metaschedule-trace"
-
-
-def import_tvm() -> Any:
-    # before TVM's thread pool starts: all cores, unpinned, short spin (see kernelfleet.runtime)
-    configure_threads()
-    try:
-        import tvm
-    except ImportError as exc:  # pragma: no cover - exercised only without TVM
-        raise ImportError("building kernels needs TVM: pip install 'kernelfleet[tvm]'") from exc
-    return tvm
 
 
 @dataclass(frozen=True)
@@ -78,7 +68,6 @@ class Kernel:
             self._fn(*args)
             result: np.ndarray = args[-1].numpy()
             return result
-        from kernelfleet.ukernel import aligned_empty, as_aligned
 
         self._check(arrays)
         from_dlpack = self._tvm.runtime.from_dlpack

@@ -1,6 +1,6 @@
 """Run uKernels: shape-generic compiled dense kernels Y[M,N] = X[M,K]·W[N,K]ᵀ, correct for every M.
 
-A uKernel is compiled once by a KernelFleet worker (service/workers/tuners/ukernel/kernel.py) and
+A uKernel is compiled once by a KernelFleet worker (service/tuning/tuners/ukernel/kernel.py) and
 shipped as a shared library named by the sha256 of its bytes. This module loads and calls such
 libraries; it needs TVM's runtime (`pip install 'kernelfleet[tvm]'`) but never compiles anything.
 
@@ -18,7 +18,6 @@ zero-copy only when it is aligned and contiguous, and copy otherwise.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import shutil
 import tempfile
@@ -29,9 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from kernelfleet.tvm_kernel import import_tvm
+from kernelfleet.tvm_runtime import aligned_empty, import_tvm, is_aligned
 
-ALIGN = 64  # bytes; TVM's default data alignment for buffers
 SUPPORTED_DTYPES = ("float32",)
 
 
@@ -77,30 +75,6 @@ class UKernelArtifact:
     path: Path
     sha256: str
     spec: UKernelSpec
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts on a 64-byte boundary."""
-    itemsize = np.dtype(dtype).itemsize
-    count = math.prod(shape)
-    buf = np.empty(count * itemsize + ALIGN, dtype=np.uint8)
-    offset = -buf.ctypes.data % ALIGN
-    out: np.ndarray = buf[offset : offset + count * itemsize].view(dtype).reshape(shape)
-    return out
-
-
-def as_aligned(a: np.ndarray) -> np.ndarray:
-    """`a` itself when a kernel may use its memory in place, else one aligned, contiguous copy."""
-    if is_aligned(a):
-        return a
-    out = aligned_empty(a.shape, a.dtype.name)
-    out[...] = a
-    return out
-
-
-def is_aligned(a: np.ndarray) -> bool:
-    """Whether the kernel may use `a`'s memory as is (numpy refuses DLPack export of read-only arrays)."""
-    return bool(a.flags.c_contiguous and a.flags.writeable) and a.ctypes.data % ALIGN == 0
 
 
 class UKernel:

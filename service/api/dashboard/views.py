@@ -9,13 +9,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.api.dashboard import job_pages
+from service.api.dashboard import panels as ui
 from service.models import JobState, JobView
 from service.settings import get_settings
 from service.store import catalog, configs, dispatch, fleet, jobs
 from service.store.tables import CandidateRow, JobRow
-from service.workers.kinds import KINDS
-from service.workers.kinds import panels as ui
-from service.workers.platforms.gemmini import GemminiPlatform
+from service.tuning.kinds import KINDS
+from service.tuning.platforms.gemmini import GemminiPlatform
 
 MAX_CANDIDATES = 500  # a job page loads at most this many candidates (the rest stay in the store and the API)
 
@@ -122,11 +123,8 @@ def job_data(session: Session, row: JobRow) -> ui.JobData:
 
 
 def job_panels(data: ui.JobData) -> list[dict[str, Any]]:
-    """The job's kind draws its page; a kind this process does not know (a plugin not loaded here) gets the
-    default page."""
-    kind = KINDS.get(data.job.kind) if data.job.kind in KINDS.names() else None
-    panels = kind.dashboard_panels(data) if kind else ui.default_panels(data)
-    return [p.to_json() for p in panels]
+    """The job's page, as the browser draws it (see job_pages)."""
+    return [p.to_json() for p in job_pages.job_panels(data)]
 
 
 def job_feed(session: Session, row: JobRow, known: str | None = None) -> dict[str, Any]:

@@ -15,6 +15,9 @@ from service.api.state import submit_bucket
 from service.models import OPERATORS, TargetSpec, WorkloadSpec
 from service.settings import get_settings
 from service.store import catalog
+from service.tuning.admission import check_target
+from service.tuning.kinds import KINDS
+from service.tuning.platforms import PLATFORMS
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
@@ -45,8 +48,6 @@ def list_operators(_: ReadKey) -> list[OperatorInfo]:
 
 @router.get("/kinds", summary="The job kinds this service runs")
 def list_kinds(_: ReadKey) -> list[KindInfo]:
-    from service.workers.kinds import KINDS
-
     return [
         KindInfo(name=k.name, summary=k.summary, target_kinds=sorted(k.target_kinds), publishes=k.publishes)
         for k in KINDS.all()
@@ -55,8 +56,6 @@ def list_kinds(_: ReadKey) -> list[KindInfo]:
 
 @router.get("/platforms", summary="The hardware platforms this service knows")
 def list_platforms(_: ReadKey) -> list[PlatformInfo]:
-    from service.workers.platforms import PLATFORMS
-
     return [PlatformInfo(name=name, summary=PLATFORMS.get(name).summary) for name in PLATFORMS.names()]
 
 
@@ -81,6 +80,8 @@ def get_workload(workload_hash: str, session: SessionDep, _: ReadKey) -> Workloa
 
 @router.post("/targets", status_code=status.HTTP_201_CREATED, summary="Register a target and get its fingerprint")
 def create_target(spec: TargetSpec, session: SessionDep, _: ReadKey) -> Target:
+    if problem := check_target(spec):
+        unprocessable(["body", *problem.loc], problem.message)
     if spec.toolchain is None:
         unprocessable(["body", "toolchain"], "a target fingerprint needs the toolchain, e.g. {'tvm': '0.27.0.post1'}")
     if spec.is_host_alias:

@@ -20,7 +20,7 @@ from service.models.config import BatchLookup, BatchLookupResult, ImportRequest,
 from service.settings import get_settings
 from service.store import catalog, configs
 from service.store.db import read_session
-from service.workers.kinds import check_imported_config
+from service.tuning.admission import check_imported_config, check_target
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -115,6 +115,8 @@ def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> Imp
         workload = catalog.get_workload(session, rec.workload_hash)
         if workload is None:
             unprocessable([*loc, "workload_hash"], f"workload {rec.workload_hash} is not registered")
+        if problem := check_target(rec.target):
+            unprocessable([*loc, "target", *problem.loc], problem.message)
         if rec.target.is_host_alias:
             unprocessable([*loc, "target", "mcpu" if rec.target.mcpu else "arch"], "'host' is resolved on jobs only")
         try:

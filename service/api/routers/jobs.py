@@ -14,12 +14,13 @@ from service.api.auth import ReadKey, SubmitKey
 from service.api.deps import SessionDep, not_found, unprocessable
 from service.api.limits import enforce
 from service.api.state import submit_bucket
-from service.models import JobSpec, JobState, JobView, WorkloadSpec
+from service.models import JobSpec, JobState, JobView
 from service.models.auth import ApiKeyView, Scope
 from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store.tables import JobRow
-from service.workers.kinds import check_job
+from service.tuning.admission import check_job, check_kind, check_target
+from service.tuning.kinds import Problem
 from service.workers.submission import submit
 
 log = logging.getLogger(__name__)
@@ -34,16 +35,17 @@ class CandidateView(BaseModel):
     error: str | None
 
 
-def _validate(spec: JobSpec, workload: WorkloadSpec) -> None:
-    problem = check_job(spec.kind, workload, spec.distribution, spec.target, spec.budget)
+def _refuse(problem: Problem | None, *under: str) -> None:
     if problem:
-        unprocessable(["body", *problem.loc], problem.message)
+        unprocessable(["body", *under, *problem.loc], problem.message)
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, summary="Submit a tuning job")
 def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: SubmitKey) -> JobView:
     enforce(submit_bucket(), who.id, "submissions")
     settings = get_settings()
+    _refuse(check_kind(spec.kind))
+    _refuse(check_target(spec.target), "target")
     if spec.target.is_host_alias:
         resolved = catalog.resolve_host_alias(session, spec.target, settings.worker_stale_after_s)
         if isinstance(resolved, str):
@@ -55,7 +57,7 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: Subm
             unprocessable(["body", "workload"], f"workload {spec.workload} is not registered")
     else:
         workload = catalog.put_workload(session, spec.workload)
-    _validate(spec, workload)
+    _refuse(check_job(spec.kind, workload, spec.distribution, spec.target, spec.budget))
     row = submit(session, spec, workload.workload_hash, owner_key_id=who.id)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
     return jobs.view(session, row, live_queues(session))

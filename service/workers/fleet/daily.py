@@ -28,9 +28,11 @@ from service.store import dispatch as dispatch_store
 from service.store import fleet as fleet_store
 from service.store.db import session_scope
 from service.store.tables import BestConfigRow, JobRow, JobShapeRow, TargetRow, utcnow
+from service.tuning.admission import fleet_kind
+from service.tuning.kinds import KINDS, JobKind
+from service.tuning.platforms import queue_for
 from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, group_usage, rank
 from service.workers.fleet.scheduler import Task, allocate
-from service.workers.kinds import KINDS, JobKind, fleet_kind
 from service.workers.submission import submit
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,7 @@ def _knowledge(
         last_fleet = None
     one_dim = workload.symbolic[0] if len(workload.symbolic) == 1 else None
     return TaskKnowledge(
-        queue=target.queue,
+        queue=queue_for(target),
         kind=kind.name,
         dim=one_dim,
         tuned_shapes=tuned,
@@ -186,7 +188,7 @@ def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str
 def _remeasure(session: Session, host_fp: str, sample: int, ratio: float, seed: int) -> tuple[int, list[Regression]]:
     """Re-time a sample of published configs for this worker's own hardware; flag the ones that got slower."""
     from kernelfleet.tvm_kernel import build_kernel, median_seconds
-    from service.workers.tuners.compute import random_inputs
+    from service.tuning.compute import random_inputs
 
     rows = list(session.scalars(select(BestConfigRow).where(BestConfigRow.target_fingerprint == host_fp)))
     random.Random(seed).shuffle(rows)

@@ -1,5 +1,5 @@
 // KernelFleet dashboard charts: a small, dependency-free SVG renderer for the panels the service sends
-// (service/workers/kinds/panels.py). Line and scatter charts with linear or log axes, and tables.
+// (service/api/dashboard/panels.py). Line and scatter charts with linear or log axes, and tables.
 // Everything is built with DOM calls and textContent, so data can never inject markup.
 "use strict";
 

@@ -1,0 +1,104 @@
+"""The `ukernel` job page: the range its dispatch table covers, the table's intervals, every uKernel proposed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.api.dashboard import panels as ui
+from service.api.dashboard.job_pages.base import JobPage
+
+
+class UKernelPage(JobPage):
+    def panels(self, data: ui.JobData, describe: ui.Describe) -> list[ui.Panel]:
+        """The range the table covers (program latency and the program chosen per M, the vendor and the
+        speedup where they were measured), the table's intervals, and every uKernel the rules proposed."""
+        shapes_table = ui.shape_results(data)[0]  # its per-shape charts would repeat the range chart
+        curves = ui.tuning_curves(
+            data,
+            _seconds_per_row,
+            "best seconds per row",
+            "a uKernel's best time per row of M over the M it was timed at (uKernels differ in M-tile)",
+        )
+        out = [*(_range_panels(data) if data.dispatch else []), shapes_table, *curves]
+        return [*out, _ukernels_table(data, describe), ui.errors_table(data)]
+
+
+def _seconds_per_row(c: ui.CandidatePoint) -> float | None:
+    measured = c.config.get("measured") or {}
+    per_row = [float(sec) / int(m) for m, sec in measured.items() if int(m) > 0]
+    return min(per_row) if c.status == "ok" and per_row else None
+
+
+def _program(table: Any, S: int) -> str:
+    pieces = table.lookup(S)  # empty where the table routes S to the vendor library
+    return " + ".join(f"{p.rows} rows on {p.ukernel_id}" for p in pieces) or "the vendor library (numpy)"
+
+
+def _range_panels(data: ui.JobData) -> list[ui.Panel]:
+    from kernelfleet.dispatch import DispatchTable
+
+    doc = data.dispatch
+    assert doc is not None
+    table = DispatchTable.from_dict(doc.table)
+    dim = doc.dim
+    programs = [_program(table, S) for S in range(1, doc.s_max + 1)]
+
+    def pick(S: float) -> str:
+        return programs[int(S) - 1] if 1 <= S <= doc.s_max else _program(table, int(S))
+
+    predicted = [(float(S), t) for S, t in enumerate(doc.predicted_latency_s, start=1)]
+    timed, where = _timed_against_vendor(data)
+    x = ui.Axis(dim)
+    chart = ui.line(
+        "range-latency",
+        f"Latency across {dim} = 1..{doc.s_max}: the uKernel program chosen per shape vs the vendor",
+        x,
+        ui.Axis("latency", "s", log=True),
+        [
+            ui.Series("program (predicted)", predicted, "line", programs),
+            ui.Series(
+                "uKernel program (measured)", [(S, t) for S, t, _ in timed], "line", [pick(S) for S, _, _ in timed]
+            ),
+            ui.Series("vendor (measured)", [(S, v) for S, _, v in timed], "line"),
+        ],
+        f"measured {where}; predicted from each uKernel's measured cost model. Hover a point for the program "
+        "the table runs at that shape (or the vendor, where the table routes it there).",
+    )
+    speedup = ui.line(
+        "range-speedup",
+        f"Speedup of the uKernel program vs the vendor across {dim}",
+        x,
+        ui.Axis("vendor / uKernel program", "x"),
+        [ui.Series("speedup", [(S, v / t) for S, t, v in timed], "line", [pick(S) for S, _, _ in timed])],
+        f"measured {where}; below 1× the table serves the vendor instead",
+    )
+    intervals = ui.table(
+        "intervals",
+        "Dispatch table: the program per interval",
+        [ui.Column(f"{dim} from"), ui.Column("to"), ui.Column(f"program at {dim} = to"), ui.Column("predicted", "s")],
+        [[iv.lo, iv.hi, programs[iv.hi - 1], doc.predicted_latency_s[iv.hi - 1]] for iv in table.intervals],
+        f"{len(doc.ukernels)} uKernels shipped; beyond {dim}={doc.s_max} the last interval extends",
+    )
+    return [chart, speedup, intervals]
+
+
+def _timed_against_vendor(data: ui.JobData) -> tuple[list[tuple[float, float, float]], str]:
+    """(S, uKernel program seconds, vendor seconds), both timed as the SDK calls them, and where they come from."""
+    assert data.dispatch is not None
+    sweep = (data.dispatch.validation.get("vendor_routes") or {}).get("timed_s") or {}
+    if sweep:  # the tuner timed the program against the vendor at every S up to 256 before routing
+        rows = [(float(S), float(t["tuned"]), float(t["vendor"])) for S, t in sweep.items() if t.get("tuned")]
+        return sorted(r for r in rows if r[2] > 0), "at every S by the tuner (both as the SDK calls them)"
+    # tables from before that sweep: the validated hot shapes
+    at = {int(S): float(t) for S, t in data.dispatch.measured_latency_s.items()}
+    dim = data.dispatch.dim
+    rows = [
+        (float(s.shape[dim]), at[s.shape[dim]], s.baseline_latency_s)
+        for s in data.job.shapes
+        if s.baseline_latency_s and at.get(s.shape[dim])
+    ]
+    return sorted(rows), "at the validated shapes"
+
+
+def _ukernels_table(data: ui.JobData, describe: ui.Describe) -> ui.Panel:
+    return ui.candidates_table(data, describe, "uKernels proposed and measured")

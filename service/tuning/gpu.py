@@ -1,0 +1,211 @@
+"""Which NVIDIA GPU this host has, described well enough to key tuning records (the cuda fingerprint).
+
+Three sources, each parsed by a pure function so tests can feed fixed descriptions of an H100, an
+A100 and a T4 (sm_75) without a GPU:
+  - `nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader,nounits`
+    (name, arch, memory, driver), and the banner of plain `nvidia-smi` (the driver's CUDA version);
+  - the device attributes TVM's CUDA runtime reads (SM count, shared memory and threads per block, warp
+    size, L2), when TVM can open the GPU;
+  - the published per-arch table (service.tuning.hardware_model.GPU_TABLE) for what
+    neither reports: registers per block and shared memory per SM.
+`nvcc --version` gives the CUDA toolkit that compiles the kernels (part of the toolchain).
+
+Importable without pydantic (GPU measurement hosts lack it); only `to_target` needs service.models.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.models import TargetSpec, Toolchain
+    from service.tuning.hardware_model import HardwareModel
+
+SMI_QUERY = ("name", "compute_cap", "memory.total", "driver_version")
+# Registers per thread block is 64 K 32-bit registers on every arch from sm_50 on (CUDA C programming
+# guide, compute-capability table); shared memory per SM differs per arch (hardware_model.GPU_TABLE).
+REGISTERS_PER_BLOCK = 65536
+STATIC_SMEM_PER_BLOCK = 49152  # without the opt-in attribute a kernel's static __shared__ is capped at 48 KiB
+
+
+@dataclass(frozen=True)
+class GPUDescription:
+    name: str
+    arch: str  # sm_XY
+    sm_count: int
+    memory_mib: int
+    smem_per_block: int  # bytes a kernel may use without opting in
+    smem_per_sm: int
+    regs_per_block: int
+    max_threads_per_block: int
+    warp_size: int
+    l2_bytes: int
+    driver: str
+    cuda: str  # the driver's CUDA version ("13.0"); "" when unknown
+    nvcc: str = ""  # the toolkit that compiles kernels ("13.0.88"); "" when absent
+
+    def hardware_model(self) -> HardwareModel:
+        """This GPU's own SM count, limits and L2 over its arch's row of the published table."""
+        from service.tuning.hardware_model import HardwareModel
+
+        return HardwareModel.for_gpu(self.arch).overridden(
+            name=f"{self.name} ({self.arch})",
+            cores=self.sm_count,
+            sm_count=self.sm_count,
+            l2_bytes=self.l2_bytes,
+            smem_per_block=self.smem_per_block,
+            regs_per_block=self.regs_per_block,
+            warp_size=self.warp_size,
+            max_threads_per_block=self.max_threads_per_block,
+        )
+
+    def details(self) -> dict[str, str | int]:
+        """What goes into TargetSpec.details (and so the fingerprint)."""
+        return {
+            "name": self.name,
+            "sm_count": self.sm_count,
+            "memory_mib": self.memory_mib,
+            "smem_per_block": self.smem_per_block,
+            "smem_per_sm": self.smem_per_sm,
+            "regs_per_block": self.regs_per_block,
+            "max_threads_per_block": self.max_threads_per_block,
+            "warp_size": self.warp_size,
+            "l2_bytes": self.l2_bytes,
+            "driver": self.driver,
+            "cuda": self.cuda,
+            "nvcc": self.nvcc,
+        }
+
+    def to_target(self, toolchain: Toolchain) -> TargetSpec:
+        from service.models import TargetSpec
+
+        return TargetSpec(
+            kind="cuda", arch=self.arch, num_cores=self.sm_count, details=self.details(), toolchain=toolchain
+        )
+
+
+def parse_compute_cap(text: str) -> str:
+    """'9.0' -> 'sm_90', '7.5' -> 'sm_75', '10.0' -> 'sm_100'."""
+    match = re.fullmatch(r"\s*(\d+)\.(\d)\s*", text)
+    if not match:
+        raise ValueError(f"unrecognised compute capability {text!r}")
+    return f"sm_{match.group(1)}{match.group(2)}"
+
+
+def parse_smi_query(text: str) -> list[dict[str, str]]:
+    """Rows of `nvidia-smi --query-gpu=<SMI_QUERY> --format=csv,noheader,nounits`, one per GPU."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != len(SMI_QUERY):
+            raise ValueError(f"expected {len(SMI_QUERY)} fields ({', '.join(SMI_QUERY)}), got {line!r}")
+        rows.append(dict(zip(SMI_QUERY, fields, strict=True)))
+    return rows
+
+
+def parse_smi_cuda_version(banner: str) -> str:
+    """The 'CUDA Version: 13.0' of plain `nvidia-smi` output, or ''."""
+    match = re.search(r"CUDA Version:\s*([\d.]+)", banner)
+    return match.group(1) if match else ""
+
+
+def parse_nvcc_version(text: str) -> str:
+    """'Cuda compilation tools, release 13.0, V13.0.88' -> '13.0.88', or ''."""
+    match = re.search(r"release [\d.]+, V([\d.]+)", text)
+    return match.group(1) if match else ""
+
+
+def describe(
+    smi_row: Mapping[str, str],
+    cuda: str = "",
+    attrs: Mapping[str, int] | None = None,
+    nvcc: str = "",
+) -> GPUDescription:
+    """One GPU from an nvidia-smi row, the driver's CUDA version and (when TVM could open it) device attributes.
+
+    `attrs` keys: sm_count, smem_per_block, max_threads_per_block, warp_size, l2_bytes. Missing ones come
+    from the arch's published table, so a description never silently says 0 SMs."""
+    from service.tuning.hardware_model import GPU_TABLE
+
+    arch = parse_compute_cap(smi_row["compute_cap"])
+    table = GPU_TABLE.get(arch)
+    got = dict(attrs or {})
+
+    def pick(key: str, fallback: int | None) -> int:
+        if got.get(key):
+            return int(got[key])
+        if fallback is None:
+            raise ValueError(f"{arch} is not in the GPU table and the device did not report {key}")
+        return fallback
+
+    return GPUDescription(
+        name=smi_row["name"],
+        arch=arch,
+        sm_count=pick("sm_count", table.sm_count if table else None),
+        memory_mib=int(float(smi_row["memory.total"])),
+        smem_per_block=pick("smem_per_block", STATIC_SMEM_PER_BLOCK),
+        smem_per_sm=table.smem_per_sm if table else pick("smem_per_block", STATIC_SMEM_PER_BLOCK),
+        regs_per_block=REGISTERS_PER_BLOCK,
+        max_threads_per_block=pick("max_threads_per_block", 1024),
+        warp_size=pick("warp_size", 32),
+        l2_bytes=pick("l2_bytes", table.l2_bytes if table else None),
+        driver=smi_row["driver_version"],
+        cuda=cuda,
+        nvcc=nvcc,
+    )
+
+
+def _run(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def tvm_device_attrs(index: int = 0) -> dict[str, int] | None:
+    """What TVM's CUDA runtime reads from the device, or None when TVM cannot open a GPU here."""
+    try:
+        import tvm
+    except ImportError:
+        return None
+    if not tvm.runtime.enabled("cuda"):
+        return None  # the CUDA runtime plugin found no libcuda.so.1 (a CPU-only host)
+    dev: Any = tvm.cuda(index)
+    if not dev.exist:
+        return None
+    return {
+        "sm_count": int(dev.multi_processor_count),
+        "smem_per_block": int(dev.max_shared_memory_per_block),
+        "max_threads_per_block": int(dev.max_threads_per_block),
+        "warp_size": int(dev.warp_size),
+        "l2_bytes": int(dev.l2_cache_size_bytes or 0),
+    }
+
+
+@functools.cache
+def nvcc_version() -> str:
+    return parse_nvcc_version(_run(["nvcc", "--version"]) or "")
+
+
+@functools.cache
+def detect(index: int = 0) -> GPUDescription | None:
+    """This host's GPU number `index`, or None when there is no NVIDIA driver or GPU."""
+    query = _run(["nvidia-smi", f"--query-gpu={','.join(SMI_QUERY)}", "--format=csv,noheader,nounits"])
+    if not query:
+        return None
+    rows = parse_smi_query(query)
+    if index >= len(rows):
+        return None
+    banner = _run(["nvidia-smi"]) or ""
+    return describe(rows[index], parse_smi_cuda_version(banner), tvm_device_attrs(index), nvcc_version())

@@ -1,0 +1,193 @@
+"""`gemmini` jobs: BACO hardware/mapping co-tuning for a Gemmini accelerator over a list of layers.
+
+The distribution's points are the layers (GEMM/GEMV as `dense`, or `conv2d`) and their weights the
+occurrence counts, so one point is a single operator and many points a network. The whole list is one
+unit: hardware is shared, so it is co-tuned once for the occurrence-weighted EDP under the analytical
+model (budget.trials = model calls). The chosen hardware and mappings, and Gemmini-Default for comparison,
+are then measured by the worker's backend; every measurement is reported with the backend's name, and the
+analytical model's correlation with that backend is stored with the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from service.models import Budget, TargetSpec, WorkloadSpec, shape_key
+from service.models.config import GemminiCotuneConfig, MeasuredCandidate
+from service.models.distribution import ShapeDistribution
+from service.models.plan import PlannedShape
+from service.tuning.kinds.base import JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.tuning.platforms.base import VendorTiming
+
+MAX_LAYERS = 128
+
+
+class GemminiKind(JobKind):
+    name = "gemmini"
+    summary = "BACO co-tuning of Gemmini hardware and per-layer tiling for a layer list's EDP"
+    target_kinds: ClassVar[frozenset[str]] = frozenset({"gemmini"})
+    config_schema: ClassVar[type[BaseModel] | None] = GemminiCotuneConfig
+    publishes = "configs"
+    default_trials = 3000
+    saturates_after = 1
+
+    def validate(
+        self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
+    ) -> Problem | None:
+        if workload.op not in ("dense", "conv2d") or workload.attrs.get("bias"):
+            return Problem(("workload", "op"), "gemmini jobs tune dense (GEMM/GEMV, no bias) and conv2d layers")
+        if len(distribution.support()) > MAX_LAYERS:
+            return Problem(("distribution",), f"gemmini jobs co-tune at most {MAX_LAYERS} distinct layers")
+        if budget.trials < 50:
+            return Problem(("budget", "trials"), "gemmini jobs need at least 50 model evaluations")
+        return None
+
+    def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
+        support = distribution.support()
+        shapes = [PlannedShape(shape=s, weight=w, priority=w * workload.flops(s), trials=1) for s, w in support]
+        unit = WorkUnit("network", tuple(shape_key(p.shape) for p in shapes), int(budget.trials))
+        # progress: the model calls of the search, then each layer measured on the chosen and the default config
+        return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + 2 * len(shapes))
+
+    def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
+        from service.tuning.tuners.base import TuningStopped
+        from service.tuning.tuners.gemmini.backends import BackendError
+        from service.tuning.tuners.gemmini.calibration import correlate
+        from service.tuning.tuners.gemmini.search import best_fixed_hw, co_explore, default_point
+        from service.tuning.tuners.gemmini.space import DEFAULT_HW
+        from service.tuning.tuners.gemmini.workloads import CLOCK_HZ, layer_of
+
+        backend = ctx.platform.backend  # type: ignore[attr-defined]
+        support = ctx.distribution.support()
+        layers = [layer_of(ctx.workload, s, w, shape_key(s)) for s, w in support]
+        seed = ctx.budget.seed or 0
+        choices = backend.hardware_choices()
+        try:
+            # a backend bound to built hardware (FireSim bitstreams) tunes mappings on those configs only
+            result = (
+                co_explore(layers, unit.trials, seed=seed)
+                if choices is None
+                else best_fixed_hw(layers, choices, unit.trials, seed=seed)
+            )
+        except RuntimeError as exc:
+            return UnitResult(fatal=f"{backend.name}: {exc}")
+        # the search's budget is spent (it may stop a little early); the explored configs recorded below are
+        # part of it (each cost at least one model call), so they count once, as candidates
+        explored = explored_candidates(result.explored, len(layers))
+        ctx.sink.on_progress(None, max(0, unit.trials - len(explored)))
+        if ctx.sink.should_stop():
+            raise TuningStopped("stopped by the job")
+        default_maps, default_model = default_point(layers)
+        try:
+            tuned = backend.measure(result.hw, layers, result.mappings)
+            measurable = choices is None or DEFAULT_HW in choices
+            base = backend.measure(DEFAULT_HW, layers, default_maps) if measurable else []
+        except BackendError as exc:
+            return UnitResult(fatal=f"{backend.name} could not measure: {exc}")
+        model_cycles = [c.cycles for c in result.cost.layers] + [c.cycles for c in default_model.layers][: len(base)]
+        calibration = correlate(model_cycles, [m.cycles for m in tuned + base], backend.name)
+
+        def edp(ms: list[Any]) -> float | None:
+            if not ms or any(m.energy_pj is None for m in ms):
+                return None
+            w = [lay.weight for lay in layers]
+            cycles = sum(a * m.cycles for a, m in zip(w, ms, strict=True))
+            return float(cycles * sum(a * m.energy_pj for a, m in zip(w, ms, strict=True)))
+
+        tuned_edp, base_edp = edp(tuned), edp(base)
+        hw = result.hw.to_dict()
+        candidates = []
+        outcomes = []
+        if not base:  # the default config has no bitstream: nothing to compare with, progress still counts it
+            ctx.sink.on_progress(None, len(layers))
+        base_rows: list[Any] = list(base) or [None] * len(layers)
+        rows = zip(support, layers, result.mappings, tuned, base_rows, result.cost.layers, strict=True)
+        for k, ((shape, _), lay, m, mt, mb, model) in enumerate(rows):  # one row per layer
+            config = {
+                "format": "gemmini-cotune",
+                "layer": lay.label,
+                "backend": mt.backend,
+                "hw": hw,
+                "generator_config": result.hw.generator_config(),
+                "mapping": m.to_dict(),
+                "loop_order": "gemmini.h fixed",
+                "measured_cycles": mt.cycles,
+                "measured_energy_pj": mt.energy_pj,
+                "model_cycles": model.cycles,
+                "model_energy_pj": model.energy_pj,
+            }
+            # the dashboard's latency/energy scatter marks these two roles
+            candidates.append(
+                MeasuredCandidate(config={**config, "role": "chosen"}, latency_s=mt.cycles / CLOCK_HZ, status="ok")
+            )
+            vendor = None
+            if mb is not None:
+                default_config = {
+                    **config,
+                    "role": "default",
+                    "hw": DEFAULT_HW.to_dict(),
+                    "generator_config": DEFAULT_HW.generator_config(),
+                    "mapping": default_maps[k].to_dict(),
+                    "loop_order": "gemmini.h fixed (default tiling heuristic)",
+                    "measured_cycles": mb.cycles,
+                    "measured_energy_pj": mb.energy_pj,
+                    "model_cycles": default_model.layers[k].cycles,
+                    "model_energy_pj": default_model.layers[k].energy_pj,
+                }
+                candidates.append(MeasuredCandidate(config=default_config, latency_s=mb.cycles / CLOCK_HZ, status="ok"))
+                vendor = VendorTiming(
+                    f"Gemmini default 16x16 256/64 KiB, gemmini.h tiling: {mb.cycles:.0f} cycles by {mb.backend}",
+                    mb.cycles / CLOCK_HZ,
+                )
+            outcome = ShapeOutcome(
+                shape=dict(shape),
+                latency_s=mt.cycles / CLOCK_HZ,
+                vendor=vendor,
+                config=config,
+                config_latency_s=model.cycles / CLOCK_HZ,
+                provenance={
+                    "tuner": "gemmini-baco",
+                    "backend": backend.name,
+                    "model_calls": result.calls,
+                    "hardware_choices": "any" if choices is None else len(choices),
+                    "importance_units": dict(zip([x.name for x in layers], result.allocation, strict=False)),
+                    "network_edp": {"tuned": tuned_edp, "default": base_edp, "backend": backend.name},
+                    "calibration": calibration,
+                },
+            )
+            if ctx.settings.publish_only_faster_than_vendor and tuned_edp and base_edp and tuned_edp >= base_edp:
+                outcome.not_published = "the co-tuned network's measured EDP does not beat Gemmini-Default"
+            outcomes.append(outcome)
+        candidates += explored
+        ctx.sink.on_candidates(unit.key, candidates)
+        return UnitResult(shapes=outcomes)
+
+
+MAX_EXPLORED_RECORDED = 200  # the lowest-EDP hardware configs of a search; enough to show its frontier
+
+
+def explored_candidates(explored: Mapping[Any, Any], n_layers: int) -> list[MeasuredCandidate]:
+    """The hardware configs the search visited, each at its best network point, as the analytical model
+    scored them (`model_` numbers, never a backend's): the dashboard's latency/energy scatter. With several
+    layers they are occurrence-weighted network sums, so they sit apart from the per-layer measured points."""
+    from service.tuning.tuners.gemmini.workloads import CLOCK_HZ
+
+    best = sorted(explored.items(), key=lambda item: item[1].edp)[:MAX_EXPLORED_RECORDED]
+    return [
+        MeasuredCandidate(
+            config={
+                "role": "explored",
+                "layer": "network" if n_layers > 1 else "layer",
+                "backend": "model",
+                "hw": hw.to_dict(),
+                "model_cycles": net.cycles,
+                "model_energy_pj": net.energy_pj,
+            },
+            latency_s=net.cycles / CLOCK_HZ,
+            status="ok",
+        )
+        for hw, net in best
+    ]

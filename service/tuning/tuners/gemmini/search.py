@@ -1,0 +1,367 @@
+"""Co-exploration of Gemmini hardware and per-layer mappings under BACO's analytical model.
+
+The budget counts analytical-model calls (one layer under one hardware config and mapping, valid or
+not), so every search here is compared at equal cost. `co_explore` follows BACO's Algorithm 6 in discrete
+form: from the default and from random hardware start points it tunes each layer's mapping (local moves
+on the tile factors, the budget spread across layers by the importance scheduler), shrinks scratchpad and
+accumulator to the minimal config the chosen tiles need ("infer minimal HW config"), then moves the
+hardware to its best neighbour (array dim, capacities, bus width ×2/÷2, dataflow) while that improves the
+network EDP. `random_search` samples hardware and mappings uniformly: the baseline BACO compares against.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from service.tuning.tuners.gemmini.importance import ImportanceScheduler, LayerState
+from service.tuning.tuners.gemmini.model import Cost, NetworkCost, layer_cost, network_cost
+from service.tuning.tuners.gemmini.space import (
+    ACC_KIB,
+    ARRAY_DIMS,
+    BUS_WIDTHS,
+    DEFAULT_HW,
+    DIMS,
+    SP_KIB,
+    Dataflow,
+    HwConfig,
+    Layer,
+    Mapping,
+    default_mapping,
+    fit,
+    minimal_hw,
+    tile_choices,
+)
+
+
+class BudgetSpent(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Restrictions on the hardware a search may pick, e.g. the default's 128-bit bus (BACO's Table 6.3 fixes
+    DRAM bandwidth) or WS only (what the public FireSim Gemmini bitstreams build and the zigzag backend models)."""
+
+    buses: tuple[int, ...] = BUS_WIDTHS
+    dataflows: tuple[Dataflow, ...] = ("WS", "OS")
+
+
+@dataclass
+class Evaluator:
+    """Counts model calls against the budget; keeps the best network point seen (the anytime answer)."""
+
+    budget: int
+    calls: int = 0
+    trace: list[tuple[int, float]] = field(default_factory=list)  # (calls so far, best network EDP)
+    best: tuple[float, HwConfig, list[Mapping]] | None = None
+    # the best network point the search reached on each hardware config it visited (the dashboard's scatter)
+    explored: dict[HwConfig, NetworkCost] = field(default_factory=dict)
+
+    def layer(self, hw: HwConfig, layer: Layer, m: Mapping) -> Cost | None:
+        if self.calls >= self.budget:
+            raise BudgetSpent
+        self.calls += 1
+        if fit(hw, layer, m) is not None:
+            return None
+        return layer_cost(hw, layer, m)
+
+    def offer(self, hw: HwConfig, mappings: list[Mapping], net: NetworkCost) -> None:
+        seen = self.explored.get(hw)
+        if seen is None or net.edp < seen.edp:
+            self.explored[hw] = net
+        if self.best is None or net.edp < self.best[0]:
+            self.best = (net.edp, hw, list(mappings))
+            self.trace.append((self.calls, net.edp))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hw: HwConfig
+    mappings: list[Mapping]
+    cost: NetworkCost
+    calls: int
+    trace: list[tuple[int, float]]
+    allocation: list[int] = field(default_factory=list)  # mapping-search units per layer (importance)
+    explored: dict[HwConfig, NetworkCost] = field(default_factory=dict)  # by the analytical model
+
+
+def _result(ev: Evaluator, layers: list[Layer], allocation: list[int] | None = None) -> SearchResult:
+    if ev.best is None:
+        raise RuntimeError(f"no valid hardware/mapping point found in {ev.calls} model calls")
+    _, hw, maps = ev.best
+    return SearchResult(hw, maps, network_cost(hw, layers, maps), ev.calls, ev.trace, allocation or [], ev.explored)
+
+
+# -- mappings under one hardware config ---------------------------------------------------------------
+def _neighbour(hw: HwConfig, layer: Layer, m: Mapping, rng: random.Random) -> Mapping:
+    """One or two tile factors moved one step along their choices (two in opposite directions lets a
+    search slide along the capacity boundary)."""
+    dims = [d for d in DIMS if len(tile_choices(hw, layer, d)) > 1]
+    if not dims:
+        return m
+    moves = 2 if len(dims) > 1 and rng.random() < 0.4 else 1
+    out = m
+    sign = rng.choice((-1, 1))
+    for d in rng.sample(dims, moves):
+        choices = tile_choices(hw, layer, d)
+        cur = min(range(len(choices)), key=lambda j: abs(choices[j] - out.t(d)))
+        nxt = min(max(cur + sign, 0), len(choices) - 1)
+        out = out.with_tile(d, choices[nxt])
+        sign = -sign
+    return out
+
+
+def _line(hw: HwConfig, layer: Layer, m: Mapping, rng: random.Random) -> list[Mapping]:
+    """Every choice of one randomly picked tile factor, the others fixed (a coordinate line search)."""
+    dims = [d for d in DIMS if len(tile_choices(hw, layer, d)) > 1]
+    if not dims:
+        return []
+    d = rng.choice(dims)
+    return [m.with_tile(d, v) for v in tile_choices(hw, layer, d) if v != m.t(d)]
+
+
+def project(hw: HwConfig, layer: Layer, m: Mapping) -> Mapping:
+    """A mapping carried to another config: matmul tiles rounded to the new DIM (within the padded dim)."""
+    if layer.op != "gemm":
+        return m
+    out = m
+    for d in ("N", "C", "K"):
+        padded = -(-layer.size(d) // hw.dim) * hw.dim
+        out = out.with_tile(d, min(max(hw.dim, -(-m.t(d) // hw.dim) * hw.dim), padded))
+    return out
+
+
+def _start_mapping(hw: HwConfig, layer: Layer, prev: Mapping | None, ev: Evaluator) -> tuple[Mapping, Cost | None]:
+    """The better of the previous config's mapping (projected) and gemmini.h's heuristic on this config."""
+    options = [default_mapping(hw, layer)]
+    if prev is not None:
+        options.insert(0, project(hw, layer, prev))
+    best: tuple[Mapping, Cost | None] = (options[0], None)
+    for m in options:
+        c = ev.layer(hw, layer, m)
+        if c is not None and (best[1] is None or c.edp < best[1].edp):
+            best = (m, c)
+    return best
+
+
+def tune_mappings(
+    hw: HwConfig,
+    layers: list[Layer],
+    ev: Evaluator,
+    calls: int,
+    rng: random.Random,
+    start: list[Mapping] | None = None,
+) -> tuple[list[Mapping], list[Cost | None], list[int]]:
+    """Each layer's best mapping on `hw` within `calls` model calls, the budget spread by importance."""
+    starts = [_start_mapping(hw, lay, start[i] if start else None, ev) for i, lay in enumerate(layers)]
+    maps = [m for m, _ in starts]
+    costs: list[Cost | None] = [c for _, c in starts]
+    sched = ImportanceScheduler(
+        [LayerState(lay.weight, 2.0 * lay.macs, (lay.op, lay.R, lay.S, lay.stride)) for lay in layers]
+    )
+    stop_at = min(ev.budget, ev.calls + calls)
+    while ev.calls < stop_at:
+        i = sched.next_layer()
+        if i is None:
+            break
+        # one unit: a line search over one tile factor's choices, then random local moves
+        cands = [*_line(hw, layers[i], maps[i], rng), *(_neighbour(hw, layers[i], maps[i], rng) for _ in range(2))]
+        for cand in cands[: stop_at - ev.calls]:  # never past this call's share of the budget
+            c = ev.layer(hw, layers[i], cand)
+            cur = costs[i]
+            if c is not None and (cur is None or c.edp < cur.edp):
+                maps[i], costs[i] = cand, c
+        cur = costs[i]
+        sched.record(i, cur.edp if cur is not None else math.inf)
+    return maps, costs, sched.allocation()
+
+
+def _network(hw: HwConfig, layers: list[Layer], maps: list[Mapping], costs: list[Cost | None]) -> NetworkCost | None:
+    if any(c is None for c in costs):
+        return None
+    cs = [c for c in costs if c is not None]
+    return NetworkCost(
+        cycles=sum(lay.weight * c.cycles for lay, c in zip(layers, cs, strict=True)),
+        energy_pj=sum(lay.weight * c.energy_pj for lay, c in zip(layers, cs, strict=True)),
+        layers=cs,
+    )
+
+
+# -- hardware ------------------------------------------------------------------------------------------
+def hw_neighbours(hw: HwConfig, limits: Limits = Limits()) -> list[HwConfig]:
+    buses = limits.buses
+    out = []
+    i = ARRAY_DIMS.index(hw.dim)
+    for j in (i - 2, i - 1, i + 1, i + 2):
+        if 0 <= j < len(ARRAY_DIMS):
+            out.append(replace(hw, dim=ARRAY_DIMS[j]))
+            # tiles grow with DIM: the same move with both capacities scaled alongside (a minimal config
+            # from the last step would otherwise block every move to a larger array)
+            r = ARRAY_DIMS[j] / hw.dim
+            sp = min(max(round(hw.sp_kib * r), SP_KIB[0]), SP_KIB[1])
+            acc = min(max(round(hw.acc_kib * r), ACC_KIB[0]), ACC_KIB[1])
+            out.append(replace(hw, dim=ARRAY_DIMS[j], sp_kib=sp, acc_kib=acc))
+    b = buses.index(hw.dma_buswidth)
+    for j in (b - 1, b + 1):
+        if 0 <= j < len(buses):
+            out.append(replace(hw, dma_buswidth=buses[j]))
+    for f in (0.25, 0.5, 2.0, 4.0):
+        out.append(replace(hw, sp_kib=min(max(round(hw.sp_kib * f), SP_KIB[0]), SP_KIB[1])))
+        out.append(replace(hw, acc_kib=min(max(round(hw.acc_kib * f), ACC_KIB[0]), ACC_KIB[1])))
+    for flow in limits.dataflows:
+        if flow != hw.dataflow:
+            out.append(replace(hw, dataflow=flow))
+    return [h for h in out if h != hw and h.problem() is None]
+
+
+def random_hw(rng: random.Random, limits: Limits = Limits()) -> HwConfig:
+    while True:
+        hw = HwConfig(
+            dim=rng.choice(ARRAY_DIMS),
+            sp_kib=round(math.exp(rng.uniform(math.log(16), math.log(SP_KIB[1])))),
+            acc_kib=round(math.exp(rng.uniform(math.log(4), math.log(ACC_KIB[1])))),
+            dataflow=rng.choice(limits.dataflows),
+            dma_buswidth=rng.choice(limits.buses),
+        )
+        if hw.problem() is None:
+            return hw
+
+
+def _evaluate_hw(
+    hw: HwConfig, layers: list[Layer], ev: Evaluator, calls: int, rng: random.Random, start: list[Mapping] | None
+) -> tuple[HwConfig, list[Mapping], NetworkCost | None, list[int]]:
+    maps, costs, alloc = tune_mappings(hw, layers, ev, calls, rng, start)
+    net = _network(hw, layers, maps, costs)
+    if net is None:
+        return hw, maps, None, alloc
+    ev.offer(hw, maps, net)
+    small = minimal_hw(hw, layers, maps)
+    if small != hw:
+        small_costs = [ev.layer(small, lay, m) for lay, m in zip(layers, maps, strict=True)]
+        small_net = _network(small, layers, maps, small_costs)
+        if small_net is not None and small_net.edp < net.edp:
+            ev.offer(small, maps, small_net)
+            return small, maps, small_net, alloc
+    return hw, maps, net, alloc
+
+
+def co_explore(
+    layers: list[Layer],
+    budget: int,
+    seed: int = 0,
+    start_hw: HwConfig = DEFAULT_HW,
+    progress: Callable[[int, float], None] | None = None,
+    limits: Limits = Limits(),
+) -> SearchResult:
+    """Hardware and mappings co-tuned for the occurrence-weighted network EDP within `budget` model calls.
+
+    Iterated local search: hill-climb the hardware from `start_hw` (BACO starts from the default), then from
+    random hardware points (BACO's random start points) until the budget is spent. `limits` restricts the
+    hardware (see Limits); `start_hw` must satisfy them."""
+    if start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows:
+        raise ValueError(f"start_hw {start_hw} is outside the limits {limits}")
+    rng = random.Random(seed)
+    ev = Evaluator(budget)
+    per_hw = max(8 * len(layers), min(60 * len(layers), budget // 60))
+    alloc: list[int] = [0] * len(layers)
+    seen: set[HwConfig] = set()
+
+    def add(a: list[int]) -> None:
+        alloc[:] = [x + y for x, y in zip(alloc, a, strict=True)]
+
+    try:
+        hw0 = start_hw
+        while ev.calls < budget:
+            seen.add(hw0)
+            hw, maps, net, a = _evaluate_hw(hw0, layers, ev, per_hw, rng, None)
+            add(a)
+            while net is not None:  # first-improvement hill climbing on the hardware
+                moved = False
+                neighbours = hw_neighbours(hw, limits)
+                rng.shuffle(neighbours)
+                for cand in neighbours:
+                    if cand in seen:
+                        continue
+                    seen.add(cand)
+                    h2, m2, n2, a = _evaluate_hw(cand, layers, ev, per_hw // 3, rng, maps)
+                    add(a)
+                    if n2 is not None and n2.edp < net.edp:
+                        hw, maps, net, moved = h2, m2, n2, True
+                        seen.add(hw)
+                        if progress:
+                            progress(ev.calls, net.edp)
+                        break
+                if not moved:
+                    break
+            if net is not None:  # polish the local optimum's mappings
+                maps2, costs2, a = tune_mappings(hw, layers, ev, per_hw, rng, maps)
+                add(a)
+                n2 = _network(hw, layers, maps2, costs2)
+                if n2 is not None:
+                    ev.offer(hw, maps2, n2)
+            hw0 = random_hw(rng, limits)
+    except BudgetSpent:
+        pass
+    return _result(ev, layers, alloc)
+
+
+def random_mapping(hw: HwConfig, layer: Layer, rng: random.Random) -> Mapping:
+    return Mapping({d: rng.choice(tile_choices(hw, layer, d)) for d in DIMS})
+
+
+def random_search(layers: list[Layer], budget: int, seed: int = 0, limits: Limits = Limits()) -> SearchResult:
+    """Uniform random hardware + mappings, `budget` model calls (one network sample = one call per layer)."""
+    rng = random.Random(seed)
+    ev = Evaluator(budget)
+    try:
+        while True:
+            hw = random_hw(rng, limits)
+            maps = [random_mapping(hw, lay, rng) for lay in layers]
+            costs = [ev.layer(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
+            net = _network(hw, layers, maps, costs)
+            if net is not None:
+                ev.offer(hw, maps, net)
+    except BudgetSpent:
+        pass
+    return _result(ev, layers)
+
+
+def tune_fixed_hw(layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0) -> SearchResult:
+    """Mappings only, on a given hardware config (e.g. a single-layer-tuned config applied to a network)."""
+    rng = random.Random(seed)
+    ev = Evaluator(budget)
+    try:
+        maps, costs, alloc = tune_mappings(hw, layers, ev, budget, rng)
+        net = _network(hw, layers, maps, costs)
+        if net is not None:
+            ev.offer(hw, maps, net)
+    except BudgetSpent:
+        alloc = []
+    return _result(ev, layers, alloc)
+
+
+def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, seed: int = 0) -> SearchResult:
+    """The best of a fixed set of hardware configs (e.g. those FireSim has bitstreams for), each with its
+    mappings tuned on an equal share of the budget; configs that cannot hold some layer are skipped."""
+    results = []
+    for hw in choices:
+        try:
+            results.append(tune_fixed_hw(layers, hw, max(len(layers) * 4, budget // max(1, len(choices))), seed))
+        except RuntimeError:
+            continue
+    if not results:
+        raise RuntimeError(f"none of the {len(choices)} available hardware configs can hold every layer's tiles")
+    return min(results, key=lambda r: r.cost.edp)
+
+
+def default_point(layers: list[Layer], hw: HwConfig = DEFAULT_HW) -> tuple[list[Mapping], NetworkCost]:
+    """Gemmini-Default: the default config with gemmini.h's own tiling heuristics."""
+    maps = [default_mapping(hw, lay) for lay in layers]
+    for lay, m in zip(layers, maps, strict=True):
+        why = fit(hw, lay, m)
+        if why:
+            raise ValueError(f"{lay.name}: gemmini.h's default tiling does not fit: {why}")
+    return maps, network_cost(hw, layers, maps)

@@ -1,0 +1,304 @@
+"""The `ukernel` tuner on a CUDA GPU: FTuner's GPU rules → pipelined uKernels over a symbolic M → DP table.
+
+  1. the GPU rules (gpu_rules) propose thread-block tiles for a few representative M, no search;
+  2. each tile is compiled once over a symbolic M (pipeline/schedule.py, the pad_einsum recipe that ran
+     on an H100) and its software-pipeline depth is searched on the GPU: 1..4 stages, async copies
+     where the arch has them (worth 1.3–1.9× on the H100, with the best depth differing by shape,
+     ../shared/research/gpu.md §3.1);
+  3. each uKernel at its best depth is timed at a few M, the existing DP (combine) picks per S which
+     uKernels run which rows, every S where cuBLAS (called as a host calls it) is faster is routed to
+     cuBLAS, and the table plus content-addressed libraries (device code embedded; the nvcc fatbin's
+     hash recorded in the spec) are what the job publishes;
+  4. the heaviest shapes are re-measured with every uKernel alone and with the chosen program as a
+     GPU host runs it (kernelfleet.cuda_ukernel.CudaDispatcher, device tensors, synchronised).
+
+Needs a GPU for steps 2–4 (timing); building and nvcc run anywhere (tests/tuning/gpu/test_codegen.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, require_cuda, sha256_bytes
+from service.tuning.hardware_model import HardwareModel
+from service.tuning.platforms import tvm_target
+from service.tuning.tuners.base import TuningStopped
+from service.tuning.tuners.pipeline.schedule import (
+    GemmTile,
+    build_gemm,
+    compile_cuda,
+    cuda_source,
+    supports_async_copy,
+)
+from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
+from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, gpu_ukernels
+from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
+from service.tuning.tuners.ukernel.tuner import (
+    NOISE_TIE,
+    RangeOutcome,
+    RangeSink,
+    RangeTask,
+    vendor_sweep_shapes,
+    vendor_wins,
+)
+
+
+def build_cuda_ukernel(tile: GemmTile, N: int, K: int, target: Mapping[str, Any], fatbin: bool = True) -> CudaUKernel:
+    """Compile one uKernel over a symbolic M; `fatbin` also runs nvcc on its source to record the device code."""
+    module = build_gemm(tile, N, K, target)
+    digest = ""
+    if fatbin:
+        digest = sha256_bytes(compile_cuda(cuda_source(module), str(target["arch"]), fmt="fatbin"))
+    spec = CudaUKernelSpec(
+        N=N, K=K, mt=tile.bm, tile=dataclasses.asdict(tile), target=dict(target), fatbin_sha256=digest
+    )
+    return CudaUKernel(module, spec)
+
+
+def depth_candidates(
+    tile: GemmTile, N: int, K: int, arch: str, hw: HardwareModel, max_stages: int = 4
+) -> list[GemmTile]:
+    """The pipeline depths worth timing for a tile: 1..max_stages that fit shared memory and K's k-steps."""
+    out = []
+    for stages in range(1, max_stages + 1):
+        cand = dataclasses.replace(tile, stages=stages, async_copy=stages > 1 and supports_async_copy(arch))
+        if cand.problem(N, K) is None and cand.smem_bytes() <= hw.smem_per_block:
+            out.append(cand)
+    return out or [tile]
+
+
+def gpu_hardware(task: RangeTask) -> HardwareModel:
+    """The job target's GPU: its detected details (SM count, limits, L2) over the arch's table row."""
+    if task.hardware is not None:
+        return task.hardware
+    details = task.target.details
+    base = HardwareModel.for_gpu(str(task.target.arch))
+    sms = int(details.get("sm_count", base.sm_count))
+    return base.overridden(
+        cores=sms,
+        sm_count=sms,
+        l2_bytes=int(details.get("l2_bytes", base.l2_bytes)),
+        smem_per_block=int(details.get("smem_per_block", base.smem_per_block)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseRange:
+    """One GPU ukernel run: dense Y[M, N] = X[M, K]·W[N, K]ᵀ for M = 1..s_max on `target` (a TVM dict)."""
+
+    N: int
+    K: int
+    s_max: int
+    validate: tuple[int, ...]
+    target: Mapping[str, Any]
+    hardware: HardwareModel
+    work_dir: Path
+    max_ukernels: int = MAX_UKERNELS
+    representative_m: int = 64
+    measure_points: int = 5
+    vendor_routes: bool = True  # route every S where cuBLAS is faster to cuBLAS
+
+
+class GPUUKernelTuner:
+    name = "ukernel-cuda"
+
+    def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
+        return self.tune_dense(
+            DenseRange(
+                N=task.workload.dims["N"],
+                K=task.workload.dims["K"],
+                s_max=task.s_max,
+                validate=tuple(task.validate),
+                target=tvm_target(task.target),
+                hardware=gpu_hardware(task),
+                work_dir=task.work_dir,
+                max_ukernels=task.max_ukernels,
+                representative_m=task.representative_m,
+                measure_points=task.measure_points,
+                vendor_routes=task.vendor_routes,
+            ),
+            sink,
+        )
+
+    def tune_dense(self, job: DenseRange, sink: RangeSink) -> RangeOutcome:
+        """The whole run on plain values (no pydantic models): what the job and the GPU benchmark both call."""
+        began = time.perf_counter()
+        require_cuda()  # timing needs the GPU; a CPU host never gets here (queue routing + mismatch)
+        N, K, hw, target = job.N, job.K, job.hardware, job.target
+        arch = str(target["arch"])
+        reps = sorted({1, 16, max(1, job.representative_m), job.s_max})
+        proposals = gpu_ukernels(hw, N, K, reps, limits=GPURuleLimits())[: min(job.max_ukernels, MAX_UKERNELS)]
+        if not proposals:
+            raise ValueError(f"no uKernel tile passes the GPU rules for N={N}, K={K} on {hw.name}")
+        kernels: dict[str, CudaUKernel] = {}
+        artifacts: dict[str, Any] = {}
+        costs: list[TileCost] = []
+        candidates: list[dict[str, Any]] = []
+        errors = 0
+        for cand in proposals:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            uid = cand.tile.label()
+            record: dict[str, Any] = {
+                "id": uid,
+                # [bm, bn, bk, tm, tn, stages, split_k], a list like the CPU records' [mt, nt, kt]
+                "tile": [
+                    cand.tile.bm,
+                    cand.tile.bn,
+                    cand.tile.bk,
+                    cand.tile.tm,
+                    cand.tile.tn,
+                    cand.tile.stages,
+                    cand.tile.split_k,
+                ],
+                "gemm_tile": dataclasses.asdict(cand.tile),
+                "score": cand.score,
+                "reasons": list(cand.reasons),
+            }
+            candidates.append(record)
+            try:
+                kernel, depths = self._best_depth(cand.tile, N, K, target, arch, hw, cand.representative_m)
+                record["depths_s"] = depths
+                uid = GemmTile(**kernel.spec.tile).label()  # the label now names the chosen depth
+                record["id"] = uid
+                record["gemm_tile"] = dict(kernel.spec.tile)
+                record["tile"][5] = kernel.spec.tile["stages"]  # the depth the search kept
+                timer = functools.partial(kernel.time, repeat=3, number=20)
+                points = sample_ms(kernel.spec.mt, job.s_max, job.measure_points)
+                cost = TileCost.measure(uid, kernel.spec.mt, timer, points)
+            except Exception as exc:  # a tile the compiler or the GPU rejects is recorded, the others go on
+                errors += 1
+                record["error"] = f"{type(exc).__name__}: {exc}"
+                sink.on_ukernel(record)
+                continue
+            record["measured"] = {str(t * kernel.spec.mt): s for t, s in zip(cost.tiles, cost.seconds, strict=True)}
+            sink.on_ukernel(record)
+            if uid in kernels:  # two proposals converged on the same tile and depth
+                continue
+            kernels[uid] = kernel
+            costs.append(cost)
+            path, digest = kernel.export(job.work_dir / "artifacts")
+            artifacts[uid] = _Artifact(path, digest, kernel.spec)
+        if not costs:
+            raise RuntimeError(f"all {len(proposals)} uKernels failed to build or run")
+        overhead = self._piece_overhead(kernels, N, K)
+        programs = combine(costs, job.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE)
+        used = {p.ukernel_id for prog in programs for p in prog.pieces}
+        costs = [c for c in costs if c.ukernel_id in used]
+        kernels = {u: k for u, k in kernels.items() if u in used}
+        artifacts = {u: a for u, a in artifacts.items() if u in used}
+        programs = combine(costs, job.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE)
+        # the tuned programs against cuBLAS as a host calls both; cuBLAS keeps every S it wins
+        tuned_table = dispatch_table(programs)
+        sweep = self._vendor_sweep(CudaDispatcher(tuned_table, kernels, N=N, K=K), N, K, job, sink)
+        vendor = vendor_wins(sweep, job.s_max) if sweep else set()
+        table = dispatch_table(programs, vendor)
+        artifacts = {u: a for u, a in artifacts.items() if u in table.mts}  # published: what the table uses
+        dispatcher = CudaDispatcher(table, {u: k for u, k in kernels.items() if u in table.mts}, N=N, K=K)
+        shapes: dict[str, Any] = {}
+        for S in job.validate:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            alone = {u: k.time(S, repeat=3, number=20) for u, k in kernels.items()}  # every uKernel the DP used
+            shapes[str(S)] = {
+                "measured_s": alone,
+                "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
+                "chosen_measured_s": dispatcher.time_called(S),
+                "chosen_predicted_s": programs[S - 1].cost,
+            }
+            sink.on_validated(S, len(alone) + 1)
+        validation: dict[str, Any] = {
+            "shapes": shapes,
+            "piece_overhead_s": overhead,
+            "platform": "cuda",
+            "tuned_table": tuned_table.to_dict(),  # before routing: every S on our uKernels
+            "vendor_routes": {
+                "vendor": "cuBLAS through torch F.linear (called from Python, synchronised)",
+                "shapes_timed": len(sweep),
+                "vendor_S": len(vendor),
+                "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
+                "sweep_s": {str(S): list(v) for S, v in sweep.items()},
+            },
+        }
+        return RangeOutcome(
+            table=table,
+            kernels=kernels,  # every uKernel of the tuned table (validation["tuned_table"]), routed or not
+            artifacts=artifacts,
+            predicted_s=[p.cost for p in programs],
+            measured_s={int(s): v["chosen_measured_s"] for s, v in shapes.items()},
+            validation=validation,
+            candidates=candidates,
+            errors=errors,
+            seconds=time.perf_counter() - began,
+            hardware=hw.to_dict(),
+            dispatcher=dispatcher,
+        )
+
+    @staticmethod
+    def _best_depth(
+        tile: GemmTile, N: int, K: int, target: Mapping[str, Any], arch: str, hw: HardwareModel, m: int
+    ) -> tuple[CudaUKernel, dict[str, float]]:
+        """ALCOP's question per uKernel: build every feasible depth, time each at the representative M."""
+        best: tuple[float, CudaUKernel] | None = None
+        timings: dict[str, float] = {}
+        for cand in depth_candidates(tile, N, K, arch, hw):
+            kernel = build_cuda_ukernel(cand, N, K, target, fatbin=False)
+            seconds = kernel.time(max(m, 1), repeat=3, number=20)
+            timings[f"{cand.stages}{'a' if cand.async_copy else ''}"] = seconds
+            if best is None or seconds < best[0]:
+                best = (seconds, kernel)
+        assert best is not None
+        chosen = GemmTile(**best[1].spec.tile)
+        return build_cuda_ukernel(chosen, N, K, target, fatbin=True), timings
+
+    @staticmethod
+    def _vendor_sweep(
+        tuned: CudaDispatcher, N: int, K: int, job: DenseRange, sink: RangeSink
+    ) -> dict[int, tuple[float, float]]:
+        """(ours, cuBLAS) seconds per call at the swept S, both called as a host calls them. Empty when
+        routing is off or torch is missing (the table then serves every S with our uKernels)."""
+        from service.tuning import cublas
+
+        if not job.vendor_routes:
+            return {}
+        try:
+            cublas.torch_cuda()
+        except RuntimeError:
+            return {}
+        assert tuned.table is not None
+        sweep: dict[int, tuple[float, float]] = {}
+        for S in vendor_sweep_shapes(tuned.table, job.validate):
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            sweep[S] = (tuned.time_called(S, calls=20), cublas.time_linear_called(S, N, K, calls=20))
+        return sweep
+
+    @staticmethod
+    def _piece_overhead(kernels: Mapping[str, CudaUKernel], N: int, K: int) -> float:
+        """What one more piece costs beyond its kernel: a launch plus the Python and DLPack work around it."""
+        samples = []
+        for kernel in kernels.values():
+            one = CudaDispatcher(_single_table(kernel), {"k": kernel}, N=N, K=K)
+            samples.append(one.overhead(S=kernel.spec.mt))
+        return statistics.median(samples)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Artifact:
+    """What the ukernel job publishes per uKernel (same fields as kernel.UKernelArtifact)."""
+
+    path: Any
+    sha256: str
+    spec: CudaUKernelSpec
+
+
+def _single_table(kernel: CudaUKernel) -> Any:
+    from kernelfleet.dispatch import DispatchTable, Interval, Shape
+
+    return DispatchTable((Interval(1, kernel.spec.mt, Shape((), "k")),), {"k": kernel.spec.mt})

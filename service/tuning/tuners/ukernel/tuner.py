@@ -1,0 +1,371 @@
+"""The `ukernel` tuner: one tuning run covers every value 1..S_max of a dense layer's dynamic M.
+
+FTuner's pipeline, with DietCode's cost model (../shared/research/anchors.md §1–2):
+  1. the hardware model and rules propose a few micro-kernel tiles, no search (`rules`);
+  2. each is compiled once as a shape-generic binary (`kernel`) and timed at a few M only;
+  3. the combination DP picks, for every S, the pieces that cover S rows at the least predicted
+     cost (`combine`) and the result is compressed into a dispatch table;
+  4. the SDK dispatcher and the vendor library (numpy) are timed as an inference host calls them, in
+     alternation, at every S up to 256 (beyond: a stride, every interval end and the hot shapes), and
+     every S where the vendor is faster is routed to the vendor in the published table;
+  5. for the heaviest shapes of the distribution, every uKernel is measured as a single-piece program
+     and its measured time is compared with DietCode's prediction and FTuner's SIA score (Spearman
+     ρ), and the chosen route is measured as the inference host will run it.
+
+Free of Celery and the store: the job runner drives it, the benchmarks call it directly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from kernelfleet.dispatch import DispatchTable
+from kernelfleet.dispatcher import Dispatcher
+from service.tuning.hardware_model import HardwareModel
+from service.tuning.platforms import tvm_target
+from service.tuning.tuners.base import TuningStopped
+from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
+from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
+from service.tuning.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
+from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
+from service.tuning.tuners.ukernel.rules import dense_candidates
+
+if TYPE_CHECKING:  # annotations only: the GPU tuner imports this module on hosts without pydantic
+    from service.models import TargetSpec, WorkloadSpec
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    workload: WorkloadSpec
+    s_max: int
+    validate: Sequence[int]  # shapes to measure, heaviest first
+    target: TargetSpec
+    max_ukernels: int
+    work_dir: Path
+    representative_m: int = 64  # where the rules judge padding and parallelism
+    hardware: HardwareModel | None = None  # default: read from this host
+    measure_points: int = 5
+    min_repeat_ms: int = 10
+    # uKernel id → {M: seconds} an earlier attempt of the same job measured: rebuilt, not re-measured
+    measured_before: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    vendor_routes: bool = True  # route every S where the vendor is faster to the vendor
+
+
+# Timings on a shared machine vary by several percent run to run; a multi-piece program must beat a
+# simpler one by more than that, or the DP would chase noise into fragmented tables.
+NOISE_TIE = 0.03
+
+
+class RangeSink(Protocol):
+    def on_ukernel(self, record: dict[str, Any]) -> None:
+        """One uKernel newly measured (or failed), as soon as it is: a retried job resumes from these."""
+
+    def on_validated(self, S: int, measured: int) -> None: ...
+
+    def should_stop(self) -> bool: ...
+
+
+class QuietRangeSink:
+    """A RangeSink that records nothing and never stops: benches and tests override what they watch."""
+
+    def on_ukernel(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_validated(self, S: int, measured: int) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+
+@dataclass
+class RangeOutcome:
+    table: DispatchTable
+    kernels: dict[str, Any]  # UKernel on CPUs, kernelfleet.cuda_ukernel.CudaUKernel on GPUs
+    artifacts: dict[str, Any]  # UKernelArtifact-shaped: path, sha256, spec
+    predicted_s: list[float]  # predicted seconds of the chosen program at S = 1..s_max
+    measured_s: dict[int, float]  # measured seconds of the chosen program at the validated S
+    validation: dict[str, Any]
+    candidates: list[dict[str, Any]]
+    errors: int
+    seconds: float
+    hardware: dict[str, Any] = field(default_factory=dict)
+    dispatcher: Any = None  # the SDK dispatcher that ran the validation (None: the CPU Dispatcher over kernels)
+
+    @property
+    def padding_ratio(self) -> float:
+        """Padded rows over useful rows, summed over 1..s_max: how much the programs over-compute."""
+        mts = self.table.mts
+        tuned = [s for s in range(1, self.table.s_max + 1) if not self.table.vendor_at(s)]
+        padded = sum(p.tiles * mts[p.ukernel_id] for s in tuned for p in self.table.lookup(s))
+        useful = sum(tuned)  # the S routed to the vendor compute no padding of ours
+        return padded / useful - 1.0 if useful else 0.0
+
+    @property
+    def serves_ukernels(self) -> bool:
+        """Whether any S runs on a uKernel: a table that routes every S to the vendor serves nothing."""
+        return any(not iv.vendor for iv in self.table.intervals)
+
+
+def _dims(workload: WorkloadSpec) -> tuple[int, int]:
+    return workload.dims["N"], workload.dims["K"]
+
+
+def measure_call_overhead(kernel: UKernel, repeat: int = 200) -> float:
+    """Seconds one extra piece costs beyond its kernel time: the Python call, DLPack wrapping, the FFI hop."""
+    spec = kernel.spec
+    x, out = aligned_empty((spec.mt, spec.K)), aligned_empty((spec.mt, spec.N))
+    x[...] = 0.0
+    w = kernel.pack_weight(np.zeros((spec.N, spec.K), np.float32))
+    kernel(x, w, out)
+    start = time.perf_counter()
+    for _ in range(repeat):
+        kernel(x, w, out)
+    python_path = (time.perf_counter() - start) / repeat
+    return max(0.0, python_path - kernel.time(spec.mt, repeat=3, min_repeat_ms=5))
+
+
+def time_dispatcher(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0, min_seconds: float = 0.02) -> float:
+    """Median seconds per call of the dispatcher at S rows, as an inference host calls it."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((S, K), dtype=np.float32)
+    w = rng.standard_normal((N, K), dtype=np.float32)
+    out = aligned_empty((S, N))
+    dispatcher(x, w, out)
+    return _median_call(lambda: dispatcher(x, w, out), min_seconds)
+
+
+def _median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5) -> float:
+    samples: list[float] = []
+    deadline = time.perf_counter() + min_seconds
+    while len(samples) < min_samples or (time.perf_counter() < deadline and len(samples) < 1000):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def time_against_vendor(
+    dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0, rounds: int = 3, min_seconds: float = 0.002
+) -> tuple[float, float]:
+    """(dispatcher, vendor) median seconds per call at S rows, both called as an inference host calls them
+    (`d(x, w)` and numpy's `x @ w.T` on the same arrays), in alternating blocks so that machine load and
+    each library's idle threads weigh on both alike; each is the fastest round's median (other load on the
+    machine only ever adds time, and it comes in bursts that one round can catch and another miss)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((S, K), dtype=np.float32)
+    w = rng.standard_normal((N, K), dtype=np.float32)
+    dispatcher.prepare(w)
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(rounds):
+        ours.append(_median_call(lambda: dispatcher(x, w), min_seconds, 3))
+        theirs.append(_median_call(lambda: x @ w.T, min_seconds, 3))
+    return min(ours), min(theirs)
+
+
+VENDOR_SWEEP_DENSE = 256  # every S up to here is timed against the vendor; beyond, a stride
+
+
+def vendor_sweep_shapes(table: DispatchTable, extra: Sequence[int] = (), points: int = VENDOR_SWEEP_DENSE) -> list[int]:
+    """Where the dispatcher is timed against the vendor: every S ≤ 256, both ends of every interval, the
+    hot shapes, and a stride over the rest of the range so that no S is far from a measured one."""
+    s_max = table.s_max
+    shapes = set(range(1, min(s_max, points) + 1)) | {s for s in extra if 1 <= s <= s_max}
+    for iv in table.intervals:
+        shapes |= {iv.lo, iv.hi}
+    if s_max > points:
+        step = math.ceil(s_max / points)
+        shapes |= set(range(points, s_max + 1, step))
+    return sorted(shapes)
+
+
+def vendor_wins(measured: Mapping[int, tuple[float, float]], s_max: int) -> set[int]:
+    """Every S in 1..s_max where the vendor is faster: measured, or as measured at the nearest timed S
+    (the lower one on a tie) for S the sweep skipped."""
+    timed = sorted(measured)
+    out = set()
+    for s in range(1, s_max + 1):
+        if s in measured:
+            nearest = s
+        else:
+            i = bisect.bisect_left(timed, s)
+            below, above = timed[max(i - 1, 0)], timed[min(i, len(timed) - 1)]
+            nearest = below if s - below <= above - s else above
+        ours, theirs = measured[nearest]
+        if theirs < ours:
+            out.add(s)
+    return out
+
+
+class UKernelTuner:
+    name = "ukernel"
+
+    def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
+        began = time.perf_counter()
+        if not 1 <= task.s_max <= MAX_S:
+            raise ValueError(f"s_max must be in 1..{MAX_S}, got {task.s_max}")
+        w = task.workload
+        if w.op != "dense" or w.attrs.get("bias") or w.symbolic != ["M"] or w.dtype != "float32":
+            raise ValueError("uKernels tune float32 dense layers without bias over one dynamic M")
+        N, K = _dims(task.workload)
+        hw = task.hardware or HardwareModel.from_host()
+        proposals = dense_candidates(
+            hw,
+            N,
+            K,
+            representative_m=task.representative_m,
+            top_k=min(task.max_ukernels, MAX_UKERNELS),
+            distinct_mt=True,
+        )
+        if not proposals:
+            raise ValueError(f"no uKernel tile passes the hardware rules for N={N}, K={K} on {hw.name}")
+        target = tvm_target(task.target)
+        kernels: dict[str, UKernel] = {}
+        artifacts: dict[str, UKernelArtifact] = {}
+        costs: list[TileCost] = []
+        candidates: list[dict[str, Any]] = []
+        errors = 0
+        for c in proposals:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            uid = f"mt{c.mt}_nt{c.nt}_kt{c.kt}"
+            record: dict[str, Any] = {"id": uid, "tile": list(c.tile), "score": c.score, "reasons": list(c.reasons)}
+            candidates.append(record)
+            earlier = task.measured_before.get(uid)
+            try:
+                kernel = build_ukernel(N, K, c.mt, c.nt, c.kt, target)
+                if earlier:
+                    cost = TileCost.from_measurements(uid, c.mt, {int(m): sec for m, sec in earlier.items()})
+                    record["resumed"] = True
+                else:
+                    timer = functools.partial(kernel.time, repeat=3, min_repeat_ms=task.min_repeat_ms)
+                    cost = TileCost.measure(uid, c.mt, timer, sample_ms(c.mt, task.s_max, task.measure_points))
+            except Exception as exc:  # a tile the compiler rejects is recorded, the others go on
+                errors += 1
+                record["error"] = f"{type(exc).__name__}: {exc}"
+                sink.on_ukernel(record)
+                continue
+            record["measured"] = {str(t * c.mt): s for t, s in zip(cost.tiles, cost.seconds, strict=True)}
+            if not earlier:
+                sink.on_ukernel(record)
+            kernels[uid] = kernel
+            costs.append(cost)
+            artifacts[uid] = kernel.export(task.work_dir / "artifacts")
+        if not costs:
+            raise RuntimeError(f"all {len(proposals)} uKernels failed to build or run")
+
+        overhead = statistics.median(measure_call_overhead(k) for k in kernels.values())
+        programs = combine(costs, task.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE)
+        used = {p.ukernel_id for prog in programs for p in prog.pieces}
+        # ship only the uKernels some program uses
+        costs = [c for c in costs if c.ukernel_id in used]
+        kernels = {uid: k for uid, k in kernels.items() if uid in used}
+        artifacts = {uid: a for uid, a in artifacts.items() if uid in used}
+        programs = combine(
+            costs, task.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE
+        )  # same programs, unused ids gone
+        predicted = [prog.cost for prog in programs]
+
+        # the tuned programs against the vendor as the SDK calls both; the vendor keeps every S it wins
+        tuned_table = dispatch_table(programs)
+        tuned = Dispatcher(tuned_table, kernels, N=N, K=K)
+        sweep: dict[int, tuple[float, float]] = {}
+        swept = vendor_sweep_shapes(tuned_table, task.validate) if task.vendor_routes else list(task.validate)
+        for S in swept:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            sweep[S] = time_against_vendor(tuned, N, K, S)
+        vendor = vendor_wins(sweep, task.s_max) if task.vendor_routes else set()
+        table = dispatch_table(programs, vendor)
+        measured_kernels = kernels  # the models' rankings are checked on every uKernel the DP used
+        kernels = {uid: k for uid, k in kernels.items() if uid in table.mts}
+        artifacts = {uid: a for uid, a in artifacts.items() if uid in table.mts}
+        dispatcher = Dispatcher(table, kernels, N=N, K=K)
+        validation = self._validate(task, hw, measured_kernels, costs, dispatcher, predicted, sink, sweep)
+        validation["piece_overhead_s"] = overhead
+        validation["vendor_routes"] = {
+            "vendor": "numpy x @ w.T",
+            "shapes_timed": len(sweep),
+            "vendor_S": len(vendor),
+            "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
+            "timed_s": {str(S): {"tuned": t, "vendor": v} for S, (t, v) in sweep.items()},
+        }
+        measured = {int(s): v["chosen_measured_s"] for s, v in validation["shapes"].items()}
+        return RangeOutcome(
+            table=table,
+            kernels=kernels,
+            artifacts=artifacts,
+            predicted_s=predicted,
+            measured_s=measured,
+            validation=validation,
+            candidates=candidates,
+            errors=errors,
+            seconds=time.perf_counter() - began,
+            hardware=hw.to_dict(),
+        )
+
+    @staticmethod
+    def _validate(
+        task: RangeTask,
+        hw: HardwareModel,
+        kernels: dict[str, UKernel],
+        costs: list[TileCost],
+        dispatcher: Dispatcher,
+        predicted: list[float],
+        sink: RangeSink,
+        sweep: Mapping[int, tuple[float, float]],
+    ) -> dict[str, Any]:
+        """Measure every uKernel alone and the chosen route at the heaviest shapes; rank correlations."""
+        N, K = _dims(task.workload)
+        shapes: dict[str, Any] = {}
+        rho_dc: list[float] = []
+        rho_sia: list[float] = []
+        for S in task.validate:
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            measured, dietcode, sia = {}, {}, {}
+            sia_scores = dict(rank_sia([(k.spec.mt, k.spec.nt) for k in kernels.values()], S, N, K, hw.cores))
+            for cost in costs:
+                spec = kernels[cost.ukernel_id].spec
+                m0 = cost.tiles[-1] * spec.mt
+                f_mk = f_mk_from_measurement(cost.seconds[-1], m0, spec.mt, spec.nt, N, hw.cores)
+                dietcode[cost.ukernel_id] = dietcode_predict(f_mk, S, spec.mt, spec.nt, N, hw.cores)
+                sia[cost.ukernel_id] = sia_scores[(spec.mt, spec.nt)]
+                measured[cost.ukernel_id] = kernels[cost.ukernel_id].time(S, repeat=3, min_repeat_ms=task.min_repeat_ms)
+            ids = list(measured)
+            tuned_s, vendor_s = sweep[S] if S in sweep else time_against_vendor(dispatcher, N, K, S)
+            on_vendor = dispatcher.table is not None and dispatcher.table.vendor_at(S)
+            entry: dict[str, Any] = {
+                "measured_s": measured,
+                "dietcode_s": dietcode,
+                "sia_score": sia,
+                "route": "vendor" if on_vendor else "ukernel",
+                "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
+                "chosen_measured_s": time_dispatcher(dispatcher, N, K, S),
+                "chosen_predicted_s": predicted[S - 1],
+                "tuned_measured_s": tuned_s,  # the tuned program, alternating with the vendor
+                "vendor_measured_s": vendor_s,
+            }
+            if len(ids) >= 2:
+                entry["rho_dietcode"] = spearman([dietcode[i] for i in ids], [measured[i] for i in ids])
+                entry["rho_sia"] = spearman([-sia[i] for i in ids], [measured[i] for i in ids])
+                rho_dc += [entry["rho_dietcode"]] if not math.isnan(entry["rho_dietcode"]) else []
+                rho_sia += [entry["rho_sia"]] if not math.isnan(entry["rho_sia"]) else []
+            shapes[str(S)] = entry
+            sink.on_validated(S, len(ids) + 1)
+        return {
+            "shapes": shapes,
+            "rho_dietcode_mean": statistics.fmean(rho_dc) if rho_dc else None,
+            "rho_sia_mean": statistics.fmean(rho_sia) if rho_sia else None,
+        }

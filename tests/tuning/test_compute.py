@@ -1,0 +1,41 @@
+"""Every registered operator's TVM definition computes what its numpy reference computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+
+from kernelfleet.tvm_kernel import Kernel, module_params
+from service.models import WorkloadSpec
+from service.tuning.compute import prim_func, random_inputs, reference, tolerance
+from service.tuning.hardware import host_target
+from service.tuning.platforms import tvm_target
+
+CASES = [
+    (WorkloadSpec(op="dense", dims={"N": 24, "K": 40}, symbolic=["M"]), {"M": 7}),
+    (WorkloadSpec(op="dense", dims={"N": 24, "K": 40}, symbolic=["M"], attrs={"bias": True}), {"M": 5}),
+    (WorkloadSpec(op="batch_matmul", dims={"B": 3, "N": 16, "K": 64}, symbolic=["M"]), {"M": 13}),
+    (
+        WorkloadSpec(
+            op="conv2d",
+            dims={"N": 1, "CI": 8, "CO": 16, "KH": 3, "KW": 3},
+            symbolic=["H", "W"],
+            attrs={"stride": 2, "padding": 1},
+        ),
+        {"H": 9, "W": 7},
+    ),
+    (WorkloadSpec(op="conv2d", dims={"N": 2, "H": 6, "W": 6, "CI": 4, "CO": 8, "KH": 1, "KW": 1}), {}),
+]
+
+
+@pytest.mark.parametrize(("workload", "shape"), CASES, ids=lambda c: getattr(c, "op", str(c)))
+def test_unscheduled_kernel_matches_numpy(workload: WorkloadSpec, shape: dict[str, int]) -> None:
+    mod = prim_func(workload, shape)
+    target = tvm_target(host_target())
+    kernel = Kernel(tvm.compile(mod, target=tvm.target.Target(target)), target, module_params(mod["main"]))
+    inputs = random_inputs(workload, shape)
+    expected = reference(workload)(*inputs)
+    got = kernel(*inputs)
+    assert got.shape == expected.shape
+    assert float(np.abs(got - expected).max()) <= tolerance(workload, shape)

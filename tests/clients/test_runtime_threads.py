@@ -36,6 +36,7 @@ PROBE = textwrap.dedent(
     import numpy as np
     from kernelfleet.runtime import blas_spin_warning
     from service.tuning.hardware import host_target
+    from service.tuning.platforms import tvm_target
     from service.tuning.tuners.ukernel.kernel import build_ukernel
     k = build_ukernel(64, 64, 4, 16, 4, tvm_target(host_target()))
     x = np.ones((64, 64), np.float32)

@@ -8,7 +8,7 @@ from service.launch import worker_queues
 from service.models import TargetSpec, Toolchain
 from service.settings import Settings
 from service.tuning import gpu, hardware
-from service.tuning.platforms import host_platform, platform_for
+from service.tuning.platforms import host_platform, platform_for, queue_for
 from service.tuning.platforms.cuda import gpu_mismatch
 from tests.tuning.gpu.descriptions import ARCHES, card
 
@@ -45,7 +45,7 @@ def test_parsers_reject_garbage() -> None:
 
 def test_fingerprint_covers_arch_device_and_versions() -> None:
     h100 = card("sm_90").to_target(TOOLCHAIN)
-    assert h100.queue == "gpu.sm_90" and h100.num_cores == 132
+    assert queue_for(h100) == "gpu.sm_90" and h100.num_cores == 132
     fps = {card(a).to_target(TOOLCHAIN).fingerprint for a in ARCHES}
     assert len(fps) == 3
     base = card("sm_90")

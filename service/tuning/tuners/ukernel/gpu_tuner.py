@@ -27,7 +27,6 @@ from typing import Any
 
 from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, require_cuda, sha256_bytes
 from service.tuning.hardware_model import HardwareModel
-from service.tuning.platforms import tvm_target
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.pipeline.schedule import (
     GemmTile,
@@ -109,6 +108,8 @@ class GPUUKernelTuner:
     name = "ukernel-cuda"
 
     def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
+        from service.tuning.platforms import tvm_target  # here: GPU hosts import this module without pydantic
+
         return self.tune_dense(
             DenseRange(
                 N=task.workload.dims["N"],

@@ -32,7 +32,6 @@ import numpy as np
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
 from service.tuning.hardware_model import HardwareModel
-from service.tuning.platforms import tvm_target
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
@@ -230,6 +229,7 @@ class UKernelTuner:
         )
         if not proposals:
             raise ValueError(f"no uKernel tile passes the hardware rules for N={N}, K={K} on {hw.name}")
+        from service.tuning.platforms import tvm_target  # here: GPU hosts import this module without pydantic
         target = tvm_target(task.target)
         kernels: dict[str, UKernel] = {}
         artifacts: dict[str, UKernelArtifact] = {}

@@ -50,10 +50,13 @@ def job_candidates(session: Session, job_id: str, fingerprint: str, key: str) ->
         )
         .order_by(CandidateRow.id)
     )
-    return [
-        MeasuredCandidate(config=r.config, latency_s=r.latency_s, status=cast(CandidateStatus, r.status), error=r.error)
-        for r in rows
-    ]
+    return [_measured(r) for r in rows]
+
+
+def _measured(row: CandidateRow) -> MeasuredCandidate:
+    return MeasuredCandidate(
+        config=row.config, latency_s=row.latency_s, status=cast(CandidateStatus, row.status), error=row.error
+    )
 
 
 def target_candidates(session: Session, fingerprint: str, config_format: str, limit: int) -> list[MeasuredCandidate]:
@@ -64,11 +67,7 @@ def target_candidates(session: Session, fingerprint: str, config_format: str, li
         .order_by(CandidateRow.id.desc())
         .limit(limit)
     )
-    return [
-        MeasuredCandidate(config=r.config, latency_s=r.latency_s, status="ok", error=r.error)
-        for r in rows
-        if isinstance(r.config, dict) and r.config.get("format") == config_format
-    ]
+    return [_measured(r) for r in rows if isinstance(r.config, dict) and r.config.get("format") == config_format]
 
 
 def upsert_best(session: Session, record: ConfigRecord) -> bool:

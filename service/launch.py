@@ -1,13 +1,24 @@
-"""Process launcher: API, workers and beat as supervised child processes (`kernelfleet standalone`)."""
+"""Process launcher: API, workers and beat as supervised child processes (`kernelfleet standalone`).
+
+Each part runs in a process group of its own, so a terminal's Ctrl-C reaches the supervisor alone and the
+supervisor stops the parts in order. The parts never outlive it: each asks the kernel for SIGKILL when the
+supervisor dies (Linux PR_SET_PDEATHSIG, so a SIGKILLed or crashed supervisor takes them along; a job it ran is
+then reaped and re-run, since the store leases jobs), and stopping kills a part's whole group (a worker's TVM
+process pool too). A second SIGINT/SIGTERM during the graceful stop hastens it: every part still running is
+killed at once, and the supervisor still waits for each to be gone before it exits.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -78,6 +89,30 @@ def beat_argv(settings: Settings) -> list[str]:
     ]
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_this_process() -> Callable[[], None]:
+    """What a child runs before exec (libc resolved here, in the parent, not between fork and exec): SIGKILL when
+    the supervisor's thread that forked it exits (always the main thread here), and exit at once when the
+    supervisor is already gone (it died between the fork and this call)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            os._exit(126)  # a part the kernel will not tie to the supervisor must not start
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 @dataclass
 class Child:
     name: str
@@ -89,12 +124,19 @@ class Child:
 
     def start(self) -> None:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the child's lifetime
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: Ctrl-C on a terminal reaches the supervisor alone
+            preexec_fn=_die_with_this_process(),  # the supervisor has no other threads to deadlock the fork
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, grace_s: float) -> None:
+        """SIGTERM, up to `grace_s` to finish, then SIGKILL to the part's whole group (its own children too)."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -102,10 +144,15 @@ class Child:
             try:
                 self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
+        _kill_group(self.proc.pid)  # whatever the part left behind in its group
+        self.proc.wait()
         if self._log:
             self._log.close()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            _kill_group(self.proc.pid)
 
 
 class Supervisor:
@@ -147,9 +194,22 @@ class Supervisor:
                 child.start()
 
     def stop(self, grace_s: float = 15.0) -> None:
+        """Stop the parts in reverse start order, each given `grace_s`; from the first SIGINT/SIGTERM that arrives
+        meanwhile on, every part still running is killed at once (the stop goes on until all are gone)."""
         self._stopping = True
+
+        def _hurry(signum: int, _frame: object) -> None:
+            log.warning("signal %d during shutdown: killing the parts still running", signum)
+            self.kill()
+
+        signal.signal(signal.SIGTERM, _hurry)
+        signal.signal(signal.SIGINT, _hurry)
         for child in reversed(self.children):
             child.stop(grace_s)
+
+    def kill(self) -> None:
+        for child in self.children:
+            child.kill()
 
     def run_forever(self) -> None:
         def _terminate(signum: int, _frame: object) -> None:
@@ -159,10 +219,11 @@ class Supervisor:
         # SIGINT ignored, and Ctrl-C (or a supervisor's SIGINT) must still stop every part cleanly.
         signal.signal(signal.SIGTERM, _terminate)
         signal.signal(signal.SIGINT, _terminate)
-        admin_key = self.start()
-        if admin_key:
-            print(f"admin API key (shown once; also saved to {admin_key_path(self.settings)}): {admin_key}", flush=True)
         try:
+            admin_key = self.start()
+            if admin_key:
+                where = admin_key_path(self.settings)
+                print(f"admin API key (shown once; also saved to {where}): {admin_key}", flush=True)
             while True:
                 time.sleep(1)
                 self.check()

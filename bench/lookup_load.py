@@ -40,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import redis.asyncio as aioredis
@@ -196,6 +197,38 @@ def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str
     return [w.hash for w in workloads], fp
 
 
+class RawHTTP:
+    """A minimal HTTP/1.1 keep-alive client (one connection per concurrent caller), so the load generator spends
+    ~50 µs per request instead of httpx's ~1 ms: with httpx the single client process saturates its core at
+    concurrency 16 and its own queue becomes most of the latency measured. Answers with Content-Length only
+    (all the API sends here)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+        host, _, port = base_url.removeprefix("http://").partition(":")
+        self.host, self.port = host, int(port or 80)
+        self.fixed = "".join(f"{k}: {v}\r\n" for k, v in {"Host": host, **headers}.items())
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def request(self, method: str, path: str, body: bytes = b"", headers: str = "") -> tuple[int, bytes]:
+        conn = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
+        reader, writer = conn
+        extra = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if body else ""
+        writer.write(f"{method} {path} HTTP/1.1\r\n{self.fixed}{extra}{headers}\r\n".encode() + body)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        payload = await reader.readexactly(length) if length else b""
+        self.idle.append(conn)
+        return status, payload
+
+    async def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
+
+
 async def _drive(concurrency: int, seconds: float, call: Any) -> dict[str, float]:
     latencies: list[float] = []
     errors = 0
@@ -234,6 +267,7 @@ async def run_levels(
     dispatch_fp: str,
     levels: list[int],
     seconds: float,
+    client: str = "raw",
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rng = random.Random(0)
     headers = {"Authorization": f"Bearer {key}"}
@@ -259,39 +293,44 @@ async def run_levels(
             "target": dispatch_fp,
         }
 
+        raw = RawHTTP(api, headers) if client == "raw" else None
+
+        async def get(path: str, params: dict[str, str], extra: dict[str, str] | None = None) -> tuple[int, int]:
+            if raw is not None:
+                lines = "".join(f"{k}: {v}\r\n" for k, v in (extra or {}).items())
+                status, body = await raw.request("GET", f"{path}?{urlencode(params)}", headers=lines)
+                return status, len(body)
+            resp = await http.get(path, params=params, headers=extra or {})
+            return resp.status_code, len(resp.content)
+
+        async def post(path: str, payload: Any) -> int:
+            if raw is not None:
+                return (await raw.request("POST", path, json.dumps(payload).encode()))[0]
+            return (await http.post(path, json=payload)).status_code
+
         async def lookup() -> bool:
-            resp = await http.get(
-                "/v1/configs/best",
-                params={
-                    "workload": rng.choice(wh),
-                    "target": rng.choice(fps),
-                    "shape": f"M={rng.randint(1, n_shapes)}",
-                },
-            )
-            return resp.status_code == 200
+            params = {"workload": rng.choice(wh), "target": rng.choice(fps), "shape": f"M={rng.randint(1, n_shapes)}"}
+            return (await get("/v1/configs/best", params))[0] == 200
 
         async def batch() -> bool:
             keys = [
                 {"workload": rng.choice(wh), "target": rng.choice(fps), "shape": {"M": rng.randint(1, n_shapes)}}
                 for _ in range(16)
             ]
-            resp = await http.post("/v1/configs/best/batch", json={"keys": keys})
-            return resp.status_code == 200
+            return await post("/v1/configs/best/batch", {"keys": keys}) == 200
 
         async def redis_get() -> bool:
             return await r.get("kf-bench-config") is not None
 
         async def dispatch_full() -> bool:
-            h = rng.choice(dispatch_wh)
-            resp = await http.get("/v1/dispatch", params={"workload": h, "target": dispatch_fp})
-            return resp.status_code == 200 and len(resp.content) > 0
+            status, size = await get("/v1/dispatch", {"workload": rng.choice(dispatch_wh), "target": dispatch_fp})
+            return status == 200 and size > 0
 
         async def dispatch_revalidate() -> bool:
             h = rng.choice(dispatch_wh)
-            resp = await http.get(
-                "/v1/dispatch", params={"workload": h, "target": dispatch_fp}, headers={"If-None-Match": etags[h]}
-            )
-            return resp.status_code == 304
+            return (await get("/v1/dispatch", {"workload": h, "target": dispatch_fp}, {"If-None-Match": etags[h]}))[
+                0
+            ] == 304
 
         for c in levels:
             for name, call in (
@@ -302,13 +341,15 @@ async def run_levels(
                 (DISPATCH_304, dispatch_revalidate),
             ):
                 stats = await _drive(c, seconds, call)
-                rows.append({"concurrency": c, "what": name, **stats})
+                rows.append({"concurrency": c, "what": name, "client": client, **stats})
                 print(
-                    f"c={c:3d} {name:38s} {stats['rps']:8.0f} req/s  p50 {stats['p50_ms']:7.2f} ms  "
+                    f"{client:5s} c={c:3d} {name:38s} {stats['rps']:8.0f} req/s  p50 {stats['p50_ms']:7.2f} ms  "
                     f"p99 {stats['p99_ms']:7.2f} ms  errors {stats['errors']}",
                     flush=True,
                 )
         await r.aclose()
+        if raw is not None:
+            await raw.close()
     return rows, doc_info
 
 
@@ -349,6 +390,12 @@ def main() -> None:
     ap.add_argument("--levels", default="1,4,16,64")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lookup_load.md"))
+    ap.add_argument("--clients", default="raw,httpx", help="load generators, each run at every level: raw, httpx")
+    ap.add_argument(
+        "--api-trees",
+        default="",
+        help="LABEL=DIR,... : run the API from each checkout in turn (e.g. before=/tmp/wt-before,after=.)",
+    )
     args = ap.parse_args()
 
     admin = create_engine(args.pg.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
@@ -366,45 +413,25 @@ def main() -> None:
 
     with session_scope(args.pg) as s:
         key = keys.create(s, "load-bench", [Scope.read]).key
-    port = 18000 + os.getpid() % 1000
-    env = {
-        **os.environ,
-        "KERNELFLEET_DATABASE_URL": args.pg,
-        "KERNELFLEET_BROKER_URL": args.redis,
-        "KERNELFLEET_DATA_DIR": args.data_dir,
-    }
-    api = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "service.api.app:app",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        env=env,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        levels = [int(x) for x in args.levels.split(",")]
-        rows, doc = asyncio.run(
-            run_levels(url, key, args.redis, wh, fps, n_shapes, dispatch_wh, dispatch_fp, levels, args.seconds)
-        )
-        sdk = sdk_overhead(url, key, dispatch_wh[0], dispatch_fp)
-    finally:
-        api.terminate()
-        api.wait(20)
+    levels = [int(x) for x in args.levels.split(",")]
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    trees = [t.partition("=") for t in args.api_trees.split(",")] if args.api_trees else [("this tree", "", "")]
+    rows: list[dict[str, Any]] = []
+    for label, _, tree in trees:
+        url, api = start_api(args, tree)
+        try:
+            for client in clients:
+                got, doc = asyncio.run(
+                    run_levels(
+                        url, key, args.redis, wh, fps, n_shapes, dispatch_wh, dispatch_fp, levels, args.seconds, client
+                    )
+                )
+                rows += [{"api": label, **r} for r in got]
+            if label == trees[-1][0]:
+                sdk = sdk_overhead(url, key, dispatch_wh[0], dispatch_fp)
+        finally:
+            api.terminate()
+            api.wait(20)
 
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     cpu = next((ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), "?")
@@ -420,11 +447,18 @@ def main() -> None:
         f"(a best config {doc['config_bytes']:,} bytes, also the Redis value). The 304 cells send the ETag of a "
         f"first fetch of the same table, as the SDK does.\n\n"
     )
-    out.write("| concurrency | what | req/s | p50 ms | p99 ms | errors |\n|---|---|---|---|---|---|\n")
+    out.write(
+        "Clients: `raw` is a minimal HTTP/1.1 keep-alive client (about 50 µs of client CPU a request), `httpx` the "
+        "SDK's HTTP library (about 1 ms: at concurrency 16 the one client process saturates its core and its own "
+        "queue becomes most of what is measured).\n\n"
+    )
+    out.write(
+        "| API | client | concurrency | what | req/s | p50 ms | p99 ms | errors |\n|---|---|---|---|---|---|---|---|\n"
+    )
     for r in rows:
         out.write(
-            f"| {r['concurrency']} | {r['what']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-            f"{r['errors']} |\n"
+            f"| {r['api']} | {r['client']} | {r['concurrency']} | {r['what']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | "
+            f"{r['p99_ms']:.2f} | {r['errors']} |\n"
         )
     worst = max(sdk["per_s"].values())
     out.write(
@@ -443,6 +477,45 @@ def main() -> None:
     for what in (CONFIG_GET, DISPATCH_GET, DISPATCH_304):
         p50 = [r["p50_ms"] for r in rows if r["what"] == what]
         print(f"median p50 of {what}: {statistics.median(p50):.2f} ms")
+
+
+def start_api(args: argparse.Namespace, tree: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """`uvicorn --workers 2` on this checkout's service, or on the one in `tree` (e.g. a worktree of an older
+    commit, for a before/after comparison in one run against the same store)."""
+    port = 18000 + (os.getpid() + len(tree)) % 1000
+    env = {
+        **os.environ,
+        "KERNELFLEET_DATABASE_URL": args.pg,
+        "KERNELFLEET_BROKER_URL": args.redis,
+        "KERNELFLEET_DATA_DIR": args.data_dir,
+    }
+    if tree:
+        root = Path(tree).resolve()
+        env["PYTHONPATH"] = f"{root}:{root / 'clients' / 'python'}"
+    api = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "service.api.app:app",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return url, api
 
 
 if __name__ == "__main__":

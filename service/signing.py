@@ -22,10 +22,6 @@ from kernelfleet.signing import document_message
 from service.settings import Settings
 
 
-def _key_path(settings: Settings) -> Path:
-    return settings.data_dir / "signing.key"
-
-
 def _load_or_create(path: Path) -> bytes:
     try:
         return base64.b64decode(path.read_text().strip())
@@ -51,7 +47,13 @@ def _private_key(seed_b64: str | None, path: Path) -> Ed25519PrivateKey:
 
 
 def private_key(settings: Settings) -> Ed25519PrivateKey:
-    return _private_key(settings.signing_key, _key_path(settings).resolve())
+    return _key_of(settings.signing_key, settings.data_dir)
+
+
+@functools.cache
+def _key_of(seed_b64: str | None, data_dir: Path) -> Ed25519PrivateKey:
+    # every answer the API serves is signed: resolving the key's path (syscalls) once per data dir, not per call
+    return _private_key(seed_b64, (data_dir / "signing.key").resolve())
 
 
 def public_key_b64(settings: Settings) -> str:

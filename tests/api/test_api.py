@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.models import ConfigRecord, TargetSpec
+from service.models import ConfigRecord, TargetSpec, WorkloadSpec
 from service.store import configs
 from service.store.db import session_scope
 
@@ -103,6 +103,17 @@ def test_cuda_jobs_queue_for_gpu_workers_only(api: TestClient, kind: str) -> Non
     assert resp.json()["waiting_for_worker"] == "gpu.sm_90"
     cpu = api.post("/v1/jobs", json=job_body(kind=kind))
     assert cpu.status_code == 202 and cpu.json()["waiting_for_worker"] == "cpu.znver4"
+
+
+def test_a_workload_registered_after_a_lookup_named_it_is_then_known(api: TestClient) -> None:
+    """The lookup keeps the workloads it has seen (a hash names its spec forever), never the unknown ones."""
+    spec = {**DENSE, "dims": {"N": 72, "K": 40}}
+    wh = WorkloadSpec.model_validate(spec).hash
+    query = {"workload": wh, "target": "f" * 32, "shape": "M=3"}
+    assert ["query", "workload"] in _loc(api.get("/v1/configs/best", params=query))
+    assert api.post("/v1/workloads", json=spec).json()["workload_hash"] == wh
+    assert api.get("/v1/configs/best", params=query).status_code == 404  # a miss now, with its fallback
+    assert ["query", "shape"] in _loc(api.get("/v1/configs/best", params={**query, "shape": "N=3"}))
 
 
 def test_best_config_lookup_hit_miss_and_batch(api: TestClient) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,10 +23,6 @@ def create_app(run_migrations: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if run_migrations:
             migrate()
-        # Everything loaded at start-up lives as long as the process: out of the collector's sight, a full
-        # collection no longer walks it (those walks were the slowest lookups' tens of milliseconds under load).
-        gc.collect()
-        gc.freeze()
         yield
 
     app = FastAPI(

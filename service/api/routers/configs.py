@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
-import anyio.to_thread
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from service import signing
 from service.api.auth import AdminKey, ReadKey
@@ -25,7 +24,6 @@ from service.store.db import read_connection
 from service.tuning.admission import check_imported_config, check_target
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
-LOOKUP_THREADS = 2
 
 _MISS: dict[int | str, dict[str, Any]] = {
     404: {"model": ConfigMiss, "description": "no tuned config: the body says which fallback to use"}
@@ -73,13 +71,6 @@ def _registered_workload(conn: Connection | Session, workload_hash: str) -> Work
     return found
 
 
-@functools.cache
-def _lookup_threads() -> anyio.CapacityLimiter:
-    """Lookups share a few threads, not the default pool of 40: a lookup holds the GIL for most of its time, and
-    many threads contending for it under load stretched the slowest answers (p99) far past the typical one."""
-    return anyio.CapacityLimiter(LOOKUP_THREADS)
-
-
 def _lookup_once(key: LookupKey) -> ConfigRecord | ConfigMiss:
     try:
         with read_connection() as conn:
@@ -107,8 +98,7 @@ async def best_config(
         parsed = parse_shape_key(shape)
     except ValueError as exc:
         unprocessable(["query", "shape"], str(exc))
-    key = LookupKey(workload=workload, target=target, shape=parsed)
-    result = await anyio.to_thread.run_sync(_lookup_once, key, limiter=_lookup_threads())
+    result = await run_in_threadpool(_lookup_once, LookupKey(workload=workload, target=target, shape=parsed))
     missed = isinstance(result, ConfigMiss)
     observe_lookup("best", started, hits=int(not missed), misses=int(missed))
     body = result.model_dump_json().encode()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -210,10 +211,21 @@ class RawHTTP:
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def request(self, method: str, path: str, body: bytes = b"", headers: str = "") -> tuple[int, bytes]:
-        conn = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
-        reader, writer = conn
         extra = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if body else ""
-        writer.write(f"{method} {path} HTTP/1.1\r\n{self.fixed}{extra}{headers}\r\n".encode() + body)
+        message = f"{method} {path} HTTP/1.1\r\n{self.fixed}{extra}{headers}\r\n".encode() + body
+        while self.idle:  # the server closes keep-alive connections idle past its timeout: take a live one
+            conn = self.idle.pop()
+            try:
+                return await self._exchange(conn, message)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                conn[1].close()
+        return await self._exchange(await asyncio.open_connection(self.host, self.port), message)
+
+    async def _exchange(
+        self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], message: bytes
+    ) -> tuple[int, bytes]:
+        reader, writer = conn
+        writer.write(message)
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         length = 0
@@ -238,7 +250,10 @@ async def _drive(concurrency: int, seconds: float, call: Any) -> dict[str, float
         nonlocal errors
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
-            ok = await call()
+            try:
+                ok = await call()
+            except (httpx.TransportError, OSError, asyncio.IncompleteReadError):
+                ok = False  # counted as an error (a connection the server closed mid-run), not a crash
             latencies.append(time.perf_counter() - t0)
             errors += not ok
 
@@ -256,8 +271,17 @@ async def _drive(concurrency: int, seconds: float, call: Any) -> dict[str, float
     }
 
 
+CELLS = {
+    "floor": FLOOR,
+    "best": CONFIG_GET,
+    "batch": CONFIG_BATCH,
+    "dispatch": DISPATCH_GET,
+    "revalidate": DISPATCH_304,
+}
+
+
 async def run_levels(
-    api: str,
+    apis: dict[str, str],
     key: str,
     redis_url: str,
     wh: list[str],
@@ -267,22 +291,33 @@ async def run_levels(
     dispatch_fp: str,
     levels: list[int],
     seconds: float,
-    client: str = "raw",
+    clients: list[str],
+    cells: list[str],
+    rounds: int,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every cell (client, concurrency, request) is driven `rounds` times against each API in turn, interleaved, so
+    a load that comes and goes on the machine hits every API alike; each row holds the medians over the rounds."""
     rng = random.Random(0)
     headers = {"Authorization": f"Bearer {key}"}
     limits = httpx.Limits(max_connections=max(levels), max_keepalive_connections=max(levels))
-    rows = []
-    async with httpx.AsyncClient(base_url=api, headers=headers, limits=limits, timeout=30) as http:
+    async with contextlib.AsyncExitStack() as stack:
+        https = {
+            label: await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30)
+            )
+            for label, url in apis.items()
+        }
+        raws = {label: RawHTTP(url, headers) for label, url in apis.items()}
+        http0 = next(iter(https.values()))
         sample = (
-            await http.get("/v1/configs/best", params={"workload": wh[0], "target": fps[0], "shape": "M=1"})
+            await http0.get("/v1/configs/best", params={"workload": wh[0], "target": fps[0], "shape": "M=1"})
         ).content
         r = aioredis.Redis.from_url(redis_url)
         await r.set("kf-bench-config", sample)
         etags: dict[str, str] = {}  # the first fetch of every table, as an SDK's cache would hold
         sizes = []
         for h in dispatch_wh:
-            resp = await http.get("/v1/dispatch", params={"workload": h, "target": dispatch_fp})
+            resp = await http0.get("/v1/dispatch", params={"workload": h, "target": dispatch_fp})
             resp.raise_for_status()
             etags[h] = resp.headers["ETag"]
             sizes.append(len(resp.content))
@@ -293,63 +328,84 @@ async def run_levels(
             "target": dispatch_fp,
         }
 
-        raw = RawHTTP(api, headers) if client == "raw" else None
+        def calls(label: str, client: str) -> dict[str, Any]:
+            http, raw = https[label], (raws[label] if client == "raw" else None)
 
-        async def get(path: str, params: dict[str, str], extra: dict[str, str] | None = None) -> tuple[int, int]:
-            if raw is not None:
-                lines = "".join(f"{k}: {v}\r\n" for k, v in (extra or {}).items())
-                status, body = await raw.request("GET", f"{path}?{urlencode(params)}", headers=lines)
-                return status, len(body)
-            resp = await http.get(path, params=params, headers=extra or {})
-            return resp.status_code, len(resp.content)
+            async def get(path: str, params: dict[str, str], extra: dict[str, str] | None = None) -> tuple[int, int]:
+                if raw is not None:
+                    lines = "".join(f"{k}: {v}\r\n" for k, v in (extra or {}).items())
+                    status, body = await raw.request("GET", f"{path}?{urlencode(params)}", headers=lines)
+                    return status, len(body)
+                resp = await http.get(path, params=params, headers=extra or {})
+                return resp.status_code, len(resp.content)
 
-        async def post(path: str, payload: Any) -> int:
-            if raw is not None:
-                return (await raw.request("POST", path, json.dumps(payload).encode()))[0]
-            return (await http.post(path, json=payload)).status_code
+            async def post(path: str, payload: Any) -> int:
+                if raw is not None:
+                    return (await raw.request("POST", path, json.dumps(payload).encode()))[0]
+                return (await http.post(path, json=payload)).status_code
 
-        async def lookup() -> bool:
-            params = {"workload": rng.choice(wh), "target": rng.choice(fps), "shape": f"M={rng.randint(1, n_shapes)}"}
-            return (await get("/v1/configs/best", params))[0] == 200
+            async def lookup() -> bool:
+                shape = f"M={rng.randint(1, n_shapes)}"
+                params = {"workload": rng.choice(wh), "target": rng.choice(fps), "shape": shape}
+                return (await get("/v1/configs/best", params))[0] == 200
 
-        async def batch() -> bool:
-            keys = [
-                {"workload": rng.choice(wh), "target": rng.choice(fps), "shape": {"M": rng.randint(1, n_shapes)}}
-                for _ in range(16)
-            ]
-            return await post("/v1/configs/best/batch", {"keys": keys}) == 200
+            async def batch() -> bool:
+                keys = [
+                    {"workload": rng.choice(wh), "target": rng.choice(fps), "shape": {"M": rng.randint(1, n_shapes)}}
+                    for _ in range(16)
+                ]
+                return await post("/v1/configs/best/batch", {"keys": keys}) == 200
 
-        async def redis_get() -> bool:
-            return await r.get("kf-bench-config") is not None
+            async def redis_get() -> bool:
+                return await r.get("kf-bench-config") is not None
 
-        async def dispatch_full() -> bool:
-            status, size = await get("/v1/dispatch", {"workload": rng.choice(dispatch_wh), "target": dispatch_fp})
-            return status == 200 and size > 0
+            async def dispatch_full() -> bool:
+                status, size = await get("/v1/dispatch", {"workload": rng.choice(dispatch_wh), "target": dispatch_fp})
+                return status == 200 and size > 0
 
-        async def dispatch_revalidate() -> bool:
-            h = rng.choice(dispatch_wh)
-            return (await get("/v1/dispatch", {"workload": h, "target": dispatch_fp}, {"If-None-Match": etags[h]}))[
-                0
-            ] == 304
-
-        for c in levels:
-            for name, call in (
-                (FLOOR, redis_get),
-                (CONFIG_GET, lookup),
-                (CONFIG_BATCH, batch),
-                (DISPATCH_GET, dispatch_full),
-                (DISPATCH_304, dispatch_revalidate),
-            ):
-                stats = await _drive(c, seconds, call)
-                rows.append({"concurrency": c, "what": name, "client": client, **stats})
-                print(
-                    f"{client:5s} c={c:3d} {name:38s} {stats['rps']:8.0f} req/s  p50 {stats['p50_ms']:7.2f} ms  "
-                    f"p99 {stats['p99_ms']:7.2f} ms  errors {stats['errors']}",
-                    flush=True,
+            async def dispatch_revalidate() -> bool:
+                h = rng.choice(dispatch_wh)
+                status, _ = await get(
+                    "/v1/dispatch", {"workload": h, "target": dispatch_fp}, {"If-None-Match": etags[h]}
                 )
+                return status == 304
+
+            return {
+                FLOOR: redis_get,
+                CONFIG_GET: lookup,
+                CONFIG_BATCH: batch,
+                DISPATCH_GET: dispatch_full,
+                DISPATCH_304: dispatch_revalidate,
+            }
+
+        results: dict[tuple[str, str, int, str], list[dict[str, float]]] = {}
+        for client in clients:
+            for c in levels:
+                for name in (CELLS[cell] for cell in cells):
+                    for _ in range(rounds):
+                        for label in apis:
+                            stats = await _drive(c, seconds, calls(label, client)[name])
+                            results.setdefault((label, client, c, name), []).append(stats)
+                            print(
+                                f"{label:8s} {client:5s} c={c:3d} {name:38s} {stats['rps']:8.0f} req/s  "
+                                f"p50 {stats['p50_ms']:7.2f} ms  p99 {stats['p99_ms']:7.2f} ms  "
+                                f"errors {stats['errors']}",
+                                flush=True,
+                            )
         await r.aclose()
-        if raw is not None:
+        for raw in raws.values():
             await raw.close()
+    rows = [
+        {
+            "api": label,
+            "client": client,
+            "concurrency": c,
+            "what": name,
+            **{m: statistics.median(s[m] for s in runs) for m in ("rps", "p50_ms", "p99_ms")},
+            "errors": sum(s["errors"] for s in runs),
+        }
+        for (label, client, c, name), runs in results.items()
+    ]
     return rows, doc_info
 
 
@@ -391,6 +447,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lookup_load.md"))
     ap.add_argument("--clients", default="raw,httpx", help="load generators, each run at every level: raw, httpx")
+    ap.add_argument("--cells", default=",".join(CELLS), help=f"requests to drive, of {', '.join(CELLS)}")
+    ap.add_argument("--rounds", type=int, default=1, help="repeats of every cell (rows hold the medians)")
     ap.add_argument(
         "--api-trees",
         default="",
@@ -415,21 +473,30 @@ def main() -> None:
         key = keys.create(s, "load-bench", [Scope.read]).key
     levels = [int(x) for x in args.levels.split(",")]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    cells = [c.strip() for c in args.cells.split(",") if c.strip()]
     trees = [t.partition("=") for t in args.api_trees.split(",")] if args.api_trees else [("this tree", "", "")]
-    rows: list[dict[str, Any]] = []
-    for label, _, tree in trees:
-        url, api = start_api(args, tree)
-        try:
-            for client in clients:
-                got, doc = asyncio.run(
-                    run_levels(
-                        url, key, args.redis, wh, fps, n_shapes, dispatch_wh, dispatch_fp, levels, args.seconds, client
-                    )
-                )
-                rows += [{"api": label, **r} for r in got]
-            if label == trees[-1][0]:
-                sdk = sdk_overhead(url, key, dispatch_wh[0], dispatch_fp)
-        finally:
+    started = [(label, *start_api(args, tree, i)) for i, (label, _, tree) in enumerate(trees)]
+    try:
+        rows, doc = asyncio.run(
+            run_levels(
+                {label: url for label, url, _ in started},
+                key,
+                args.redis,
+                wh,
+                fps,
+                n_shapes,
+                dispatch_wh,
+                dispatch_fp,
+                levels,
+                args.seconds,
+                clients,
+                cells,
+                args.rounds,
+            )
+        )
+        sdk = sdk_overhead(started[-1][1], key, dispatch_wh[0], dispatch_fp)
+    finally:
+        for _, _, api in started:
             api.terminate()
             api.wait(20)
 
@@ -439,7 +506,9 @@ def main() -> None:
     out.write(
         f"Lookup load, {args.records:,} config records and {doc['tables']} dispatch tables in PostgreSQL; API "
         f"`uvicorn --workers 2`; client: one asyncio process on the same machine ({cpu}, {os.cpu_count()} cores, "
-        f"{platform.python_version()}); {args.seconds:g} s per cell; `python bench/lookup_load.py "
+        f"{platform.python_version()}); {args.seconds:g} s per cell, each cell {args.rounds}× per API, interleaved, "
+        "medians; "
+        f"`python bench/lookup_load.py "
         f"{' '.join(sys.argv[1:])}`.\n\n"
         f"Dispatch tables: one real `ukernel` result (dense N={DISPATCH_N}, K={DISPATCH_K}, S=1..{S_MAX}, "
         f"{len(sdk['ukernels'])} uKernels: {', '.join(sdk['ukernels'])}) published under {doc['tables']} distinct "
@@ -476,13 +545,14 @@ def main() -> None:
     print(out.getvalue())
     for what in (CONFIG_GET, DISPATCH_GET, DISPATCH_304):
         p50 = [r["p50_ms"] for r in rows if r["what"] == what]
-        print(f"median p50 of {what}: {statistics.median(p50):.2f} ms")
+        if p50:
+            print(f"median p50 of {what}: {statistics.median(p50):.2f} ms")
 
 
-def start_api(args: argparse.Namespace, tree: str) -> tuple[str, subprocess.Popen[bytes]]:
+def start_api(args: argparse.Namespace, tree: str, index: int = 0) -> tuple[str, subprocess.Popen[bytes]]:
     """`uvicorn --workers 2` on this checkout's service, or on the one in `tree` (e.g. a worktree of an older
     commit, for a before/after comparison in one run against the same store)."""
-    port = 18000 + (os.getpid() + len(tree)) % 1000
+    port = 18000 + (os.getpid() + 7 * index) % 1000
     env = {
         **os.environ,
         "KERNELFLEET_DATABASE_URL": args.pg,

@@ -1,12 +1,7 @@
 """Process launcher: API, workers and beat as supervised child processes (`kernelfleet standalone`).
 
-Each part runs in a process group of its own, so a terminal's Ctrl-C reaches the supervisor alone and the
-supervisor stops the parts in order. The parts never outlive it: each asks the kernel for SIGKILL when the
-supervisor dies (Linux PR_SET_PDEATHSIG, so a SIGKILLed or crashed supervisor takes them along; a job it ran is
-then reaped and re-run, since the store leases jobs), and stopping kills a part's whole group (a worker's TVM
-process pool too). A second SIGINT/SIGTERM during the graceful stop hastens it: every part still running is
-killed at once, and the supervisor still waits for each to be gone before it exits.
-"""
+No part outlives the supervisor, however it ends: a second stop signal hastens a graceful stop rather than
+abandoning it, and a supervisor killed outright takes the parts, and what they started, along (see Supervisor)."""
 
 from __future__ import annotations
 
@@ -17,8 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -89,21 +85,23 @@ def beat_argv(settings: Settings) -> list[str]:
     ]
 
 
-_PR_SET_PDEATHSIG = 1
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _die_with_this_process() -> Callable[[], None]:
-    """What a child runs before exec (libc resolved here, in the parent, not between fork and exec): SIGKILL when
-    the supervisor's thread that forked it exits (always the main thread here), and exit at once when the
-    supervisor is already gone (it died between the fork and this call)."""
+def _die_with_this_thread() -> Callable[[], None] | None:
+    """What a part runs between fork and exec: ask the kernel for SIGKILL when the thread that forked it exits
+    (Linux PR_SET_PDEATHSIG), and exit at once if the supervisor already died before that. The supervisor starts
+    its parts from the main thread, so the signal comes when the supervisor exits, however it exits, SIGKILL
+    included. libc is resolved here, in the parent, not in the forked child."""
+    if not sys.platform.startswith("linux"):
+        return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
     def preexec() -> None:
-        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            os._exit(126)  # a part the kernel will not tie to the supervisor must not start
-        if os.getppid() != parent:
-            os._exit(1)
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(127)  # a part that would not die with the supervisor must not start
 
     return preexec
 
@@ -113,8 +111,83 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+# The guard: a process of its own session that outlives the supervisor by design. The supervisor tells it the
+# process group of every part it starts ("+PGID") and stops ("-PGID"), one line per write, each write atomic;
+# when its stdin ends, the supervisor is gone, and it SIGKILLs every group still listed: PR_SET_PDEATHSIG kills
+# only the parts themselves, not what they started (a worker's TVM builder and runner processes), which would
+# otherwise run on, unsupervised, until their current build or measurement ends, or forever if it hangs.
+_GUARD = """
+import os, signal, sys
+for signum in (signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin.buffer:
+    if line.endswith(b"\\n"):
+        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class Guard:
+    """Kills the parts' process groups, their own children included, when the supervisor dies."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, groups: list[int]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _GUARD, "kernelfleet-standalone-guard"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            bufsize=0,  # one os.write per line: pipe writes this small are atomic, a dying writer leaves no half line
+            start_new_session=True,  # neither a terminal's signals nor a kill of the supervisor's group reach it
+        )
+        for pgid in groups:
+            self.add(pgid)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _tell(self, line: str) -> None:
+        if self.proc is not None and self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.write(line.encode())
+            except OSError:  # it died; check() starts another one
+                log.warning("the guard process (pid %d) is gone", self.proc.pid)
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
+
+    def add(self, pgid: int) -> None:
+        self._tell(f"+{pgid}\n")
+
+    def discard(self, pgid: int) -> None:
+        self._tell(f"-{pgid}\n")
+
+    def close(self) -> None:
+        """After every group was discarded: the guard exits with nothing left to kill."""
+        if self.proc is None:
+            return
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @dataclass
 class Child:
+    """One part, in a session and process group of its own (its leader's pid is the group's id).
+
+    It is reaped only by `reap`, after the SIGKILL of its whole group: until then an exited leader is a zombie whose
+    pid cannot be reused, so signalling the group can never reach an unrelated process."""
+
     name: str
     argv: list[str]
     log_path: Path
@@ -122,41 +195,60 @@ class Child:
     restarts: int = 0
     _log: IO[bytes] | None = field(default=None, repr=False)
 
-    def start(self) -> None:
+    def start(self, guard: Guard | None = None) -> None:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the child's lifetime
         self.proc = subprocess.Popen(
             self.argv,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group: Ctrl-C on a terminal reaches the supervisor alone
-            preexec_fn=_die_with_this_process(),  # the supervisor has no other threads to deadlock the fork
+            # a session of its own: a terminal's Ctrl-C reaches the supervisor alone, which stops the parts in order
+            start_new_session=True,
+            preexec_fn=_die_with_this_thread(),
         )
+        if guard is not None:
+            guard.add(self.proc.pid)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def running(self) -> bool:
+        """Whether the part's leader is still running; never reaps it (see the class docstring)."""
+        if self.proc is None or self.proc.returncode is not None:
+            return False
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
 
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM, up to `grace_s` to finish, then SIGKILL to the part's whole group (its own children too)."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        _kill_group(self.proc.pid)  # whatever the part left behind in its group
-        self.proc.wait()
-        if self._log:
-            self._log.close()
+    def terminate(self) -> None:
+        """SIGTERM to the leader alone: it stops its own children its own way (a worker finishes its job)."""
+        if self.running():
+            assert self.proc is not None
+            os.kill(self.proc.pid, signal.SIGTERM)
 
     def kill(self) -> None:
-        if self.proc is not None:
+        """SIGKILL to the whole group: the leader and whatever it started."""
+        if self.proc is not None and self.proc.returncode is None:
             _kill_group(self.proc.pid)
+
+    def reap(self, guard: Guard | None = None) -> None:
+        """Kill what is left of the group, collect the leader's exit status, close the log."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.kill()
+            self.proc.wait()
+            if guard is not None:
+                guard.discard(self.proc.pid)
+        if self._log:
+            self._log.close()
+            self._log = None
 
 
 class Supervisor:
-    """Starts every part, restarts a part that dies, and stops them all cleanly on SIGINT/SIGTERM."""
+    """Starts every part, restarts a part that dies, and stops them all on SIGINT/SIGTERM/SIGHUP.
+
+    The first stop signal stops the parts one by one in reverse start order (beat, the workers, the API), each
+    given `grace_s` to finish; any further one, or a signal that arrives while a stop begun otherwise runs, kills
+    every part still running at once. Either way the supervisor returns only once all of them, and whatever they
+    started in their process groups, are gone. Parts never outlive the supervisor:
+    each gets SIGKILL from the kernel when it dies (PR_SET_PDEATHSIG), and the guard process kills their groups.
+    Start and stop it from the main thread: PR_SET_PDEATHSIG fires when the thread that forked a part exits."""
 
     def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
         self.settings = settings
@@ -168,7 +260,10 @@ class Supervisor:
             Child(f"worker{i}", worker_argv(f"worker{i}@%h", queues), logs / f"worker{i}.log") for i in range(workers)
         ]
         self.children.append(Child("beat", beat_argv(settings), logs / "beat.log"))
+        self.guard = Guard()
         self._stopping = False
+        self._signals = 0  # stop signals received
+        self._hurry_at = 2  # stop signals after which a stop kills what is left at once
 
     def start(self) -> str | None:
         """Start every part; returns the admin key when this start created the store's first one."""
@@ -176,61 +271,94 @@ class Supervisor:
         admin_key = bootstrap_admin_key(self.settings)
         env_note = {"store": self.settings.resolved_database_url, "broker": self.settings.resolved_broker_url}
         log.info("starting %s with %s", [c.name for c in self.children], env_note)
+        self.guard.start([])
         for child in self.children:
-            child.start()
+            if self._signals:
+                break
+            child.start(self.guard)
         return admin_key
 
     def check(self) -> None:
+        if not self._stopping and not self.guard.alive():
+            self.guard.start([c.proc.pid for c in self.children if c.proc is not None and c.proc.returncode is None])
         for child in self.children:
-            if not self._stopping and not child.alive():
-                child.restarts += 1
+            if self._stopping or self._signals or child.running():
+                continue
+            if child.proc is not None:
+                child.reap(self.guard)  # what it started goes with it
                 log.warning(
                     "%s exited (code %s); restarting (restart #%d)",
                     child.name,
-                    child.proc.returncode if child.proc else None,
-                    child.restarts,
+                    child.proc.returncode,
+                    child.restarts + 1,
                 )
-                time.sleep(min(5.0, 0.5 * child.restarts))
-                child.start()
+            child.restarts += 1
+            self._pause(min(5.0, 0.5 * child.restarts))
+            if self._signals:
+                return
+            child.start(self.guard)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep, but return as soon as a stop signal arrives."""
+        seen, deadline = self._signals, time.monotonic() + seconds
+        while self._signals == seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _hurry(self) -> bool:
+        return self._signals >= self._hurry_at
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._signals += 1  # all the handler does; the main loop and stop() act on it
+
+    @contextlib.contextmanager
+    def _signals_counted(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """Stop the parts in reverse start order, each given `grace_s`; from the first SIGINT/SIGTERM that arrives
-        meanwhile on, every part still running is killed at once (the stop goes on until all are gone)."""
+        """Stop every part (see the class docstring): a stop signal that arrives meanwhile hastens it."""
         self._stopping = True
-
-        def _hurry(signum: int, _frame: object) -> None:
-            log.warning("signal %d during shutdown: killing the parts still running", signum)
-            self.kill()
-
-        signal.signal(signal.SIGTERM, _hurry)
-        signal.signal(signal.SIGINT, _hurry)
-        for child in reversed(self.children):
-            child.stop(grace_s)
-
-    def kill(self) -> None:
-        for child in self.children:
-            child.kill()
+        # begun by a signal (run_forever): the next one hurries; begun otherwise (an exception, demo's end): any one
+        self._hurry_at = 2 if self._signals else 1
+        killed = False
+        with self._signals_counted():
+            for child in reversed(self.children):
+                if not self._hurry():
+                    child.terminate()
+                    deadline = time.monotonic() + grace_s
+                    while child.running() and time.monotonic() < deadline and not self._hurry():
+                        time.sleep(0.05)
+                if self._hurry() and not killed:
+                    killed = True
+                    log.warning("stop signal during the stop: killing the parts still running")
+                    for other in self.children:
+                        other.kill()
+                child.reap(self.guard)  # SIGKILL to what is left of its group, after a graceful exit too
+            self.guard.close()
 
     def run_forever(self) -> None:
-        def _terminate(signum: int, _frame: object) -> None:
-            raise KeyboardInterrupt
-
         # SIGINT explicitly too: a process started in the background by a non-interactive shell inherits
-        # SIGINT ignored, and Ctrl-C (or a supervisor's SIGINT) must still stop every part cleanly.
-        signal.signal(signal.SIGTERM, _terminate)
-        signal.signal(signal.SIGINT, _terminate)
-        try:
-            admin_key = self.start()
-            if admin_key:
-                where = admin_key_path(self.settings)
-                print(f"admin API key (shown once; also saved to {where}): {admin_key}", flush=True)
-            while True:
-                time.sleep(1)
-                self.check()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop()
+        # SIGINT ignored, and Ctrl-C (or a supervisor's SIGINT) must still stop every part cleanly. The handler
+        # only counts: no exception is raised in the middle of starting or reaping a part.
+        with self._signals_counted():
+            try:
+                admin_key = self.start()
+                if admin_key:
+                    where = admin_key_path(self.settings)
+                    print(f"admin API key (shown once; also saved to {where}): {admin_key}", flush=True)
+                while not self._signals:
+                    self._pause(1.0)
+                    self.check()
+                log.info("stopping (a second SIGINT/SIGTERM kills the parts at once)")
+            finally:
+                self.stop()
 
 
 def admin_key_path(settings: Settings) -> Path:

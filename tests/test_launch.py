@@ -1,6 +1,13 @@
-"""`kernelfleet standalone` supervises its parts: a second SIGINT/SIGTERM hastens the shutdown rather than
-abandoning it, and the parts die with a supervisor that is killed outright (none is left answering on its port
-or running a job unsupervised)."""
+"""The standalone supervisor never leaves a part behind: a second SIGINT/SIGTERM hastens the shutdown instead of
+abandoning it, the parts and what they started die with a supervisor killed outright, and a part that dies is
+restarted without leaving its own children behind.
+
+Two kinds of test, all on real processes. The first run the real supervisor (service.launch.Supervisor) over
+stand-in parts whose behaviour the test picks: a part that ignores SIGTERM (a worker finishing a long job), with a
+child of its own that ignores SIGTERM and never notices its parent die (a busy measuring process). They take
+seconds. The slow ones run `kernelfleet standalone` itself: uvicorn, a Celery worker, beat, and, mid-job, the
+worker's TVM builder and runner processes.
+"""
 
 from __future__ import annotations
 
@@ -11,88 +18,247 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.helpers import free_port, wait_for
+from kernelfleet import Client
+from tests.helpers import TINY_DENSE, free_port, wait_for
+
+# A stand-in part: starts a child that ignores SIGTERM and never watches its parent, notes "<own pid> <child pid>"
+# and then either exits at once ("crash"), exits on SIGTERM ("polite") or ignores SIGTERM ("stubborn").
+PART = """
+import os, signal, subprocess, sys, time
+mode, pids = sys.argv[1], sys.argv[2]
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+with open(pids, "a") as fh:
+    fh.write(f"{os.getpid()} {child.pid}\\n")
+if mode == "crash":
+    sys.exit(3)
+signal.signal(signal.SIGTERM, signal.SIG_IGN if mode == "stubborn" else lambda *_: sys.exit(0))
+time.sleep(600)
+"""
+
+# The real supervisor (its signal handling, its stop and restart logic) over one stand-in part.
+DRIVER = """
+import sys
+from pathlib import Path
+from service.launch import Child, Supervisor
+from service.settings import Settings
+
+data, mode, part = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+supervisor = Supervisor(Settings(data_dir=data, worker_queues="control"))
+supervisor.children = [Child("part", [sys.executable, "-c", part, mode, str(data / "pids")], data / "part.log")]
+supervisor.run_forever()
+"""
 
 
-@dataclass
-class Standalone:
-    proc: subprocess.Popen[bytes]
-    port: int
-    descendants: list[psutil.Process]
+def _alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
-    def alive_descendants(self) -> list[str]:
-        out = []
-        for p in self.descendants:
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
-            except psutil.NoSuchProcess:
-                continue
-        return out
+
+def _ours(data_dir: Path) -> list[psutil.Process]:
+    """Every live process started for this data dir: all of a supervisor's descendants inherit its environment,
+    including those started after any snapshot of its tree, and those orphaned by a dead parent."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("KERNELFLEET_DATA_DIR") == str(data_dir) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _describe(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            out.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:150]}")
+    return out
+
+
+class Launched:
+    """A supervisor run as its own process group and session, as a shell's background job or a service is."""
+
+    def __init__(self, argv: list[str], data_dir: Path, port: int | None = None) -> None:
+        self.data_dir, self.port = data_dir, port
+        data_dir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFLEET_")}
+        env["KERNELFLEET_DATA_DIR"] = str(data_dir)
+        self.out = open(data_dir / "supervisor.out", "wb")  # noqa: SIM115 - closed in cleanup()
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def descendants(self) -> list[int]:
+        try:
+            return [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
 
     def answers(self) -> bool:
+        assert self.port is not None
         with socket.socket() as s:
             s.settimeout(0.5)
             return s.connect_ex(("127.0.0.1", self.port)) == 0
 
+    def output(self) -> str:
+        return (self.data_dir / "supervisor.out").read_text(errors="replace")[-3000:]
 
-def _descendants(pid: int) -> list[psutil.Process]:
-    return psutil.Process(pid).children(recursive=True)
+    def signal_twice(self, signum: int, gap_s: float = 0.3) -> None:
+        self.proc.send_signal(signum)
+        time.sleep(gap_s)
+        self.proc.send_signal(signum)
+
+    def assert_all_gone(self, pids: list[int], within_s: float) -> None:
+        """The supervisor, every process in `pids` and anything else started for its data dir are gone (and its
+        port is closed) within `within_s`."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None and not any(map(_alive, pids)) and not _ours(self.data_dir):
+                break
+            time.sleep(0.1)
+        assert self.proc.poll() is not None, f"the supervisor is still running after {within_s} s"
+        left = [pid for pid in pids if _alive(pid)] + [p.pid for p in _ours(self.data_dir) if p.pid not in pids]
+        assert not left, f"left running after the supervisor: {_describe(left)}\n{self.output()}"
+        if self.port is not None:
+            assert not self.answers(), f"port {self.port} still answers"
+
+    def cleanup(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for proc in _ours(self.data_dir):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        self.out.close()
 
 
 @pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[Standalone]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFLEET_")}
-    env["KERNELFLEET_DATA_DIR"] = str(tmp_path / "data")
-    cli = Path(sys.executable).parent / "kernelfleet"
-    proc = subprocess.Popen(
-        [str(cli), "standalone", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own group: the test's signals reach the supervisor alone, as a kill(1) does
-    )
-    running = Standalone(proc, port, [])
-    try:
-        wait_for(running.answers, 120, "the API to listen")
-        # the API, the worker and beat, and whatever they started (the worker's TVM process pool)
-        wait_for(lambda: len(_descendants(proc.pid)) >= 3, 60, "the worker and beat to start")
-        time.sleep(2)  # the worker's own children (its process pool) have started too
-        running.descendants = _descendants(proc.pid)
-        yield running
-    finally:
-        for p in [psutil.Process(proc.pid), *running.descendants] if proc.poll() is None else running.descendants:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        proc.wait(10)
+def launch() -> Iterator[Callable[..., Launched]]:
+    launched: list[Launched] = []
+
+    def start(argv: list[str], data_dir: Path, port: int | None = None) -> Launched:
+        launched.append(Launched(argv, data_dir, port))
+        return launched[-1]
+
+    yield start
+    for one in launched:
+        one.cleanup()
 
 
-def _gone(running: Standalone, within_s: float) -> None:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and (running.alive_descendants() or running.answers()):
-        time.sleep(0.2)
-    assert running.alive_descendants() == [], "left running after the supervisor"
-    assert not running.answers(), f"port {running.port} still answers"
+# ---- the supervisor over stand-in parts ----
+
+
+def _supervise(launch: Callable[..., Launched], tmp_path: Path, mode: str) -> tuple[Launched, list[int]]:
+    data = tmp_path / "data"
+    sup = launch([sys.executable, "-c", DRIVER, str(data), mode, PART], data)
+    pids_file = data / "pids"
+    wait_for(lambda: pids_file.exists() and pids_file.read_text().endswith("\n"), 60, "the part to start its child")
+    part, child = map(int, pids_file.read_text().split("\n")[0].split())
+    assert _alive(child)
+    return sup, [part, child]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_one_signal_stops_the_part_and_kills_what_it_left_in_its_group(launch, tmp_path: Path, signum: int) -> None:  # type: ignore[no-untyped-def]
+    sup, pids = _supervise(launch, tmp_path, "polite")
+    sup.proc.send_signal(signum)
+    sup.assert_all_gone(pids, within_s=10)
+    assert sup.proc.returncode == 0, sup.output()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_second_signal_hastens_the_shutdown_and_leaves_nothing_running(standalone: Standalone, signum: int) -> None:
-    standalone.proc.send_signal(signum)
-    time.sleep(0.1)  # the supervisor is stopping its parts one by one
-    standalone.proc.send_signal(signum)
-    standalone.proc.wait(20)
-    _gone(standalone, 5)
+def test_a_second_signal_kills_a_part_that_takes_its_time_at_once(launch, tmp_path: Path, signum: int) -> None:  # type: ignore[no-untyped-def]
+    sup, pids = _supervise(launch, tmp_path, "stubborn")
+    started = time.monotonic()
+    sup.signal_twice(signum)
+    sup.assert_all_gone(pids, within_s=5)  # well inside the 15 s a part is given to stop on its own
+    assert time.monotonic() - started < 10
+    assert sup.proc.returncode == 0, sup.output()
 
 
-def test_the_parts_die_with_a_killed_supervisor(standalone: Standalone) -> None:
-    standalone.proc.kill()
-    standalone.proc.wait(10)
-    _gone(standalone, 10)
+def test_the_part_and_its_child_die_with_a_killed_supervisor(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sup, pids = _supervise(launch, tmp_path, "stubborn")
+    sup.proc.kill()
+    sup.assert_all_gone(pids, within_s=5)
+
+
+def test_a_part_that_dies_is_restarted_and_its_child_killed(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sup, (_, child) = _supervise(launch, tmp_path, "crash")
+    wait_for(lambda: len((tmp_path / "data" / "pids").read_text().splitlines()) >= 2, 30, "the part's restart")
+    wait_for(lambda: not _alive(child), 10, "the dead part's child to be killed")
+    assert sup.proc.poll() is None
+    sup.proc.send_signal(signal.SIGTERM)
+    pids = [int(p) for p in (tmp_path / "data" / "pids").read_text().split()]
+    sup.assert_all_gone(pids, within_s=10)
+
+
+# ---- `kernelfleet standalone` itself ----
+
+
+def _standalone(launch: Callable[..., Launched], tmp_path: Path) -> tuple[Launched, Client]:
+    port = free_port()
+    data = tmp_path / "data"
+    cli = Path(sys.executable).parent / "kernelfleet"
+    sup = launch([str(cli), "standalone", "--port", str(port)], data, port)
+    key_file = data / "admin.key"
+    wait_for(key_file.exists, 90, "standalone to create the first admin key")
+    client = Client(f"http://127.0.0.1:{port}", retries=6, api_key=key_file.read_text().strip())
+    wait_for(client.health, 90, "standalone to become ready")
+    wait_for(lambda: len(client.workers()) >= 1, 90, "the worker to announce itself")
+    wait_for(lambda: (data / "celerybeat-schedule").exists() or list(data.glob("celerybeat-schedule*")), 30, "beat")
+    return sup, client
+
+
+def _mid_job(sup: Launched, client: Client) -> list[int]:
+    """Submit a job and wait for the worker to be running it in processes of its own; the whole tree then."""
+    hw = client.workers()[0]["target"]
+    target = {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
+    client.submit(TINY_DENSE, target, {"kind": "uniform", "dim": "M", "low": 4, "high": 64}, budget={"trials": 256})
+
+    def grandchildren() -> list[int]:
+        children = {p.pid for p in psutil.Process(sup.proc.pid).children()}
+        return [pid for pid in sup.descendants() if pid not in children]
+
+    wait_for(grandchildren, 120, "the worker to start its builder/runner processes", poll_s=0.1)
+    return sup.descendants()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_standalone_stops_everything_on_a_second_signal(launch, tmp_path: Path, signum: int) -> None:  # type: ignore[no-untyped-def]
+    sup, _ = _standalone(launch, tmp_path)
+    pids = sup.descendants()
+    sup.signal_twice(signum)
+    sup.assert_all_gone(pids, within_s=20)
+
+
+@pytest.mark.slow
+def test_standalone_parts_die_with_a_killed_supervisor(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sup, _ = _standalone(launch, tmp_path)
+    pids = sup.descendants()
+    sup.proc.kill()
+    sup.assert_all_gone(pids, within_s=5)
+
+
+@pytest.mark.slow
+def test_standalone_mid_job_a_second_sigterm_stops_the_worker_and_its_processes(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sup, client = _standalone(launch, tmp_path)
+    pids = _mid_job(sup, client)
+    sup.signal_twice(signal.SIGTERM, gap_s=1.0)  # the worker would finish its job (256 trials) on the first alone
+    sup.assert_all_gone(pids, within_s=10)
+
+
+@pytest.mark.slow
+def test_standalone_killed_mid_job_takes_the_worker_processes_along(launch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sup, client = _standalone(launch, tmp_path)
+    pids = _mid_job(sup, client)
+    sup.proc.kill()
+    sup.assert_all_gone(pids, within_s=5)

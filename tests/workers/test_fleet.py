@@ -250,7 +250,8 @@ def test_cancel_stops_a_running_job(fleet_factory) -> None:  # type: ignore[no-u
     assert client.cancel(job.id).state == "running"  # a running job stops at its next heartbeat
     done = client.wait(job.id, timeout_s=120, poll_s=0.5, raise_on_failure=False)
     assert done.state == "cancelled" and done.trials_done < 96
-    assert "outcome: cancelled" in fleet.log("w1")
+    # the store says cancelled when the runner confirms it; the task logs its outcome just after
+    wait_for(lambda: "outcome: cancelled" in fleet.log("w1"), 30, "the worker to log the cancelled outcome")
 
 
 def test_job_accepted_while_the_broker_is_down_is_dispatched_later(  # type: ignore[no-untyped-def]

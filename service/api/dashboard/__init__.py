@@ -1,7 +1,7 @@
 """The web dashboard, served by the API under /dashboard: pages from templates, charts drawn by a small SVG
 module shipped in this package, live updates by polling JSON feeds, sign-in with an API key (a cookie).
 
-Pages: jobs (live), a job (the kind's panels: see `JobKind.dashboard_panels`), the config store, the
+Pages: jobs (live), a job (its kind's page: see `job_pages`), the config store, the
 fleet, Gemmini, and API keys (admin).
 """
 

@@ -36,6 +36,24 @@ def worker_queues(settings: Settings) -> list[str]:
     return [platform.queue(target), CONTROL_QUEUE]
 
 
+def worker_devices(settings: Settings, workers: int) -> list[dict[str, str]]:
+    """The environment of each worker process to start. A CPU host runs `workers` of them. A GPU host runs one
+    per visible GPU, each seeing only its own (CUDA_VISIBLE_DEVICES=<uuid>): two workers timing on one GPU
+    would time each other, and a worker always tunes CUDA's device 0, which is then the GPU it was given."""
+    from service.tuning.platforms import host_platform
+
+    if settings.worker_queues or host_platform()[0].target_kind != "cuda":
+        return [{} for _ in range(workers)]
+    from service.tuning import gpu
+
+    rows = gpu.visible_gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    chosen = rows if visible is None else [r for r in (gpu.visible_row(rows, v) for v in visible.split(",")) if r]
+    if workers != len(chosen):
+        log.info("GPU host: one worker per visible GPU (%d), not %d", len(chosen), workers)
+    return [{"CUDA_VISIBLE_DEVICES": row["uuid"]} for row in chosen]
+
+
 def api_argv(host: str, port: int) -> list[str]:
     return [
         sys.executable,
@@ -193,6 +211,7 @@ class Child:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # on top of the supervisor's environment
     _log: IO[bytes] | None = field(default=None, repr=False)
 
     def start(self, guard: Guard | None = None) -> None:
@@ -204,6 +223,7 @@ class Child:
             # a session of its own: a terminal's Ctrl-C reaches the supervisor alone, which stops the parts in order
             start_new_session=True,
             preexec_fn=_die_with_this_thread(),
+            env={**os.environ, **self.env} if self.env else None,
         )
         if guard is not None:
             guard.add(self.proc.pid)
@@ -257,7 +277,8 @@ class Supervisor:
         queues = worker_queues(settings)
         self.children = [Child("api", api_argv(host, port), logs / "api.log")]
         self.children += [
-            Child(f"worker{i}", worker_argv(f"worker{i}@%h", queues), logs / f"worker{i}.log") for i in range(workers)
+            Child(f"worker{i}", worker_argv(f"worker{i}@%h", queues), logs / f"worker{i}.log", env=env)
+            for i, env in enumerate(worker_devices(settings, workers))
         ]
         self.children.append(Child("beat", beat_argv(settings), logs / "beat.log"))
         self.guard = Guard()

@@ -59,6 +59,12 @@ class TargetSpec(BaseModel):
         description="hardware details a worker detected, e.g. a GPU's name, SM count, memory, driver and CUDA "
         "versions; part of the fingerprint (filled in by the worker when omitted on jobs)",
     )
+    metadata: dict[str, str | int] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="facts recorded with the target but not part of the fingerprint, e.g. a GPU's UUID and the "
+        "driver's full version (the fingerprint keeps only its branch)",
+    )
     toolchain: Toolchain | None = Field(default=None, description="filled in by the worker when omitted on jobs")
 
     @model_validator(mode="after")
@@ -74,7 +80,7 @@ class TargetSpec(BaseModel):
         return HOST_ALIAS in (self.mcpu, self.arch)
 
     def hardware(self) -> dict[str, object]:
-        return self.model_dump(exclude={"toolchain"})
+        return self.model_dump(exclude={"toolchain", "metadata"})
 
     def with_toolchain(self, toolchain: Toolchain) -> TargetSpec:
         return self.model_copy(update={"toolchain": toolchain})
@@ -83,7 +89,7 @@ class TargetSpec(BaseModel):
     def fingerprint(self) -> str:
         if self.toolchain is None:
             raise ValueError("a target fingerprint needs the toolchain (target.toolchain)")
-        fields = self.model_dump()
+        fields = self.model_dump(exclude={"metadata"})
         if not fields["details"]:
             del fields["details"]  # targets without details keep the fingerprints they had before the field existed
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))

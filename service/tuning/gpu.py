@@ -2,8 +2,8 @@
 
 Three sources, each parsed by a pure function so tests can feed fixed descriptions of an H100, an
 A100 and a T4 (sm_75) without a GPU:
-  - `nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader,nounits`
-    (name, arch, memory, driver), and the banner of plain `nvidia-smi` (the driver's CUDA version);
+  - `nvidia-smi --query-gpu=uuid,name,compute_cap,memory.total,driver_version --format=csv,noheader,nounits`
+    (identity, name, arch, memory, driver), and the banner of plain `nvidia-smi` (the driver's CUDA version);
   - the device attributes TVM's CUDA runtime reads (SM count, shared memory and threads per block, warp
     size, L2), when TVM can open the GPU;
   - the published per-arch table (service.tuning.hardware_model.GPU_TABLE) for what
@@ -16,6 +16,7 @@ Importable without pydantic (GPU measurement hosts lack it); only `to_target` ne
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from service.models import TargetSpec, Toolchain
     from service.tuning.hardware_model import HardwareModel
 
-SMI_QUERY = ("name", "compute_cap", "memory.total", "driver_version")
+SMI_QUERY = ("uuid", "name", "compute_cap", "memory.total", "driver_version")
 # Registers per thread block is 64 K 32-bit registers on every arch from sm_50 on (CUDA C programming
 # guide, compute-capability table); shared memory per SM differs per arch (hardware_model.GPU_TABLE).
 REGISTERS_PER_BLOCK = 65536
@@ -49,6 +50,13 @@ class GPUDescription:
     driver: str
     cuda: str  # the driver's CUDA version ("13.0"); "" when unknown
     nvcc: str = ""  # the toolkit that compiles kernels ("13.0.88"); "" when absent
+    uuid: str = ""  # nvidia-smi's GPU-... identity: which physical device, never part of the fingerprint
+
+    @property
+    def driver_branch(self) -> str:
+        """The driver's major version ('580' of '580.159.04'): a patch release of the same branch changes no
+        kernel's speed enough to orphan every tuned record, so only the branch is in the fingerprint."""
+        return self.driver.split(".", 1)[0]
 
     def hardware_model(self) -> HardwareModel:
         """This GPU's own SM count, limits and L2 over its arch's row of the published table."""
@@ -66,7 +74,8 @@ class GPUDescription:
         )
 
     def details(self) -> dict[str, str | int]:
-        """What goes into TargetSpec.details (and so the fingerprint)."""
+        """What goes into TargetSpec.details (and so the fingerprint): the part and the versions that change
+        which kernel is fastest. Which physical device and the driver's patch release go to `metadata()`."""
         return {
             "name": self.name,
             "sm_count": self.sm_count,
@@ -77,16 +86,25 @@ class GPUDescription:
             "max_threads_per_block": self.max_threads_per_block,
             "warp_size": self.warp_size,
             "l2_bytes": self.l2_bytes,
-            "driver": self.driver,
+            "driver": self.driver_branch,
             "cuda": self.cuda,
             "nvcc": self.nvcc,
         }
+
+    def metadata(self) -> dict[str, str | int]:
+        """Recorded with the target, outside the fingerprint."""
+        return {"driver_version": self.driver, "uuid": self.uuid}
 
     def to_target(self, toolchain: Toolchain) -> TargetSpec:
         from service.models import TargetSpec
 
         return TargetSpec(
-            kind="cuda", arch=self.arch, num_cores=self.sm_count, details=self.details(), toolchain=toolchain
+            kind="cuda",
+            arch=self.arch,
+            num_cores=self.sm_count,
+            details=self.details(),
+            metadata=self.metadata(),
+            toolchain=toolchain,
         )
 
 
@@ -111,6 +129,24 @@ def parse_smi_query(text: str) -> list[dict[str, str]]:
     return rows
 
 
+def visible_row(rows: list[dict[str, str]], visible: str | None) -> dict[str, str] | None:
+    """The nvidia-smi row of the GPU that CUDA calls device 0 in this process: the first entry of
+    CUDA_VISIBLE_DEVICES (an index into nvidia-smi's list, or a UUID or unique UUID prefix), or nvidia-smi's
+    first GPU when the variable is unset. None when the variable hides every GPU or names none of these."""
+    if visible is None:
+        return rows[0] if rows else None
+    first = visible.split(",", 1)[0].strip()
+    if not first or first == "-1":
+        return None
+    if first.isdigit():
+        index = int(first)
+        return rows[index] if index < len(rows) else None
+    if first.startswith("MIG-"):
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r} names a MIG instance; a worker tunes whole GPUs")
+    found = [row for row in rows if row["uuid"].startswith(first)]
+    return found[0] if len(found) == 1 else None
+
+
 def parse_smi_cuda_version(banner: str) -> str:
     """The 'CUDA Version: 13.0' of plain `nvidia-smi` output, or ''."""
     match = re.search(r"CUDA Version:\s*([\d.]+)", banner)
@@ -133,10 +169,10 @@ def describe(
 
     `attrs` keys: sm_count, smem_per_block, max_threads_per_block, warp_size, l2_bytes. Missing ones come
     from the arch's published table, so a description never silently says 0 SMs."""
-    from service.tuning.hardware_model import GPU_TABLE
+    from service.tuning.hardware_model import GPU_TABLE, base_arch
 
     arch = parse_compute_cap(smi_row["compute_cap"])
-    table = GPU_TABLE.get(arch)
+    table = GPU_TABLE.get(base_arch(arch))
     got = dict(attrs or {})
 
     def pick(key: str, fallback: int | None) -> int:
@@ -147,6 +183,7 @@ def describe(
         return fallback
 
     return GPUDescription(
+        uuid=smi_row.get("uuid", ""),
         name=smi_row["name"],
         arch=arch,
         sm_count=pick("sm_count", table.sm_count if table else None),
@@ -199,13 +236,19 @@ def nvcc_version() -> str:
 
 
 @functools.cache
-def detect(index: int = 0) -> GPUDescription | None:
-    """This host's GPU number `index`, or None when there is no NVIDIA driver or GPU."""
-    query = _run(["nvidia-smi", f"--query-gpu={','.join(SMI_QUERY)}", "--format=csv,noheader,nounits"])
-    if not query:
-        return None
-    rows = parse_smi_query(query)
-    if index >= len(rows):
+def detect() -> GPUDescription | None:
+    """The GPU this process computes on (CUDA's device 0: the first of CUDA_VISIBLE_DEVICES), or None when
+    there is no NVIDIA driver or no visible GPU. Picked by UUID, so the description is of the device the
+    kernels run on, not nvidia-smi's row 0."""
+    rows = visible_gpus()
+    row = visible_row(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if row is None:
         return None
     banner = _run(["nvidia-smi"]) or ""
-    return describe(rows[index], parse_smi_cuda_version(banner), tvm_device_attrs(index), nvcc_version())
+    return describe(row, parse_smi_cuda_version(banner), tvm_device_attrs(0), nvcc_version())
+
+
+def visible_gpus() -> list[dict[str, str]]:
+    """Every GPU nvidia-smi sees (it ignores CUDA_VISIBLE_DEVICES), one row each."""
+    query = _run(["nvidia-smi", f"--query-gpu={','.join(SMI_QUERY)}", "--format=csv,noheader,nounits"])
+    return parse_smi_query(query) if query else []

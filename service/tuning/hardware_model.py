@@ -86,7 +86,7 @@ class HardwareModel:
     @classmethod
     def for_gpu(cls, arch: str) -> HardwareModel:
         try:
-            return GPU_TABLE[arch]
+            return GPU_TABLE[base_arch(arch)]
         except KeyError:
             raise ValueError(f"no hardware model for {arch!r}; known: {', '.join(sorted(GPU_TABLE))}") from None
 
@@ -179,3 +179,9 @@ GPU_TABLE: dict[str, HardwareModel] = {
     ),
     "sm_90": _gpu("sm_90", "H100 SXM5", sms=132, smem_kib=228, l1_kib=256, l2_mib=50),
 }
+
+
+def base_arch(arch: str) -> str:
+    """'sm_90a' -> 'sm_90': the arch-specific feature suffix (wgmma, setmaxnreg, ...) names what a kernel may
+    use, not other hardware; an sm_90a kernel runs on every sm_90 GPU, so tables and queues use the base."""
+    return re.sub(r"(?<=\d)[af]$", "", arch)

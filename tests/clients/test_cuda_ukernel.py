@@ -114,3 +114,53 @@ def test_gpu_kernel_path_imports_without_pydantic() -> None:
         check=False,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+class FakeGPUKernel:
+    """Stands in for a compiled CUDA uKernel on a host that has no GPU (the dispatcher's bookkeeping only)."""
+
+    def __init__(self) -> None:
+        self.launches = 0
+
+    def launch(self, x: object, w: object, out: object) -> None:
+        self.launches += 1
+
+
+def test_an_empty_batch_gives_an_empty_result_of_the_input_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S = 0 (an empty batch) used to raise KeyError in the table lookup; F.linear returns [0, N]."""
+    import kernelfleet.cuda_ukernel as cu
+
+    monkeypatch.setattr(cu, "require_cuda", lambda: None)  # the fake kernel needs no GPU
+    kernel = FakeGPUKernel()
+    dispatcher = CudaDispatcher(TABLE, {"u": kernel}, N=64, K=32)  # type: ignore[dict-item]
+    y = dispatcher(np.ones((0, 32), np.float32), np.ones((64, 32), np.float32))
+    assert isinstance(y, np.ndarray) and y.shape == (0, 64) and y.dtype == np.float32
+    assert kernel.launches == 0 and dispatcher.calls == {0: 1}
+
+
+def test_timing_rounds_last_their_minimum_and_weights_outgrow_the_l2() -> None:
+    from kernelfleet.cuda_ukernel import repeated_median, weight_copies
+
+    rounds: list[int] = []
+
+    def sample() -> list[float]:
+        rounds.append(1)
+        return [1.0] if len(rounds) % 2 else [3.0]
+
+    # each round draws samples for at least 20 ms of wall time, not a fixed few launches
+    assert repeated_median(sample, repeat=3, min_repeat_ms=20) in (1.0, 2.0, 3.0)
+    assert len(rounds) > 3
+    # a 7 MB W against a 50 MB L2: 15 copies, twice the L2 together; no L2 model: the one W
+    assert weight_copies(2304 * 768 * 4, 50 * 2**20) == 15
+    assert weight_copies(2304 * 768 * 4, 0) == 1 and weight_copies(10**9, 2**20) == 2
+
+
+def test_vendor_calls_answer_in_the_callers_kind() -> None:
+    """A vendor-routed call on numpy arrays returns numpy (it returned a torch tensor), into `out` when given."""
+    pytest.importorskip("torch")
+    dispatcher = CudaDispatcher(None, {}, N=None, K=None, source="fallback")
+    x, w = np.ones((3, 32), np.float32), np.ones((64, 32), np.float32)
+    y = dispatcher(x, w)
+    assert isinstance(y, np.ndarray) and y.shape == (3, 64) and float(y[0, 0]) == 32.0
+    out = np.zeros((3, 64), np.float32)
+    assert dispatcher(x, w, out) is out and float(out[2, 63]) == 32.0

@@ -13,13 +13,14 @@ saying why. Importable without pydantic, httpx or torch (GPU measurement hosts l
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,13 +79,86 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_ITEMSIZE = {"float32": 4, "float16": 2}
+_L2_FLUSH = "kernelfleet.flush_gpu_l2"
+_flush_buffers: dict[int, tuple[Any, ...]] = {}
+
+
+def _normal(rng: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    import numpy as np
+
+    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+def repeated_median(sample: Callable[[], list[float]], repeat: int, min_repeat_ms: float) -> float:
+    """The median over `repeat` rounds of each round's median sample; a round draws batches from `sample()`
+    until it has run for `min_repeat_ms` of wall time (noise averaged over time, not over a few launches)."""
+    medians = []
+    for _ in range(max(1, repeat)):
+        samples: list[float] = []
+        began = time.perf_counter()
+        while not samples or (time.perf_counter() - began) * 1e3 < min_repeat_ms:
+            samples.extend(sample())
+        medians.append(statistics.median(samples))
+    return float(statistics.median(medians))
+
+
+def weight_copies(weight_bytes: int, l2_bytes: int) -> int:
+    """How many copies of W to rotate through so that they never fit in an L2 of `l2_bytes` (twice its size,
+    at least 2 copies, at most 64); 1 when the L2 is not modelled."""
+    if l2_bytes <= 0 or weight_bytes <= 0:
+        return 1
+    return min(64, max(2, -(-2 * l2_bytes // weight_bytes)))
+
+
+def flush_l2_hook(dev: Any, l2_bytes: int) -> str:
+    """The name of a registered function that evicts the L2 of `dev` (a device-to-device copy of twice its
+    size), for time_evaluator's f_preproc: it runs before each timed repeat, outside the timed region."""
+    import tvm_ffi
+
+    tvm = require_cuda()
+    size = 2 * l2_bytes // 4
+    held = _flush_buffers.get(dev.index)
+    if held is None or int(held[0].shape[0]) < size:
+        _flush_buffers[dev.index] = tuple(tvm.runtime.empty((size,), "float32", dev) for _ in range(2))
+
+    def flush(*_: Any) -> None:
+        src, dst = _flush_buffers[dev.index]
+        src.copyto(dst)
+
+    tvm_ffi.register_global_func(_L2_FLUSH, flush, override=True)
+    return _L2_FLUSH
+
+
+@contextlib.contextmanager
+def caller_stream(x: Any) -> Iterator[None]:
+    """Launch TVM kernels on the stream the caller's framework is using for `x`: torch's current stream for a
+    torch CUDA tensor (under `torch.cuda.stream(s)` or CUDA-graph capture that is `s` or the capture stream);
+    for anything else TVM's current stream is left as it is."""
+    stream = _torch_stream(x)
+    if stream is None:
+        yield
+        return
+    import tvm_ffi
+
+    with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", x.device.index or 0), stream):
+        yield
+
+
+def _torch_stream(x: Any) -> int | None:
+    if type(x).__module__.split(".")[0] != "torch" or not getattr(x, "is_cuda", False):
+        return None
+    import torch
+
+    return int(torch.cuda.current_stream(x.device).cuda_stream)
+
+
 def _rows(t: Any, start: int, rows: int) -> Any:
     """Rows start..start+rows of a 2-D tensor as a view (no copy): torch `narrow`, TVM `_create_view`."""
     if hasattr(t, "narrow"):
         return t.narrow(0, start, rows)
     cols = int(t.shape[1])
-    itemsize = {"float32": 4, "float16": 2}[str(t.dtype)]
-    return t._create_view((rows, cols), relative_byte_offset=start * cols * itemsize)
+    return t._create_view((rows, cols), relative_byte_offset=start * cols * _ITEMSIZE[str(t.dtype)])
 
 
 def _from_dlpack(a: Any) -> Any:
@@ -106,24 +180,34 @@ class CudaUKernel:
         self._fn = module["main"]
 
     def __call__(self, x: Any, w: Any, out: Any) -> Any:
-        tvm = require_cuda()
-        self._fn(*(a if isinstance(a, tvm.runtime.Tensor) else _from_dlpack(a) for a in (x, w, out)))
+        """Launch on the caller's stream: torch's current stream for torch tensors (so a host under
+        `torch.cuda.stream(s)` does not race and CUDA-graph capture records the launch), else TVM's."""
+        with caller_stream(x):
+            self.launch(x, w, out)
         return out
 
-    def time(self, M: int, repeat: int = 5, number: int = 50, seed: int = 0) -> float:
-        """Median seconds per launch at M rows (TVM's time_evaluator: a C++ loop, device-synchronised)."""
+    def launch(self, x: Any, w: Any, out: Any) -> None:
+        """Launch on TVM's current stream for this device (callers set it: `caller_stream`)."""
+        tvm = require_cuda()
+        self._fn(*(a if isinstance(a, tvm.runtime.Tensor) else _from_dlpack(a) for a in (x, w, out)))
+
+    def time(self, M: int, repeat: int = 5, min_repeat_ms: float = 50.0, l2_bytes: int = 0, seed: int = 0) -> float:
+        """Median seconds per launch at M rows, kernel only (TVM's time_evaluator: device events, one launch per
+        sample). Samples are taken in `repeat` rounds of at least `min_repeat_ms` each; the result is the median
+        of the rounds' medians. With `l2_bytes` (the GPU's L2) the L2 is flushed before every timed launch, so W
+        comes from memory as on a serving host between layers, not from an L2 kept hot by the previous launch
+        (which favours tiles that re-read W)."""
         import numpy as np
 
         tvm = require_cuda()
         dev = tvm.cuda(0)
         rng = np.random.default_rng(seed)
         s = self.spec
-        args = [
-            tvm.runtime.tensor(rng.standard_normal(shape, dtype=np.float32).astype(s.dtype), dev)
-            for shape in ((M, s.K), (s.N, s.K), (M, s.N))
-        ]
-        evaluator = self.module.time_evaluator("main", dev, number=number, repeat=repeat)
-        return float(np.median(evaluator(*args).results))
+        args = [tvm.runtime.tensor(_normal(rng, shape, s.dtype), dev) for shape in ((M, s.K), (s.N, s.K), (M, s.N))]
+        preproc = flush_l2_hook(dev, l2_bytes) if l2_bytes else ""
+        # number=1: one launch per sample, with the flush before it (time_evaluator runs f_preproc per repeat)
+        evaluator = self.module.time_evaluator("main", dev, number=1, repeat=16, f_preproc=preproc)
+        return repeated_median(lambda: list(evaluator(*args).results), repeat, min_repeat_ms)
 
     def export(self, directory: Path) -> tuple[Path, str]:
         """Write the library (host code + embedded device code) to `directory/<sha256>.so`; (path, sha256)."""
@@ -194,49 +278,121 @@ class CudaDispatcher:
     def __call__(self, x: Any, w: Any, out: Any = None) -> Any:
         S = int(x.shape[0])
         self.calls[S] = self.calls.get(S, 0) + 1
+        if S == 0:  # an empty batch: an empty result of the input's kind, as F.linear gives
+            return out if out is not None else _empty_result(x, (0, int(self.N if self.N is not None else w.shape[0])))
         if self.routes_to_vendor(S):
             return _vendor(x, w, out)
-        x, w, host = _on_device(x), _on_device(w), _is_numpy(x)
+        host = _is_numpy(x)
+        x, w = _on_device(x), _on_device(w)
         if tuple(int(d) for d in x.shape[1:]) != (self.K,) or tuple(int(d) for d in w.shape) != (self.N, self.K):
             raise ValueError(f"expected x[S, {self.K}] and w[{self.N}, {self.K}], got {x.shape} and {w.shape}")
-        if out is None:
-            out = _empty_like(x, (S, int(self.N or 0)))
+        given = out
+        if out is None or _is_numpy(out):
+            out = _empty_result(x, (S, int(self.N or 0)))
         start = 0
-        for piece in self.program(S):
-            self.kernels[piece.ukernel_id](_rows(x, start, piece.rows), w, _rows(out, start, piece.rows))
-            start += piece.rows
-        return out.numpy() if host else out
+        with caller_stream(x):  # every piece on the caller's stream, in order
+            for piece in self.program(S):
+                self.kernels[piece.ukernel_id].launch(_rows(x, start, piece.rows), w, _rows(out, start, piece.rows))
+                start += piece.rows
+        if not host:
+            return out
+        return _to_host(out.numpy(), given)
 
-    def time_called(self, S: int, calls: int = 50) -> float:
-        """Median seconds per call at S rows as a GPU host calls it: device tensors, back to back, synchronised."""
-        tvm = require_cuda()
-        dev = tvm.cuda(0)
-        import numpy as np
+    def time_called(self, S: int, calls: int = 50, repeat: int = 5, l2_bytes: int = 0) -> float:
+        """Median seconds per call at S rows as a GPU host calls it, back to back, device-synchronised: torch
+        CUDA tensors in and a fresh output out when torch is here (what a torch host pays, like
+        `cublas.time_linear_called`), TVM tensors otherwise. W rotates through copies larger than the L2."""
+        x, weights = _call_inputs(S, self.N or 1, self.K or 1, l2_bytes)
+        self(x, weights[0])
+        _synchronize(x)
 
-        rng = np.random.default_rng(0)
-        n, k = self.N or 1, self.K or 1
-        x = tvm.runtime.tensor(rng.standard_normal((S, k), dtype=np.float32), dev)
-        w = tvm.runtime.tensor(rng.standard_normal((n, k), dtype=np.float32), dev)
-        out = tvm.runtime.empty((S, n), "float32", dev)
-        self(x, w, out)
-        dev.sync()
-        samples = []
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                self(x, w, out)
-            dev.sync()
-            samples.append((time.perf_counter() - start) / calls)
-        return statistics.median(samples)
+        def batch() -> list[float]:
+            began = time.perf_counter()
+            for i in range(calls):
+                self(x, weights[i % len(weights)])
+            _synchronize(x)
+            return [(time.perf_counter() - began) / calls]
+
+        return repeated_median(batch, repeat, 0.0)
+
+    def time_graph(self, S: int, calls: int = 20, repeat: int = 7, l2_bytes: int = 0) -> float:
+        """Median seconds per call at S rows, kernel only: `calls` calls captured in one CUDA graph (W rotating
+        through copies larger than the L2) and replayed, events around each replay. Exactly how
+        `cublas.time_linear` times cuBLAS, so the two compare like for like. Needs torch with CUDA."""
+        import torch
+
+        x, weights = _call_inputs(S, self.N or 1, self.K or 1, l2_bytes, require_torch=True)
+        out = x.new_empty((S, int(self.N or 1)))
+        step = iter(range(1 << 62))
+        return graph_seconds(torch, lambda: self(x, weights[next(step) % len(weights)], out), calls, repeat)
 
     def overhead(self, S: int = 1, repeat: int = 200) -> float:
         """Seconds a call costs beyond its kernels: table lookup, DLPack views, launches (device-synchronised)."""
-        kernels = sum(self.kernels[p.ukernel_id].time(p.rows, repeat=3, number=20) for p in self.program(S))
+        kernels = sum(self.kernels[p.ukernel_id].time(p.rows, repeat=3, min_repeat_ms=10) for p in self.program(S))
         return max(0.0, self.time_called(S, repeat) - kernels)
+
+
+def graph_seconds(torch: Any, call: Callable[[], Any], calls: int, repeat: int) -> float:
+    """Median seconds per `call()` replayed from one CUDA graph holding `calls` of them (events around each
+    replay). Warmed up on a side stream first, off the capture: libraries pick kernels and workspaces there."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / calls)
+    return float(statistics.median(times))
+
+
+def _call_inputs(S: int, n: int, k: int, l2_bytes: int, require_torch: bool = False) -> tuple[Any, list[Any]]:
+    """X[S, k] and the W[n, k] copies to rotate through, as torch CUDA tensors when torch is here."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    copies = weight_copies(n * k * 4, l2_bytes)
+    try:
+        import torch
+    except ImportError:
+        if require_torch:
+            raise RuntimeError("CUDA-graph timing needs torch with CUDA (pip install torch)") from None
+        tvm = require_cuda()
+        dev = tvm.cuda(0)
+        host_w = rng.standard_normal((n, k), dtype=np.float32)
+        x = tvm.runtime.tensor(rng.standard_normal((S, k), dtype=np.float32), dev)
+        return x, [tvm.runtime.tensor(host_w, dev) for _ in range(copies)]
+    w = torch.randn(n, k, device="cuda")
+    return torch.randn(S, k, device="cuda"), [w, *(w.clone() for _ in range(copies - 1))]
+
+
+def _synchronize(x: Any) -> None:
+    if hasattr(x, "new_empty"):
+        import torch
+
+        torch.cuda.synchronize(x.device)
+    else:
+        x.device.sync()
 
 
 def _is_numpy(a: Any) -> bool:
     return type(a).__module__ == "numpy"
+
+
+def _is_torch(a: Any) -> bool:
+    return type(a).__module__.split(".")[0] == "torch"
 
 
 def _on_device(a: Any) -> Any:
@@ -246,15 +402,29 @@ def _on_device(a: Any) -> Any:
     return tvm.runtime.tensor(a, tvm.cuda(0))
 
 
-def _empty_like(x: Any, shape: tuple[int, int]) -> Any:
-    if hasattr(x, "new_empty"):  # torch: same device and dtype, caching allocator
+def _empty_result(x: Any, shape: tuple[int, int]) -> Any:
+    """A new output of x's kind and device: torch through its caching allocator; numpy on the host; a TVM
+    tensor backed by torch's caching allocator when torch is here (TVM's own `empty` is a cudaMalloc and a
+    cudaFree per call), else TVM's."""
+    if hasattr(x, "new_empty"):
         return x.new_empty(shape)
-    tvm = require_cuda()
-    return tvm.runtime.empty(shape, str(x.dtype), x.device)
+    if _is_numpy(x):
+        import numpy as np
+
+        return np.empty(shape, dtype=x.dtype)
+    try:
+        import torch
+    except ImportError:
+        tvm = require_cuda()
+        return tvm.runtime.empty(shape, str(x.dtype), x.device)
+    import tvm_ffi
+
+    return tvm_ffi.from_dlpack(torch.empty(shape, dtype=getattr(torch, str(x.dtype)), device=f"cuda:{x.device.index}"))
 
 
 def _vendor(x: Any, w: Any, out: Any) -> Any:
-    """No table: cuBLAS through torch when torch is here, else a clear error."""
+    """cuBLAS through torch, answering in the caller's kind: a torch tensor for torch, numpy for numpy, a TVM
+    tensor (a zero-copy DLPack view of torch's result) for TVM tensors; `out` when given."""
     try:
         import torch
     except ImportError:
@@ -262,10 +432,32 @@ def _vendor(x: Any, w: Any, out: Any) -> Any:
             "this call goes to cuBLAS (no dispatch table, or the table routes this S to the vendor) and torch "
             "is not installed: pip install torch"
         ) from None
-    tx = x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
-    tw = w if isinstance(w, torch.Tensor) else torch.from_dlpack(w)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tx, tw = (_as_torch(torch, a, device) for a in (x, w))
     y = torch.nn.functional.linear(tx, tw)
+    if _is_numpy(x) or _is_numpy(out):
+        return _to_host(y.cpu().numpy(), out)
     if out is not None:
-        (out if isinstance(out, torch.Tensor) else torch.from_dlpack(out)).copy_(y)
+        _as_torch(torch, out, device).copy_(y)
         return out
-    return y
+    if _is_torch(x):
+        return y
+    import tvm_ffi
+
+    return tvm_ffi.from_dlpack(y)
+
+
+def _to_host(y: Any, out: Any) -> Any:
+    """A host result, written into the caller's numpy `out` when one was given."""
+    if out is None:
+        return y
+    out[...] = y
+    return out
+
+
+def _as_torch(torch: Any, a: Any, device: str) -> Any:
+    if isinstance(a, torch.Tensor):
+        return a
+    if _is_numpy(a):
+        return torch.from_numpy(a).to(device)
+    return torch.from_dlpack(a)

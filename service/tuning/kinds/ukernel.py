@@ -128,6 +128,7 @@ class UKernelKind(JobKind):
             representative_m=representative,
             measured_before=measured_before,
             vendor_routes=ctx.settings.ukernel_vendor_routes,
+            measure_timeout_s=ctx.settings.measure_timeout_s,
         )
         outcome = tuner.tune_range(task, _Progress())
         if ctx.sink.should_stop():

@@ -84,8 +84,10 @@ class Platform(ABC):
         return check_result(got, expected, tolerance)
 
     @abstractmethod
-    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int]) -> VendorTiming:
-        """The vendor library's time for this workload and shape, called as an inference host calls it."""
+    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int], kernel_only: bool = False) -> VendorTiming:
+        """The vendor library's time for this workload and shape, called as an inference host calls it; with
+        `kernel_only`, its device time alone (what our kernel-only timings compare with; a platform whose calls
+        have no launch to separate answers the same either way)."""
 
 
 class TVMPlatform(Platform):

@@ -16,6 +16,7 @@ import numpy as np
 
 from service.models import TargetSpec, Toolchain, WorkloadSpec
 from service.tuning import cublas, gpu, hardware
+from service.tuning.hardware_model import base_arch
 from service.tuning.platforms.base import TVMPlatform, VendorTiming, check_result
 
 _ARCH = re.compile(r"^sm_\d{2,3}a?$")
@@ -34,7 +35,7 @@ class CUDAPlatform(TVMPlatform):
         return None
 
     def queue(self, target: TargetSpec) -> str:
-        return f"gpu.{target.arch}"
+        return f"gpu.{base_arch(str(target.arch))}"  # an sm_90a job runs on the sm_90 workers
 
     def describe_host(self) -> gpu.GPUDescription | None:
         return gpu.detect()
@@ -55,7 +56,13 @@ class CUDAPlatform(TVMPlatform):
         resolved = super().resolve(target)
         if desc is None:
             return resolved
-        return resolved.model_copy(update={"details": {**desc.details(), **target.details}, "num_cores": desc.sm_count})
+        return resolved.model_copy(
+            update={
+                "details": {**desc.details(), **target.details},
+                "metadata": {**desc.metadata(), **target.metadata},
+                "num_cores": desc.sm_count,
+            }
+        )
 
     def tvm_target(self, target: TargetSpec) -> dict[str, object]:
         from service.tuning.tuners.pipeline.schedule import cuda_target
@@ -98,21 +105,35 @@ class CUDAPlatform(TVMPlatform):
         return float(np.median(samples))
 
     def host_call(self, kernel: Any, inputs: list[np.ndarray]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        # a GPU inference host already holds its tensors on the device: no host copies per call
-        return kernel.run_device, tuple(kernel.device_args(*inputs))
+        """A GPU inference host already holds its tensors on the device; a torch host passes torch CUDA tensors
+        (TVM takes them through DLPack on torch's current stream), so our kernel pays what the vendor call
+        (`F.linear` on the same tensors) pays. Without torch, TVM tensors."""
+        try:
+            import torch
+        except ImportError:
+            return kernel.run_device, tuple(kernel.device_args(*inputs))
+        out = torch.empty(kernel.output.shape, dtype=getattr(torch, kernel.output.dtype), device="cuda")
+        return kernel.run_device, (*(torch.from_numpy(a).cuda() for a in inputs), out)
 
     def check(self, got: Any, expected: np.ndarray, tolerance: float) -> str | None:
         host = got.numpy() if hasattr(got, "numpy") else got  # a device tensor comes back to the host once
+        if hasattr(host, "cpu"):
+            host = host.cpu().numpy()
         return check_result(host, expected, tolerance)
 
-    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int]) -> VendorTiming:
-        if workload.op != "dense" or workload.attrs.get("bias"):
-            raise ValueError(f"the cuBLAS baseline covers dense without bias, not {workload.op}")
-        # called as a host calls F.linear, like time_call times our kernels: "publish only when faster" compares
-        # the two calls a host would make (the benchmark reports the CUDA-graph kernel times next to it)
+    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int], kernel_only: bool = False) -> VendorTiming:
+        """cuBLAS (dense, batch_matmul) or cuDNN (conv2d) through torch, on the workload's layout, with the
+        weights rotating through copies larger than this GPU's L2. As a host calls it by default, like
+        `time_call` times our kernels; `kernel_only` replays a CUDA graph, like TVM's time_evaluator."""
+        if workload.op not in cublas.OPS:
+            raise ValueError(f"no GPU vendor baseline for {workload.op}; covered: {', '.join(cublas.OPS)}")
+        host = self.describe_host()
+        l2 = host.l2_bytes if host is not None else 0
         sizes = workload.bind(shape)
-        seconds = cublas.time_linear_called(sizes["M"], sizes["N"], sizes["K"], workload.dtype)
-        return VendorTiming(cublas.label(workload.dtype, graph=False), seconds)
+        seconds = cublas.time_op(
+            workload.op, sizes, workload.attrs, workload.dtype, graph=kernel_only, l2_bytes=l2
+        )
+        return VendorTiming(cublas.label(workload.dtype, graph=kernel_only, op=workload.op), seconds)
 
 
 def gpu_mismatch(target: TargetSpec, host: gpu.GPUDescription | None) -> str | None:
@@ -121,7 +142,7 @@ def gpu_mismatch(target: TargetSpec, host: gpu.GPUDescription | None) -> str | N
         return f"a CUDA worker does not tune {target.kind} targets"
     if host is None:
         return "this worker has no CUDA GPU"
-    if target.arch != host.arch:
+    if base_arch(str(target.arch)) != base_arch(host.arch):
         return f"job target arch={target.arch} but this worker's GPU is {host.arch} ({host.name})"
     mine = host.details()
     for key in _PINNED_DETAILS:

@@ -64,7 +64,7 @@ class GemminiPlatform(Platform):
         why = self.backend.available()
         return f"this worker's Gemmini backend {self.backend.name} cannot run: {why}" if why else None
 
-    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int]) -> VendorTiming:
+    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int], kernel_only: bool = False) -> VendorTiming:
         """Gemmini-Default (16×16, 256 KiB / 64 KiB, gemmini.h's tiling) measured by this worker's backend."""
         from service.tuning.tuners.gemmini.search import default_point
         from service.tuning.tuners.gemmini.space import DEFAULT_HW

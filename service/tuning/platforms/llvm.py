@@ -47,5 +47,5 @@ class LLVMPlatform(TVMPlatform):
             out["mattr"] = [f if f.startswith("-") else f"+{f}" for f in target.features]
         return out
 
-    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int]) -> VendorTiming:
+    def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int], kernel_only: bool = False) -> VendorTiming:
         return VendorTiming(baseline.vendor_label(), baseline.measure_vendor(workload, shape))

@@ -9,9 +9,9 @@ from __future__ import annotations
 from service.tuning.gpu import GPUDescription, describe, parse_smi_cuda_version, parse_smi_query
 
 SMI = {
-    "sm_90": "NVIDIA H100 80GB HBM3, 9.0, 81559, 580.159.04\n",
-    "sm_80": "NVIDIA A100-SXM4-40GB, 8.0, 40960, 535.104.05\n",
-    "sm_75": "Tesla T4, 7.5, 15360, 470.82.01\n",
+    "sm_90": "GPU-5e4b1f7a-90aa-4c1e-8f43-0c2d9b7e6a11, NVIDIA H100 80GB HBM3, 9.0, 81559, 580.159.04\n",
+    "sm_80": "GPU-0b8d2c44-1a7f-4f0e-9d2b-6e5f4a3c2b10, NVIDIA A100-SXM4-40GB, 8.0, 40960, 535.104.05\n",
+    "sm_75": "GPU-7c6a5b4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d, Tesla T4, 7.5, 15360, 470.82.01\n",
 }
 BANNER = {
     "sm_90": "| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0     |",

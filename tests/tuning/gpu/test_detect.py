@@ -26,7 +26,7 @@ TOOLCHAIN = Toolchain(tvm="0.27.0.post1")
 def test_parse_fixed_descriptions(arch: str, name: str, sms: int, mib: int, cuda: str, driver: str) -> None:
     desc = card(arch)
     assert (desc.arch, desc.name, desc.sm_count, desc.memory_mib) == (arch, name, sms, mib)
-    assert (desc.cuda, desc.driver, desc.nvcc) == (cuda, driver, "13.0.88")
+    assert (desc.cuda, desc.driver, desc.nvcc) == (cuda, driver, "13.0.88") and desc.uuid.startswith("GPU-")
     assert desc.regs_per_block == 65536 and desc.smem_per_block == 49152 and desc.warp_size == 32
     # without TVM's device attributes the arch table fills SM count and L2, never 0
     bare = card(arch, with_attrs=False)
@@ -37,7 +37,7 @@ def test_parsers_reject_garbage() -> None:
     assert gpu.parse_compute_cap("10.0") == "sm_100"
     with pytest.raises(ValueError, match="compute capability"):
         gpu.parse_compute_cap("nine")
-    with pytest.raises(ValueError, match="expected 4 fields"):
+    with pytest.raises(ValueError, match="expected 5 fields"):
         gpu.parse_smi_query("Tesla T4, 7.5\n")
     assert gpu.parse_smi_cuda_version("no banner") == ""
     assert gpu.parse_nvcc_version("Cuda compilation tools, release 13.0, V13.0.88") == "13.0.88"
@@ -54,13 +54,80 @@ def test_fingerprint_covers_arch_device_and_versions() -> None:
         {"memory_mib": 95830},
         {"smem_per_block": 101376},
         {"regs_per_block": 32768},
-        {"driver": "590.1"},
+        {"driver": "590.48.01"},
         {"cuda": "13.1"},
         {"nvcc": "13.1.0"},
     ):
         other = gpu.GPUDescription(**{**base.__dict__, **change}).to_target(TOOLCHAIN)
         assert other.fingerprint != h100.fingerprint, change
     assert base.to_target(Toolchain(tvm="0.28.0")).fingerprint != h100.fingerprint
+    # a patch release of the same driver branch, or another H100 of the same part, keeps every record
+    for same in ({"driver": "580.195.03"}, {"uuid": "GPU-00000000-1111-2222-3333-444444444444"}):
+        other = gpu.GPUDescription(**{**base.__dict__, **same}).to_target(TOOLCHAIN)
+        assert other.fingerprint == h100.fingerprint, same
+        assert other.metadata != h100.metadata  # still recorded, outside the fingerprint
+    assert h100.details["driver"] == "580" and h100.metadata["driver_version"] == "580.159.04"
+
+
+ROWS = gpu.parse_smi_query(
+    "GPU-aaaa1111-0000-0000-0000-000000000000, NVIDIA A100-SXM4-40GB, 8.0, 40960, 535.104.05\n"
+    "GPU-bbbb2222-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 9.0, 81559, 580.159.04\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("visible", "name"),
+    [
+        (None, "NVIDIA A100-SXM4-40GB"),  # unset: CUDA's device 0 is nvidia-smi's first GPU
+        ("1", "NVIDIA H100 80GB HBM3"),  # CUDA's device 0 is then nvidia-smi's row 1, not row 0
+        ("1,0", "NVIDIA H100 80GB HBM3"),
+        ("GPU-bbbb2222", "NVIDIA H100 80GB HBM3"),  # a UUID prefix
+        ("GPU-aaaa1111-0000-0000-0000-000000000000,1", "NVIDIA A100-SXM4-40GB"),
+        ("", None),
+        ("-1", None),
+        ("7", None),
+        ("GPU-cccc", None),
+    ],
+)
+def test_the_described_gpu_is_the_one_cuda_computes_on(visible: str | None, name: str | None) -> None:
+    row = gpu.visible_row(ROWS, visible)
+    assert (row["name"] if row else None) == name
+
+
+def test_detect_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: ROWS)
+    monkeypatch.setattr(gpu, "_run", lambda argv: "CUDA Version: 13.0")
+    monkeypatch.setattr(gpu, "tvm_device_attrs", lambda index=0: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    gpu.detect.cache_clear()
+    try:
+        found = gpu.detect()
+        assert found is not None and found.arch == "sm_90" and found.uuid.startswith("GPU-bbbb2222")
+        with pytest.raises(ValueError, match="MIG"):
+            gpu.visible_row(ROWS, "MIG-1234")
+    finally:
+        gpu.detect.cache_clear()
+
+
+def test_sm_90a_is_an_sm_90_part() -> None:
+    from service.tuning.hardware_model import HardwareModel, base_arch
+
+    assert base_arch("sm_90a") == "sm_90" and base_arch("sm_100a") == "sm_100" and base_arch("sm_90") == "sm_90"
+    assert HardwareModel.for_gpu("sm_90a") == HardwareModel.for_gpu("sm_90")
+    wgmma = TargetSpec(kind="cuda", arch="sm_90a")
+    assert queue_for(wgmma) == "gpu.sm_90"  # served by the sm_90 workers, not a queue nobody consumes
+    assert gpu_mismatch(wgmma, card("sm_90")) is None
+
+
+def test_a_gpu_host_runs_one_worker_per_gpu(gpu_host: gpu.GPUDescription, monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.launch import worker_devices
+
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: ROWS)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    envs = worker_devices(Settings(worker_queues=None), workers=4)
+    assert envs == [{"CUDA_VISIBLE_DEVICES": r["uuid"]} for r in ROWS]  # 2 GPUs: 2 workers, not 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert worker_devices(Settings(worker_queues=None), workers=1) == [{"CUDA_VISIBLE_DEVICES": ROWS[1]["uuid"]}]
 
 
 def test_mismatch_on_gpu_hosts() -> None:
@@ -77,7 +144,7 @@ def test_mismatch_on_gpu_hosts() -> None:
 def gpu_host(monkeypatch: pytest.MonkeyPatch) -> gpu.GPUDescription:
     """This host, described as an H100 host (the detection functions are what a real one runs)."""
     h100 = card("sm_90")
-    monkeypatch.setattr(gpu, "detect", lambda index=0: h100)
+    monkeypatch.setattr(gpu, "detect", lambda: h100)
     monkeypatch.delenv("KERNELFLEET_WORKER_PLATFORM", raising=False)
     return h100
 
@@ -96,7 +163,7 @@ def test_gpu_host_serves_only_its_gpu_queue(gpu_host: gpu.GPUDescription) -> Non
 
 
 def test_cpu_host_never_takes_cuda_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpu, "detect", lambda index=0: None)
+    monkeypatch.setattr(gpu, "detect", lambda: None)
     monkeypatch.delenv("KERNELFLEET_WORKER_PLATFORM", raising=False)
     platform, target = host_platform()
     assert platform.target_kind == "llvm"

@@ -18,7 +18,7 @@ outside `Measurer`, so the GPU benchmark can use it on hosts without the service
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -269,23 +269,64 @@ def source(
     return cuda_source(build(config, gemm, arch, symbolic_m, conv))
 
 
-class Measurer:
-    """Builds and times configurations on this host's GPU (TVM's time_evaluator, median of repeats)."""
+def time_kernel(
+    config: PipelineConfig,
+    gemm: GemmShape,
+    arch: str,
+    conv: Conv2dGeometry | None,
+    inputs: list[Any],
+    expected: Any,
+    tolerance: float | None,
+) -> tuple[float, str | None]:
+    """Build one configuration and time it on this host's GPU (TVM's time_evaluator, kernel only, at least
+    50 ms per repeat, median of repeats); with `tolerance`, check the result first. Runs in the measuring
+    child process (service.tuning.isolation), so it takes and returns plain picklable values."""
+    import numpy as np
+    import tvm
 
-    def __init__(self, workload: WorkloadSpec, shape: Mapping[str, int], target: TargetSpec, timeout_s: float) -> None:
+    module = build(config, gemm, arch, conv=conv)
+    dev = tvm.cuda(0)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    out = tvm.runtime.tensor(np.zeros(expected.shape, dtype="float32"), dev)
+    module["main"](*args, out)
+    error = None
+    if tolerance is not None:
+        err = float(np.abs(out.numpy() - expected).max())
+        error = None if err <= tolerance else f"max abs error {err:.3g}"
+    timer = module.time_evaluator("main", dev, number=20, repeat=5, min_repeat_ms=50)
+    return float(np.median(timer(*args, out).results)), error
+
+
+class Measurer:
+    """Builds and times configurations on this host's GPU, each in the measuring child process: a candidate
+    that hangs is killed after `timeout_s`, one that faults takes only the child with it (isolation.py), and
+    either is recorded as a failed measurement while the search goes on."""
+
+    def __init__(
+        self,
+        workload: WorkloadSpec,
+        shape: Mapping[str, int],
+        target: TargetSpec,
+        timeout_s: float,
+        measure: Callable[..., tuple[float, str | None]] = time_kernel,
+    ) -> None:
+        from service.tuning.isolation import IsolatedRunner
+
         self.workload, self.shape, self.target = workload, dict(shape), target
         self.gemm = gemm_for(workload, shape)
         self.conv = Conv2dGeometry.of(workload.bind(shape), workload.attrs) if workload.op == "conv2d" else None
         self.timeout_s = timeout_s
         self.errors: dict[PipelineConfig, str] = {}
         self._inputs: tuple[list[Any], Any] | None = None
+        self._measure = measure
+        self.runner = IsolatedRunner(timeout_s)
 
     def __call__(self, configs: Sequence[PipelineConfig]) -> list[float]:
         out = []
         for config in configs:
             try:
                 out.append(self._time(config)[0])
-            except Exception as exc:  # a candidate that fails to build or run is a measured failure
+            except Exception as exc:  # a candidate that fails to build, run or answer is a measured failure
                 self.errors[config] = f"{type(exc).__name__}: {exc}"[:500]
                 out.append(math.inf)
         return out
@@ -304,23 +345,14 @@ class Measurer:
         return self._inputs
 
     def _time(self, config: PipelineConfig, check: bool = False) -> tuple[float, str | None]:
-        import numpy as np
-        import tvm
-
         from service.tuning.compute import tolerance
 
-        module = build(config, self.gemm, self.target.arch or "", conv=self.conv)
-        dev = tvm.cuda(0)
         inputs, expected = self._data()
-        args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        out = tvm.runtime.tensor(np.zeros(expected.shape, dtype="float32"), dev)
-        module["main"](*args, out)
-        error = None
-        if check:
-            err = float(np.abs(out.numpy() - expected).max())
-            error = None if err <= tolerance(self.workload, self.shape) else f"max abs error {err:.3g}"
-        timer = module.time_evaluator("main", dev, number=20, repeat=5)
-        return float(np.median(timer(*args, out).results)), error
+        bound = tolerance(self.workload, self.shape) if check else None
+        seconds, error = self.runner.run(
+            self._measure, config, self.gemm, self.target.arch or "", self.conv, inputs, expected, bound
+        )
+        return float(seconds), error
 
     def verify(self, config: PipelineConfig) -> tuple[float, str | None]:
         """The best kernel rebuilt, checked against the reference and timed again."""
@@ -328,3 +360,6 @@ class Measurer:
             return self._time(config, check=True)
         except Exception as exc:
             return math.inf, f"{type(exc).__name__}: {exc}"[:500]
+
+    def close(self) -> None:
+        self.runner.close()

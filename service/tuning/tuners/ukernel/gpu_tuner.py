@@ -18,15 +18,15 @@ Needs a GPU for steps 2–4 (timing); building and nvcc run anywhere (tests/tuni
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, require_cuda, sha256_bytes
 from service.tuning.hardware_model import HardwareModel
+from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.pipeline.schedule import (
     GemmTile,
@@ -102,6 +102,7 @@ class DenseRange:
     representative_m: int = 64
     measure_points: int = 5
     vendor_routes: bool = True  # route every S where cuBLAS is faster to cuBLAS
+    measure_timeout_s: float = 60.0  # one candidate's build + timing in the measuring child, then it is killed
 
 
 class GPUUKernelTuner:
@@ -123,6 +124,7 @@ class GPUUKernelTuner:
                 representative_m=task.representative_m,
                 measure_points=task.measure_points,
                 vendor_routes=task.vendor_routes,
+                measure_timeout_s=task.measure_timeout_s,
             ),
             sink,
         )
@@ -142,8 +144,12 @@ class GPUUKernelTuner:
         costs: list[TileCost] = []
         candidates: list[dict[str, Any]] = []
         errors = 0
+        # every candidate is built and timed in a child process: a hung kernel is killed after the timeout and a
+        # faulting one takes only the child's CUDA context with it (service.tuning.isolation)
+        runner = IsolatedRunner(job.measure_timeout_s)
         for cand in proposals:
             if sink.should_stop():
+                runner.close()
                 raise TuningStopped("stopped by the job")
             uid = cand.tile.label()
             record: dict[str, Any] = {
@@ -164,18 +170,19 @@ class GPUUKernelTuner:
             }
             candidates.append(record)
             try:
-                kernel, depths = self._best_depth(cand.tile, N, K, target, arch, hw, cand.representative_m)
+                chosen, depths = self._best_depth(runner, cand.tile, N, K, target, arch, hw, cand.representative_m)
                 record["depths_s"] = depths
-                uid = GemmTile(**kernel.spec.tile).label()  # the label now names the chosen depth
+                uid = chosen.label()  # the label now names the chosen depth
                 record["id"] = uid
-                record["gemm_tile"] = dict(kernel.spec.tile)
-                record["tile"][5] = kernel.spec.tile["stages"]  # the depth the search kept
-                timer = functools.partial(kernel.time, repeat=3, number=20)
-                points = sample_ms(kernel.spec.mt, job.s_max, job.measure_points)
-                cost = TileCost.measure(uid, kernel.spec.mt, timer, points)
+                record["gemm_tile"] = dataclasses.asdict(chosen)
+                record["tile"][5] = chosen.stages  # the depth the search kept
+                points = sample_ms(chosen.bm, job.s_max, job.measure_points)
+                seconds = runner.run(time_ukernel, chosen, N, K, dict(target), points, hw.l2_bytes)
+                cost = TileCost.from_measurements(uid, chosen.bm, dict(zip(points, seconds, strict=True)))
+                kernel = build_cuda_ukernel(chosen, N, K, target)  # built here too: exported and dispatched
             except Exception as exc:  # a tile the compiler or the GPU rejects is recorded, the others go on
                 errors += 1
-                record["error"] = f"{type(exc).__name__}: {exc}"
+                record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
                 sink.on_ukernel(record)
                 continue
             record["measured"] = {str(t * kernel.spec.mt): s for t, s in zip(cost.tiles, cost.seconds, strict=True)}
@@ -186,6 +193,7 @@ class GPUUKernelTuner:
             costs.append(cost)
             path, digest = kernel.export(job.work_dir / "artifacts")
             artifacts[uid] = _Artifact(path, digest, kernel.spec)
+        runner.close()
         if not costs:
             raise RuntimeError(f"all {len(proposals)} uKernels failed to build or run")
         overhead = self._piece_overhead(kernels, N, K)
@@ -198,19 +206,20 @@ class GPUUKernelTuner:
         # the tuned programs against cuBLAS as a host calls both; cuBLAS keeps every S it wins
         tuned_table = dispatch_table(programs)
         sweep = self._vendor_sweep(CudaDispatcher(tuned_table, kernels, N=N, K=K), N, K, job, sink)
-        vendor = vendor_wins(sweep, job.s_max) if sweep else set()
+        vendor = vendor_wins({S: (t["ours_called_s"], t["cublas_called_s"]) for S, t in sweep.items()}, job.s_max)
         table = dispatch_table(programs, vendor)
         artifacts = {u: a for u, a in artifacts.items() if u in table.mts}  # published: what the table uses
         dispatcher = CudaDispatcher(table, {u: k for u, k in kernels.items() if u in table.mts}, N=N, K=K)
         shapes: dict[str, Any] = {}
+        l2 = hw.l2_bytes
         for S in job.validate:
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            alone = {u: k.time(S, repeat=3, number=20) for u, k in kernels.items()}  # every uKernel the DP used
+            alone = {u: k.time(S, repeat=3, l2_bytes=l2) for u, k in kernels.items()}  # every uKernel the DP used
             shapes[str(S)] = {
                 "measured_s": alone,
                 "chosen": [[p.ukernel_id, p.rows] for p in dispatcher.program(S)],
-                "chosen_measured_s": dispatcher.time_called(S),
+                "chosen_measured_s": dispatcher.time_called(S, l2_bytes=l2),
                 "chosen_predicted_s": programs[S - 1].cost,
             }
             sink.on_validated(S, len(alone) + 1)
@@ -220,11 +229,14 @@ class GPUUKernelTuner:
             "platform": "cuda",
             "tuned_table": tuned_table.to_dict(),  # before routing: every S on our uKernels
             "vendor_routes": {
-                "vendor": "cuBLAS through torch F.linear (called from Python, synchronised)",
+                # routed on what a torch host pays (both called from Python on torch tensors, synchronised);
+                # the kernel-only times (both replayed from CUDA graphs) are kept beside them
+                "vendor": "cuBLAS through torch F.linear",
+                "routed_on": "called",
                 "shapes_timed": len(sweep),
                 "vendor_S": len(vendor),
                 "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
-                "sweep_s": {str(S): list(v) for S, v in sweep.items()},
+                "sweep_s": {str(S): v for S, v in sweep.items()},
             },
         }
         return RangeOutcome(
@@ -243,26 +255,40 @@ class GPUUKernelTuner:
 
     @staticmethod
     def _best_depth(
-        tile: GemmTile, N: int, K: int, target: Mapping[str, Any], arch: str, hw: HardwareModel, m: int
-    ) -> tuple[CudaUKernel, dict[str, float]]:
-        """ALCOP's question per uKernel: build every feasible depth, time each at the representative M."""
-        best: tuple[float, CudaUKernel] | None = None
-        timings: dict[str, float] = {}
+        runner: IsolatedRunner,
+        tile: GemmTile,
+        N: int,
+        K: int,
+        target: Mapping[str, Any],
+        arch: str,
+        hw: HardwareModel,
+        m: int,
+    ) -> tuple[GemmTile, dict[str, float | str]]:
+        """ALCOP's question per uKernel: build every feasible depth and time it at the representative M, each in
+        the measuring child (a depth that hangs or faults is recorded and skipped). The depth is chosen on
+        repeated medians: each time is the median of 5 rounds of at least 50 ms, L2 flushed before each launch."""
+        best: tuple[float, GemmTile] | None = None
+        timings: dict[str, float | str] = {}
         for cand in depth_candidates(tile, N, K, arch, hw):
-            kernel = build_cuda_ukernel(cand, N, K, target, fatbin=False)
-            seconds = kernel.time(max(m, 1), repeat=3, number=20)
-            timings[f"{cand.stages}{'a' if cand.async_copy else ''}"] = seconds
+            name = f"{cand.stages}{'a' if cand.async_copy else ''}"
+            try:
+                (seconds,) = runner.run(time_ukernel, cand, N, K, dict(target), [max(m, 1)], hw.l2_bytes)
+            except Exception as exc:
+                timings[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            timings[name] = seconds
             if best is None or seconds < best[0]:
-                best = (seconds, kernel)
-        assert best is not None
-        chosen = GemmTile(**best[1].spec.tile)
-        return build_cuda_ukernel(chosen, N, K, target, fatbin=True), timings
+                best = (seconds, cand)
+        if best is None:
+            raise RuntimeError(f"every pipeline depth of {tile.label()} failed: {timings}")
+        return best[1], timings
 
     @staticmethod
     def _vendor_sweep(
         tuned: CudaDispatcher, N: int, K: int, job: DenseRange, sink: RangeSink
-    ) -> dict[int, tuple[float, float]]:
-        """(ours, cuBLAS) seconds per call at the swept S, both called as a host calls them. Empty when
+    ) -> dict[int, dict[str, float]]:
+        """Ours and cuBLAS at the swept S, both as a torch host calls them (what routing decides on) and both
+        kernel only (CUDA graphs), W rotating through copies larger than the L2 on both sides. Empty when
         routing is off or torch is missing (the table then serves every S with our uKernels)."""
         from service.tuning import cublas
 
@@ -273,11 +299,17 @@ class GPUUKernelTuner:
         except RuntimeError:
             return {}
         assert tuned.table is not None
-        sweep: dict[int, tuple[float, float]] = {}
+        l2 = job.hardware.l2_bytes
+        sweep: dict[int, dict[str, float]] = {}
         for S in vendor_sweep_shapes(tuned.table, job.validate):
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            sweep[S] = (tuned.time_called(S, calls=20), cublas.time_linear_called(S, N, K, calls=20))
+            sweep[S] = {
+                "ours_called_s": tuned.time_called(S, calls=20, l2_bytes=l2),
+                "cublas_called_s": cublas.time_linear_called(S, N, K, l2_bytes=l2),
+                "ours_graph_s": tuned.time_graph(S, l2_bytes=l2),
+                "cublas_graph_s": cublas.time_linear(S, N, K, l2_bytes=l2),
+            }
         return sweep
 
     @staticmethod
@@ -288,6 +320,16 @@ class GPUUKernelTuner:
             one = CudaDispatcher(_single_table(kernel), {"k": kernel}, N=N, K=K)
             samples.append(one.overhead(S=kernel.spec.mt))
         return statistics.median(samples)
+
+
+def time_ukernel(
+    tile: GemmTile, N: int, K: int, target: Mapping[str, Any], ms: Sequence[int], l2_bytes: int
+) -> list[float]:
+    """Build one uKernel and time it at each M (kernel only, L2 flushed before each launch): what the measuring
+    child process runs, on picklable values."""
+    spec = CudaUKernelSpec(N=N, K=K, mt=tile.bm, tile=dataclasses.asdict(tile), target=dict(target))
+    kernel = CudaUKernel(build_gemm(tile, N, K, target), spec)
+    return [kernel.time(m, l2_bytes=l2_bytes) for m in ms]
 
 
 @dataclasses.dataclass(frozen=True)

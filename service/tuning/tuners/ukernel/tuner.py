@@ -58,6 +58,7 @@ class RangeTask:
     # uKernel id → {M: seconds} an earlier attempt of the same job measured: rebuilt, not re-measured
     measured_before: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     vendor_routes: bool = True  # route every S where the vendor is faster to the vendor
+    measure_timeout_s: float = 60.0  # GPU: a candidate's build + timing in the measuring child, then it is killed
 
 
 # Timings on a shared machine vary by several percent run to run; a multi-piece program must beat a

@@ -1,0 +1,164 @@
+"""Run GPU measurements in a child process the worker can kill: MetaSchedule's popen-runner pattern.
+
+A tuning job times candidate kernels it has just generated. On a GPU one of them can hang (a kernel that
+never finishes keeps the job alive forever while the heartbeat thread goes on beating) or fault (an
+illegal address is a sticky CUDA error: every later CUDA call in that process fails, so every later job
+on the worker would too). So candidates are built and timed in a child process (TVM's `PopenWorker`,
+the one MetaSchedule's runner uses): a child that does not answer within `timeout_s` is killed, a child
+that dies or reports a sticky CUDA error is replaced, and the candidate is recorded as failed with the
+reason while the search goes on. The long-lived worker process never touches the faulting context.
+
+The deadline is kept by the parent: the child's own timer thread cannot fire while a C call that holds
+the GIL (a device synchronise) is stuck. Functions sent to the child must be importable module-level
+functions (they are pickled by reference) taking and returning picklable values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# Errors after which a CUDA context is unusable (CUDA programming guide, "sticky" errors): the process
+# that hit one must go. Matched in the error text, which is all a child process can send back.
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "illegal address",
+    "misaligned address",
+    "illegal instruction",
+    "unspecified launch failure",
+    "device-side assert",
+    "hardware stack error",
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_ASSERT",
+    "cudaErrorIllegalAddress",
+    "cudaErrorLaunchFailure",
+)
+
+
+class MeasureTimeout(RuntimeError):
+    """The child did not answer in time; it was killed (a hung kernel, or a build that never ends)."""
+
+
+class MeasureCrashed(RuntimeError):
+    """The child died while measuring (a segfault, an abort in the driver, or killed from outside)."""
+
+
+def is_sticky_cuda_error(error: BaseException | str) -> bool:
+    text = str(error)
+    return any(marker in text for marker in STICKY_CUDA_ERRORS)
+
+
+class IsolatedRunner:
+    """Calls `fn(*args)` in a child process with a deadline; one child, reused until it fails.
+
+    `run` raises MeasureTimeout / MeasureCrashed, or re-raises the child's exception; after a timeout, a
+    crash or a sticky CUDA error the child is gone and the next call starts a fresh one (a second or two
+    to import TVM), so one bad candidate costs its own measurement and nothing after it."""
+
+    def __init__(self, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.timeout_s = timeout_s
+        self._child: _Child | None = None
+        self.restarts = 0  # children replaced after a timeout, crash or sticky error
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        from tvm.support.popen_pool import StatusKind
+
+        if self._child is None:
+            self._child = _Child()
+        child, name = self._child, getattr(fn, "__name__", repr(fn))
+        try:
+            child.send(fn, args)
+            status, value = child.recv(self.timeout_s)
+        except TimeoutError:
+            self._drop()
+            raise MeasureTimeout(f"{name} gave no answer in {self.timeout_s:g} s: its process was killed") from None
+        except (EOFError, OSError):
+            self._drop()
+            raise MeasureCrashed(f"the measuring process died running {name} (exit {child.exit_code()})") from None
+        if status == StatusKind.COMPLETE:
+            return value
+        if is_sticky_cuda_error(value):
+            self._drop()  # its CUDA context is poisoned; an ordinary failure (a build error) keeps the child
+        raise value
+
+    def _drop(self) -> None:
+        if self._child is not None:
+            self._child.kill()
+        self._child = None
+        self.restarts += 1
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.kill()
+            self._child = None
+
+    def __enter__(self) -> IsolatedRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Child:
+    """TVM's popen worker (`python -m tvm.exec.popen_worker`, MetaSchedule's measuring process) in a session of
+    its own, spoken to over two pipes in its protocol (length-prefixed cloudpickle). Unlike TVM's PopenWorker
+    the parent waits with `select`, so a child stuck in C code is killed on time instead of being waited on."""
+
+    def __init__(self) -> None:
+        child_read, parent_write = os.pipe()
+        parent_read, child_write = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.popen_worker", str(child_read), str(child_write)],
+            pass_fds=(child_read, child_write),
+            start_new_session=True,  # its process group goes with it, compilers included
+        )
+        os.close(child_read)
+        os.close(child_write)
+        self.reader = os.fdopen(parent_read, "rb")
+        self.writer = os.fdopen(parent_write, "wb")
+
+    def send(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        import cloudpickle
+
+        data = cloudpickle.dumps((fn, args, {}, None), protocol=pickle.HIGHEST_PROTOCOL)
+        self.writer.write(struct.pack("<i", len(data)) + data)
+        self.writer.flush()
+
+    def recv(self, timeout_s: float) -> tuple[int, Any]:
+        import cloudpickle
+
+        ready, _, _ = select.select([self.reader], [], [], timeout_s)
+        if not ready:
+            raise TimeoutError
+        header = self.reader.read(4)
+        if len(header) < 4:
+            raise EOFError("the child closed its pipe")
+        (size,) = struct.unpack("<i", header)
+        status, value = cloudpickle.loads(self.reader.read(size))
+        return int(status), value
+
+    def exit_code(self) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(timeout=1)
+        return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for pipe in (self.reader, self.writer):
+            with contextlib.suppress(OSError):
+                pipe.close()

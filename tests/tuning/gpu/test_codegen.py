@@ -115,3 +115,13 @@ def test_sampled_sketch_candidates_compile_for_cuda() -> None:
         with tvm.target.Target(target_dict):
             compiled += bool(compile_cuda(src, "sm_90"))
     assert compiled == 4
+
+
+def test_the_deliberately_bad_kernels_generate_cuda() -> None:
+    """The faulting and hanging kernels of the GPU isolation test build here (source only), so a GPU session
+    does not find a typo in them."""
+    from tests.tuning.gpu import faulty_kernels
+
+    fault = cuda_source(faulty_kernels.build(faulty_kernels.faulting(), "sm_90"))
+    assert "fault_kernel(float* __restrict__ A_ptr, int n)" in fault
+    assert "clock64()" in cuda_source(faulty_kernels.build(faulty_kernels.hanging(), "sm_90"))

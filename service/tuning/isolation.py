@@ -92,7 +92,7 @@ class IsolatedRunner:
             return value
         if is_sticky_cuda_error(value):
             self._drop()  # its CUDA context is poisoned; an ordinary failure (a build error) keeps the child
-        raise value
+        raise _without_traceback(value)
 
     def _drop(self) -> None:
         if self._child is not None:
@@ -110,6 +110,18 @@ class IsolatedRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _without_traceback(error: BaseException) -> BaseException:
+    """The child's exception with its message only: TVM's popen worker sends the whole traceback as the message,
+    which would push the actual error out of every truncated record."""
+    lines = str(error).rstrip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  ")]
+    message = "\n".join(lines[frames[-1] + 1 :] if frames else lines).strip() or str(error)
+    try:
+        return type(error)(message)
+    except Exception:  # an exception type that cannot be built from one message
+        return RuntimeError(message)
 
 
 class _Child:

@@ -299,3 +299,38 @@ def test_sketch_search_on_cuda_builds_runs_and_beats_nothing_silently(tmp_path: 
     outcome = SketchTuner().tune(TuningTask(workload, {"M": 16}, target, 16, tmp_path), Sink())
     ok = [c for c in seen if c.status == "ok"]
     assert outcome.best_latency_s is not None and len(ok) >= len(seen) // 2, [c.error for c in seen][:3]
+
+
+@pytest.mark.skipif(not _has_service_stack(), reason="the platform needs the service stack (pydantic)")
+def test_cuda_platform_times_a_kernel_as_a_torch_host_calls_it() -> None:
+    """host_call hands our kernel torch CUDA tensors (what a torch host holds) and time_call times the call as a
+    host makes it; the vendor is timed the same way, and kernel-only below that."""
+    import numpy as np
+    import tvm
+
+    from kernelfleet.tvm_kernel import TVMKernel, module_params
+    from service.models import WorkloadSpec
+    from service.tuning.compute import prim_func, random_inputs, reference
+    from service.tuning.platforms import platform_for, tvm_target
+
+    platform = platform_for("cuda")
+    target = platform.detect()
+    assert target is not None
+    workload = WorkloadSpec(op="dense", dims={"N": N, "K": K}, symbolic=["M"])
+    mod = prim_func(workload, {"M": 16})
+    sch = tvm.s_tir.Schedule(mod)
+    block = sch.get_sblock("Y")
+    i, j, _ = sch.get_loops(block)
+    sch.bind(sch.fuse(i, j), "blockIdx.x")  # a trivially bound kernel: correct, not fast
+    ex = tvm.compile(sch.mod, target=tvm.target.Target(tvm_target(target)))
+    kernel = TVMKernel(ex, tvm_target(target), module_params(mod["main"]))
+    inputs = random_inputs(workload, {"M": 16})
+    call, args = platform.host_call(kernel, inputs)
+    assert type(args[0]).__module__.startswith("torch")
+    out = call(*args)
+    assert platform.check(out, reference(workload)(*inputs), 1e-3) is None
+    assert 0 < platform.time_call(call, *args) < 1e-2
+    called = platform.vendor(workload, {"M": 16})
+    kernel_only = platform.vendor(workload, {"M": 16}, kernel_only=True)
+    assert 0 < kernel_only.seconds < called.seconds and "CUDA graph" in kernel_only.label
+    assert np.isfinite(called.seconds)

@@ -1,0 +1,78 @@
+"""bench/gpu_session.sh on a CPU host: it parses, and it stops up front, naming every missing prerequisite, before
+any GPU minute is spent (run with a PATH that lacks nvidia-smi, g++ and nvcc)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.bench.modules import ROOT
+
+SCRIPT = ROOT / "bench" / "gpu_session.sh"
+TOOLS = ("dirname", "mkdir", "cat", "tee", "tar", "xz", "cksum", "rm", "cp", "timeout")  # what it may call early
+
+
+def _bin(tmp_path: Path, *fakes: str) -> Path:
+    """A PATH with the basic tools only, plus `fakes` as executables that succeed (stand-ins, not the tools)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in TOOLS:
+        found = shutil.which(tool)
+        if found:
+            (bindir / tool).symlink_to(found)
+    for fake in fakes:
+        (bindir / fake).write_text("#!/bin/sh\nexit 0\n")
+        (bindir / fake).chmod(0o755)
+    return bindir
+
+
+def _run(tmp_path: Path, bindir: Path, mode: str = "run-tests", **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": str(bindir), "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "HOME": str(tmp_path)}
+    return subprocess.run(
+        ["/bin/bash", str(SCRIPT), mode],
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_script_parses() -> None:
+    done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_missing_prerequisites_are_named_together_and_nothing_runs(tmp_path: Path) -> None:
+    done = _run(tmp_path, _bin(tmp_path))
+    assert done.returncode == 3, done.stdout + done.stderr
+    for needle in ("nvidia-smi is missing", "no C/C++ compiler (g++", "no nvcc", "torch"):
+        assert needle in done.stderr
+    assert not (tmp_path / "out").exists()  # stopped before the tests: no results, no GPU time
+
+
+def test_present_tools_are_not_reported(tmp_path: Path) -> None:
+    done = _run(tmp_path, _bin(tmp_path, "nvidia-smi", "g++", "nvcc"))
+    assert done.returncode == 3  # torch with CUDA and TVM with CUDA are still missing on a CPU host
+    assert "nvidia-smi" not in done.stderr and "compiler" not in done.stderr and "nvcc" not in done.stderr
+
+
+def test_nvcc_from_the_pip_wheel_is_found(tmp_path: Path) -> None:
+    wheel_bin = tmp_path / "site" / "nvidia" / "cu13" / "bin"
+    wheel_bin.mkdir(parents=True)
+    (wheel_bin / "nvcc").write_text("#!/bin/sh\nexit 0\n")
+    (wheel_bin / "nvcc").chmod(0o755)
+    pythonpath = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
+    done = _run(tmp_path, _bin(tmp_path, "g++"), PYTHONPATH=pythonpath)
+    assert done.returncode == 3
+    assert f"nvcc: from the nvidia-cuda-nvcc wheel, {wheel_bin / 'nvcc'}" in done.stdout
+    assert "no nvcc" not in done.stderr
+
+
+def test_unknown_mode_and_missing_layer_are_usage_errors(tmp_path: Path) -> None:
+    assert _run(tmp_path, _bin(tmp_path), mode="nope").returncode == 2
+    done = _run(tmp_path, tmp_path / "bin", mode="run-bench-full")
+    assert done.returncode == 2 and "run-bench-full LAYER" in done.stderr

@@ -213,7 +213,14 @@ def _row(*cells: Any) -> str:
 
 
 def _ts(ts: Iterable[int]) -> str:
-    return ", ".join(f"T={t}" for t in ts) or "none"
+    """T=1, T=5–9, T=12: runs of consecutive T collapsed (a routing list can span a hundred T)."""
+    runs: list[list[int]] = []
+    for t in sorted(ts):
+        if runs and t == runs[-1][1] + 1:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t])
+    return ", ".join(f"T={lo}" if lo == hi else f"T={lo}–{hi}" for lo, hi in runs) or "none"
 
 
 def header(results: Mapping[str, Any], sources: Sequence[str]) -> list[str]:
@@ -275,7 +282,8 @@ def layer_summary_lines(layers: Sequence[Mapping[str, Any]]) -> list[str]:
             lines.append(
                 f"| {name} | {label} | {s['t_measured']} | {_x(s['dispatcher']['geomean'])} | "
                 f"{_worst(s['dispatcher'])} | {_x(s['ukernels']['geomean'])} | {_worst(s['ukernels'])} | "
-                f"{len(s['routed_t'])} T | {_ts(s['routing_disagrees'])} | {summary['routing_mode']} |"
+                f"{len(s['routed_t'])} T ({_ts(s['routed_t'])}) | {_ts(s['routing_disagrees'])} | "
+                f"{summary['routing_mode']} |"
             )
     return [*lines, ""]
 

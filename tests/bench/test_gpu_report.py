@@ -177,3 +177,8 @@ def test_collect_writes_one_results_file_and_merges_the_next(tmp_path: Path) -> 
     assert results["dynamic_bert"]["layers"][0]["layer"] == "qkv"
     assert results["pipeline"] == {"error": "no none.json written"}
     assert "Pipeline vs MetaSchedule: no results (no none.json written)" in report.render(results, ["r.json"])
+
+
+def test_t_lists_collapse_runs() -> None:
+    assert report._ts([12, 1, 5, 6, 7, 8, 9]) == "T=1, T=5–9, T=12"
+    assert report._ts([]) == "none"

@@ -40,7 +40,7 @@ bundle=.gpu-bundle/tvm.tar.xz
 site=.gpu-site # TVM unpacked once per machine (ignored, not carried, so it stays between calls on a warm one)
 limit_s="${GPU_SESSION_LIMIT_S:-570}"
 out="${OUT:-$PWD/gpu-results}"
-acc="$PWD/gpu-results/gpu_results.json" # the session so far on this machine
+acc="${GPU_SESSION_STATE:-$PWD/gpu-results}/gpu_results.json" # the session so far on this machine (ignored dir)
 missing=()
 
 have_compiler() {

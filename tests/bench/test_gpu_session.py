@@ -3,6 +3,7 @@ any GPU minute is spent (run with a PATH that lacks nvidia-smi, g++ and nvcc).""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -76,3 +77,48 @@ def test_unknown_mode_and_missing_layer_are_usage_errors(tmp_path: Path) -> None
     assert _run(tmp_path, _bin(tmp_path), mode="nope").returncode == 2
     done = _run(tmp_path, tmp_path / "bin", mode="run-bench-full")
     assert done.returncode == 2 and "run-bench-full LAYER" in done.stderr
+
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--query-gpu*) echo "Stand-in GPU, 999.99, 9.0, 81559 MiB";;
+  -L) echo "GPU 0: Stand-in GPU";;
+  *) echo "| NVIDIA-SMI 999.99   Driver Version: 999.99   CUDA Version: 13.0 |";;
+esac
+"""
+FAKE_TORCH = """__version__ = "0.0+standin"
+class version:
+    cuda = "13.0"
+class cuda:
+    is_available = staticmethod(lambda: True)
+    get_device_name = staticmethod(lambda index=0: "Stand-in GPU")
+"""
+FAKE_TVM = """__version__ = "0.0+standin"
+class runtime:
+    enabled = staticmethod(lambda kind: True)
+class _Device:
+    exist = True
+cuda = lambda index=0: _Device()
+"""
+
+
+def test_every_command_ends_with_one_merged_results_file(tmp_path: Path) -> None:
+    """With stand-ins for every prerequisite (no GPU: the benchmarks then fail at their first real call), each
+    command still writes $OUT/gpu_results.json with the environment it read, and the second holds both."""
+    bindir = _bin(tmp_path, "g++", "nvcc")
+    (bindir / "nvidia-smi").write_text(FAKE_SMI)
+    (bindir / "nvidia-smi").chmod(0o755)
+    for name, source in (("torch", FAKE_TORCH), ("tvm", FAKE_TVM)):
+        (tmp_path / "site" / name).mkdir(parents=True)
+        (tmp_path / "site" / name / "__init__.py").write_text(source)
+    env = {"PYTHONPATH": str(tmp_path / "site"), "GPU_SESSION_STATE": str(tmp_path / "state")}
+    first = _run(tmp_path, bindir, "run-bench", **env)
+    assert first.returncode == 1, first.stdout + first.stderr  # the benchmark failed, the command did not hide it
+    second = _run(tmp_path, bindir, "run-pipeline", **env)
+    assert second.returncode == 1, second.stdout + second.stderr
+    results = json.loads((tmp_path / "out" / "gpu_results.json").read_text())
+    assert results["environment"]["gpu"] == "Stand-in GPU" and results["environment"]["driver"] == "999.99"
+    assert results["environment"]["tvm_cuda_compile_mode"] == "nvcc"  # no cuda-python here: nvcc, said so
+    assert [(c["mode"], c["rc"]) for c in results["commands"]] == [("run-bench", 1), ("run-pipeline", 1)]
+    assert "error" in results["dynamic_bert"] and "error" in results["pipeline"]
+    assert (tmp_path / "out" / "run-bench.txt").read_text()  # the benchmark's output is kept beside it

@@ -27,8 +27,9 @@
 #
 # Needs on the GPU machine, checked up front (exit 3 naming everything missing): nvidia-smi (the NVIDIA
 # driver); a C/C++ compiler (g++, or $CXX) for TVM's export_library; nvcc on PATH or from the nvidia-cuda-nvcc
-# wheel; python3 ($PYTHON) with torch built with CUDA and seeing the GPU, numpy, cloudpickle, psutil (and
-# pytest for run-tests); TVM with CUDA enabled, installed or from .gpu-bundle (a Python 3.12 wheel).
+# wheel; python3 ($PYTHON) with torch built with CUDA and seeing the GPU, numpy, ml_dtypes, typing_extensions
+# (TVM's dependencies), cloudpickle, psutil (and pytest for run-tests); TVM with CUDA enabled, installed or
+# from .gpu-bundle (a Python 3.12 wheel).
 # Not pydantic, fastapi or celery: the tests and benchmarks here import without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,11 +78,13 @@ setup_tvm() { # TVM from the environment, else from the bundle (unpacked once, r
 python_problems() { # one line per missing Python piece; $1 = extra modules
     "$PYTHON" - "$@" <<'EOF'
 import importlib, sys
-for name in ["numpy", "cloudpickle", "psutil", *sys.argv[1:]]:
+# numpy, ml_dtypes, typing_extensions: TVM's own dependencies (the bundle has none); cloudpickle, psutil:
+# MetaSchedule's builder processes
+for name in ["numpy", "ml_dtypes", "typing_extensions", "cloudpickle", "psutil", *sys.argv[1:]]:
     try:
         importlib.import_module(name)
     except ImportError:
-        print(f"Python module {name} is missing (the GPU tests and benchmarks import it)")
+        print(f"Python module {name} is missing (TVM, the GPU tests or the benchmarks import it)")
 try:
     import torch
 except ImportError:
@@ -98,7 +101,8 @@ import sys
 try:
     import tvm
 except Exception as exc:
-    print(f"TVM does not import under Python {sys.version.split()[0]} ({type(exc).__name__}: {exc}); the bundle is a Python 3.12 wheel")
+    hint = "" if sys.version_info[:2] == (3, 12) else "; the bundle is a Python 3.12 wheel: set PYTHON"
+    print(f"TVM does not import under Python {sys.version.split()[0]} ({type(exc).__name__}: {exc}){hint}")
 else:
     if not tvm.runtime.enabled("cuda"):
         print(f"TVM {tvm.__version__} cannot run CUDA kernels here: its CUDA runtime is disabled (no libcuda.so.1)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,3 +123,29 @@ def test_every_command_ends_with_one_merged_results_file(tmp_path: Path) -> None
     assert [(c["mode"], c["rc"]) for c in results["commands"]] == [("run-bench", 1), ("run-pipeline", 1)]
     assert "error" in results["dynamic_bert"] and "error" in results["pipeline"]
     assert (tmp_path / "out" / "run-bench.txt").read_text()  # the benchmark's output is kept beside it
+
+
+def test_the_gpu_test_modules_collect_without_the_service_stack() -> None:
+    """The GPU machine has no pydantic, fastapi, celery or sqlalchemy: a module of run-tests that imports them at
+    the top fails collection, and pytest then runs no test at all. The modules are read from the script."""
+    modules = sorted(set(re.findall(r"tests/[\w/]+\.py", SCRIPT.read_text())))
+    assert modules, "run-tests names no test modules"
+    blocked = (
+        "import sys, pytest\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'pydantic', 'pydantic_core', 'fastapi', 'celery', 'sqlalchemy', 'httpx'}:\n"
+        "            raise ImportError(f'{name} is not installed on the GPU machine')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '--collect-only', *sys.argv[1:]]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, *modules],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'clients' / 'python'}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -4,9 +4,9 @@
 # On this (CPU) host:   bash bench/gpu_session.sh pack
 #   packs TVM 0.27 with ../shared/tools/tvm-gpu-bundle.sh into the git-ignored .gpu-bundle/ (about 61 MiB: the
 #   GPU machine reaches no package registry); carry .gpu-bundle to the GPU machine with the working tree.
-# On the GPU machine, from the repository root (estimates for an H100 with 16 cores, from
-# ../shared/research/gpu.md: MetaSchedule ~1.25 s per trial with the fast builder, a uKernel build + nvcc ~1-2 s;
-# the first command also unpacks TVM, ~0.5 min):
+# On the GPU machine, from the repository root (estimates for an H100 with 16 cores: MetaSchedule ~1.25 s per
+# trial with the fast builder (../shared/research/gpu.md §3), a uKernel build + nvcc ~1-2 s (0.6-1.8 s timed on
+# the 2-core dev VM); the first command also unpacks TVM: 4 s on the dev VM):
 #   check                  prerequisites only, then the environment facts                          (< 1 min)
 #   run-tests              the GPU tests (codegen + nvcc, kernels on the GPU, dispatcher vs torch at T = 1..128,
 #                          131, 257, 512, device tensors in and out)                               (~3 min)
@@ -200,6 +200,11 @@ pack)
         bash "${TVM_GPU_BUNDLE_SCRIPT:-../shared/tools/tvm-gpu-bundle.sh}" .gpu-bundle
     fi
     ls -la "$bundle"
+    # the bundle travels with the working tree (tracked and untracked, not ignored), 64 MiB in all
+    tree=$(git ls-files -co --exclude-standard -z | xargs -0 cat 2>/dev/null | wc -c)
+    total=$((tree + $(stat -c %s "$bundle")))
+    echo "carry: bundle + working tree = $((total / 1024)) KiB of $((64 * 1024)) KiB"
+    ((total <= 64 * 1024 * 1024)) || { echo "over the 64 MiB transfer limit: trim the tree" >&2; exit 4; }
     echo "on the GPU machine (carry .gpu-bundle):  bash bench/gpu_session.sh check | run-tests | run-bench | ..."
     ;;
 check)

@@ -1,62 +1,246 @@
 #!/usr/bin/env bash
-# The GPU checks in one command. On this (CPU) host:   bash bench/gpu_session.sh pack
-#   packs TVM 0.27 with ../shared/tools/tvm-gpu-bundle.sh into the git-ignored .gpu-bundle/ (about 61 MiB,
-#   the GPU machine reaches no package registry) and prints the command to run there.
-# On the GPU machine, from the repository root, with .gpu-bundle/ carried along:   bash bench/gpu_session.sh run
-#   unpacks TVM, shows the GPU, runs the GPU tests (codegen + nvcc, kernels on the GPU, dispatcher vs torch
-#   at T = 1..128, 131, 257, 512, device tensors in and out) and bench/gpu_dynamic_bert.py (qkv, 32
-#   MetaSchedule trials per shape: about 8 minutes on an H100), and writes everything under $OUT (default
-#   ./gpu-results). `run-tests` / `run-bench` do one half each (for 10-minute command limits); extra
-#   arguments go to the benchmark (e.g. --layers all --ms-trials 128).
-# Needs there: python3.12 with torch (CUDA), numpy, pytest, psutil, cloudpickle (the H100 image has them)
-# and nvcc on PATH; not pydantic, fastapi or celery (the tests and the benchmark import without them).
+# A GPU session in commands that each fit the GPU machine's 10-minute limit per command.
+#
+# On this (CPU) host:   bash bench/gpu_session.sh pack
+#   packs TVM 0.27 with ../shared/tools/tvm-gpu-bundle.sh into the git-ignored .gpu-bundle/ (about 61 MiB: the
+#   GPU machine reaches no package registry); carry .gpu-bundle to the GPU machine with the working tree.
+# On the GPU machine, from the repository root (estimates for an H100 with 16 cores: MetaSchedule ~1.25 s per
+# trial with the fast builder (../shared/research/gpu.md §3), a uKernel build + nvcc ~1-2 s (0.6-1.8 s timed on
+# the 2-core dev VM); the first command also unpacks TVM: 4 s on the dev VM):
+#   check                  prerequisites only, then the environment facts                          (< 1 min)
+#   run-tests              the GPU tests (codegen + nvcc, kernels on the GPU, dispatcher vs torch at T = 1..128,
+#                          131, 257, 512, device tensors in and out)                               (~3 min)
+#   run-bench              SHORT set: qkv only, T = 1,2,4,8,16,32,61,64,97,128 (none beyond 128), MetaSchedule
+#                          at T = 16 and 128, 32 trials each: ukernel tuning ~2 min + MS 2 x ~45 s + measuring
+#                          ~0.5 min                                                                (~5 min)
+#   run-bench-full LAYER   one layer (qkv, attn_out, ffn_up, ffn_down), T = 1..128 and 512, MetaSchedule at
+#                          T = 1, 16, 61, 97, 128 with 32 trials: tuning ~2 min + MS 5 x ~45 s + measuring
+#                          ~1.5 min (~7.5 min; add --ms-trials 0 for ~4 min)
+#   run-pipeline           pipelined GEMMs vs MetaSchedule, bert_fc1 and bert_qk, 32 trials each side (~5 min)
+#   run                    run-tests, run-bench and run-pipeline in one command (for hosts without the
+#                          10-minute limit: set GPU_SESSION_LIMIT_S=1800; ~13 min)
+# Extra arguments go to the benchmark (e.g. run-bench --ms-trials 0). Every command stops its benchmark at
+# GPU_SESSION_LIMIT_S (default 570 s) from its start, keeping what it measured, and ends by merging its part
+# into ONE results file, $OUT/gpu_results.json (environment facts read now from nvidia-smi/torch/tvm, test
+# outcome counts, benchmark rows; on a warm machine it also holds the earlier commands' parts). Back here:
+#   python bench/gpu_report.py render gpu_results.json --readme README.md
+#
+# Needs on the GPU machine, checked up front (exit 3 naming everything missing): nvidia-smi (the NVIDIA
+# driver); a C/C++ compiler (g++, or $CXX) for TVM's export_library; nvcc on PATH or from the nvidia-cuda-nvcc
+# wheel; python3 ($PYTHON) with torch built with CUDA and seeing the GPU, numpy, ml_dtypes, typing_extensions
+# (TVM's dependencies), cloudpickle, psutil (and pytest for run-tests); TVM with CUDA enabled, installed or
+# from .gpu-bundle (a Python 3.12 wheel).
+# Not pydantic, fastapi or celery: the tests and benchmarks here import without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
 mode="${1:-}"
 shift || true
+PYTHON="${PYTHON:-python3}"
 bundle=.gpu-bundle/tvm.tar.xz
+site=.gpu-site # TVM unpacked once per machine (ignored, not carried, so it stays between calls on a warm one)
+limit_s="${GPU_SESSION_LIMIT_S:-570}"
+out="${OUT:-$PWD/gpu-results}"
+acc="${GPU_SESSION_STATE:-$PWD/gpu-results}/gpu_results.json" # the session so far on this machine (ignored dir)
+missing=()
 
+have_compiler() {
+    local cc
+    for cc in ${CXX:-} ${CC:-} g++ gcc clang++ clang c++ cc; do # TVM's own search order (tvm.support.cc)
+        command -v "$cc" >/dev/null 2>&1 && return 0
+    done
+    return 1
+}
+
+find_nvcc() {
+    command -v nvcc >/dev/null 2>&1 && return 0
+    local wheel
+    wheel=$("$PYTHON" -c 'import nvidia, pathlib
+print(next(p for d in nvidia.__path__ for p in pathlib.Path(d).rglob("bin/nvcc")))' 2>/dev/null) || return 1
+    export PATH="$(dirname "$wheel"):$PATH"
+    echo "nvcc: from the nvidia-cuda-nvcc wheel, $wheel"
+}
+
+setup_tvm() { # TVM from the environment, else from the bundle (unpacked once, re-unpacked when it changes)
+    "$PYTHON" -c "import tvm" >/dev/null 2>&1 && return 0
+    [[ -f "$bundle" ]] || return 1
+    local stamp
+    stamp=$(cksum <"$bundle")
+    if [[ ! -f "$site/.stamp" || "$(cat "$site/.stamp")" != "$stamp" ]]; then
+        echo "unpacking TVM from $bundle into $site"
+        rm -rf "$site" && mkdir -p "$site"
+        tar xJf "$bundle" -C "$site"
+        echo "$stamp" >"$site/.stamp"
+    fi
+    export PYTHONPATH="$PWD/$site${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+python_problems() { # one line per missing Python piece; $1 = extra modules
+    "$PYTHON" - "$@" <<'EOF'
+import importlib, sys
+# numpy, ml_dtypes, typing_extensions: TVM's own dependencies (the bundle has none); cloudpickle, psutil:
+# MetaSchedule's builder processes
+for name in ["numpy", "ml_dtypes", "typing_extensions", "cloudpickle", "psutil", *sys.argv[1:]]:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        print(f"Python module {name} is missing (TVM, the GPU tests or the benchmarks import it)")
+try:
+    import torch
+except ImportError:
+    print("torch is missing: cuBLAS baselines and device tensors need torch built with CUDA")
+else:
+    if not torch.cuda.is_available():
+        print(f"torch {torch.__version__} sees no CUDA GPU (built with CUDA {torch.version.cuda}): need torch with CUDA")
+EOF
+}
+
+tvm_problem() {
+    "$PYTHON" - <<'EOF'
+import sys
+try:
+    import tvm
+except Exception as exc:
+    hint = "" if sys.version_info[:2] == (3, 12) else "; the bundle is a Python 3.12 wheel: set PYTHON"
+    print(f"TVM does not import under Python {sys.version.split()[0]} ({type(exc).__name__}: {exc}){hint}")
+else:
+    if not tvm.runtime.enabled("cuda"):
+        print(f"TVM {tvm.__version__} cannot run CUDA kernels here: its CUDA runtime is disabled (no libcuda.so.1)")
+    elif not tvm.cuda(0).exist:
+        print(f"TVM {tvm.__version__} sees no CUDA GPU (check CUDA_VISIBLE_DEVICES)")
+EOF
+}
+
+preflight() { # $@ = extra Python modules this mode needs; exits 3 listing everything missing
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 ||
+        missing+=("nvidia-smi is missing or lists no GPU: this needs an NVIDIA GPU and its driver")
+    have_compiler ||
+        missing+=("no C/C++ compiler (g++, gcc, clang++, or \$CXX): TVM's export_library links each uKernel with it")
+    if ! command -v "$PYTHON" >/dev/null 2>&1; then
+        missing+=("no $PYTHON: set PYTHON to a Python 3.12 with torch")
+    else
+        find_nvcc || missing+=("no nvcc (not on PATH, no nvidia-cuda-nvcc wheel): TVM compiles the CUDA kernels with it")
+        local line
+        while IFS= read -r line; do [[ -n "$line" ]] && missing+=("$line"); done < <(python_problems "$@")
+        if setup_tvm; then
+            while IFS= read -r line; do [[ -n "$line" ]] && missing+=("$line"); done < <(tvm_problem)
+        else
+            missing+=("no TVM and no $bundle: run 'bash bench/gpu_session.sh pack' on the CPU host, carry .gpu-bundle")
+        fi
+    fi
+    if ((${#missing[@]})); then
+        printf 'gpu_session: missing prerequisite: %s\n' "${missing[@]}" >&2
+        exit 3
+    fi
+    # TVM compiles kernels with NVRTC from cuda-python by default; without that package, with nvcc
+    if [[ -z "${TVM_CUDA_COMPILE_MODE:-}" ]] && ! "$PYTHON" -c "from cuda.bindings import nvrtc" 2>/dev/null; then
+        export TVM_CUDA_COMPILE_MODE=nvcc
+        echo "no cuda-python (NVRTC): TVM_CUDA_COMPILE_MODE=nvcc"
+    fi
+    export PYTHONPATH="$PWD:$PWD/clients/python${PYTHONPATH:+:$PYTHONPATH}"
+    mkdir -p "$out" "$(dirname "$acc")"
+}
+
+remaining() { # seconds this command may still spend, so it ends (and merges its results) before the limit
+    local left=$((limit_s - (SECONDS - started)))
+    echo $((left > 30 ? left : 30))
+}
+
+collect() { # mode rc seconds [collect args]: merge this command's part into the session's one results file
+    local m=$1 rc=$2 secs=$3
+    shift 3
+    "$PYTHON" bench/gpu_report.py collect --env-from-host --out "$acc" --merge "$acc" \
+        --mode "$m" --rc "$rc" --seconds "$secs" "$@"
+    [[ "$out/gpu_results.json" -ef "$acc" ]] || cp "$acc" "$out/gpu_results.json"
+    echo "results: $out/gpu_results.json"
+}
+
+step() { # mode log-name command...: run under the time limit, return its exit status without stopping here
+    local m=$1 log=$2 rc=0
+    shift 2
+    set +e
+    timeout --signal=INT --kill-after=20 "$(remaining)" "$@" 2>&1 | tee "$out/$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    ((rc != 124)) || echo "$m: stopped at the time limit (GPU_SESSION_LIMIT_S=$limit_s); partial results kept"
+    return "$rc"
+}
+
+run_tests() {
+    local t0=$SECONDS rc=0
+    # pydantic-free test modules only (the GPU machine has no service stack); -p no:cacheprovider: the tree
+    # may be read-only
+    step run-tests pytest.txt "$PYTHON" -m pytest -p no:cacheprovider -q -rs --junitxml "$out/pytest.xml" \
+        -k "not sampled_sketch and not full_ukernel_job" \
+        tests/tuning/gpu/test_on_gpu.py tests/tuning/gpu/test_codegen.py tests/tuning/gpu/test_gpu_rules.py || rc=$?
+    collect run-tests "$rc" $((SECONDS - t0)) --junit "$out/pytest.xml"
+    return "$rc"
+}
+
+run_bench() { # mode, then benchmark arguments
+    local m=$1 t0=$SECONDS rc=0
+    shift
+    step "$m" "$m.txt" "$PYTHON" bench/gpu_dynamic_bert.py --out "$out/gpu_dynamic_bert.json" "$@" || rc=$?
+    collect "$m" "$rc" $((SECONDS - t0)) --dynamic-bert "$out/gpu_dynamic_bert.json"
+    return "$rc"
+}
+
+run_pipeline() {
+    local t0=$SECONDS rc=0
+    step run-pipeline run-pipeline.txt "$PYTHON" bench/pipeline_gpu.py --ops bert_fc1,bert_qk --trials 32 \
+        --out "$out/pipeline_gpu.json" "$@" || rc=$?
+    collect run-pipeline "$rc" $((SECONDS - t0)) --pipeline "$out/pipeline_gpu.json"
+    return "$rc"
+}
+
+short=(--layers qkv --ts 1,2,4,8,16,32,61,64,97,128 --extra-ts "" --ms-shapes 16,128 --ms-trials 32)
 case "$mode" in
 pack)
     if [[ ! -f "$bundle" ]]; then
         bash "${TVM_GPU_BUNDLE_SCRIPT:-../shared/tools/tvm-gpu-bundle.sh}" .gpu-bundle
     fi
     ls -la "$bundle"
-    echo "on the GPU machine (carry .gpu-bundle):  bash bench/gpu_session.sh run"
+    # the bundle travels with the working tree (tracked and untracked, not ignored), 64 MiB in all
+    tree=$(git ls-files -co --exclude-standard -z | xargs -0 cat 2>/dev/null | wc -c)
+    total=$((tree + $(stat -c %s "$bundle")))
+    echo "carry: bundle + working tree = $((total / 1024)) KiB of $((64 * 1024)) KiB"
+    ((total <= 64 * 1024 * 1024)) || { echo "over the 64 MiB transfer limit: trim the tree" >&2; exit 4; }
+    echo "on the GPU machine (carry .gpu-bundle):  bash bench/gpu_session.sh check | run-tests | run-bench | ..."
     ;;
-run | run-tests | run-bench)
-    out="${OUT:-$PWD/gpu-results}"
-    mkdir -p "$out"
-    if ! python3 -c "import tvm" 2>/dev/null; then
-        [[ -f "$bundle" ]] || { echo "no TVM and no $bundle: run 'bash bench/gpu_session.sh pack' first" >&2; exit 2; }
-        site=$(mktemp -d)
-        tar xJf "$bundle" -C "$site"
-        export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    fi
-    export PYTHONPATH="$PWD:$PWD/clients/python${PYTHONPATH:+:$PYTHONPATH}"
-    nvidia-smi | tee "$out/nvidia-smi.txt"
-    python3 -c "import tvm; print('tvm', tvm.__version__, 'cuda', tvm.runtime.enabled('cuda'), tvm.cuda(0).exist)" \
-        | tee "$out/tvm.txt"
-    tests_rc=0
-    if [[ "$mode" != run-bench ]]; then
-        # pydantic-free test modules only (the GPU machine has no service stack); -p no:cacheprovider: the
-        # tree may be read-only. A failing test does not stop the benchmark.
-        set +e
-        python3 -m pytest -p no:cacheprovider -q -rs -k "not sampled_sketch and not full_ukernel_job" \
-            tests/tuning/gpu/test_on_gpu.py tests/tuning/gpu/test_codegen.py tests/tuning/gpu/test_gpu_rules.py \
-            2>&1 | tee "$out/pytest.txt"
-        tests_rc=${PIPESTATUS[0]}
-        set -e
-    fi
-    if [[ "$mode" != run-tests ]]; then
-        python3 bench/gpu_dynamic_bert.py --ms-trials 32 --out "$out/gpu_dynamic_bert.json" "$@" 2>&1 \
-            | tee "$out/bench.txt"
-    fi
-    echo "tests rc=$tests_rc; results in $out"
-    exit "$tests_rc"
+check)
+    preflight pytest
+    nvidia-smi
+    "$PYTHON" bench/gpu_report.py env
+    ;;
+run-tests)
+    preflight pytest
+    run_tests
+    ;;
+run-bench)
+    preflight
+    run_bench run-bench "${short[@]}" "$@"
+    ;;
+run-bench-full)
+    layer="${1:-}"
+    [[ -n "$layer" ]] || { echo "usage: bash bench/gpu_session.sh run-bench-full LAYER [benchmark args]" >&2; exit 2; }
+    shift
+    preflight
+    run_bench "run-bench-full-$layer" --layers "$layer" --ms-trials 32 "$@"
+    ;;
+run-pipeline)
+    preflight
+    run_pipeline "$@"
+    ;;
+run)
+    preflight pytest
+    rc=0
+    run_tests || rc=$?
+    run_bench run-bench "${short[@]}" || rc=$?
+    run_pipeline || rc=$?
+    exit "$rc"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh pack|run|run-tests|run-bench [benchmark args]" >&2
+    echo "usage: bash bench/gpu_session.sh pack|check|run-tests|run-bench|run-bench-full LAYER|run-pipeline|run [args]" >&2
     exit 2
     ;;
 esac

@@ -100,7 +100,7 @@ def test_gpu_kernel_path_imports_without_pydantic() -> None:
         "import kernelfleet.cuda_ukernel, service.tuning.gpu, service.tuning.cublas\n"
         "import service.tuning.tuners.pipeline.schedule, service.tuning.tuners.ukernel.gpu_rules\n"
         "import service.tuning.tuners.ukernel.gpu_tuner\n"
-        "sys.path.insert(0, 'bench'); import gpu_dynamic_bert\n"
+        "sys.path.insert(0, 'bench'); import gpu_dynamic_bert, gpu_report\n"
         "print('ok')\n"
     )
     env_path = f"{ROOT}:{ROOT / 'clients' / 'python'}"

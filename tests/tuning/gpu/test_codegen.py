@@ -10,7 +10,6 @@ import shutil
 
 import pytest
 
-from service.tuning.platforms import tvm_target
 from service.tuning.tuners.pipeline.schedule import (
     GemmTile,
     build_gemm,
@@ -94,8 +93,10 @@ def test_pipeline_depth_shapes_the_source() -> None:
 
 @needs_nvcc
 def test_sampled_sketch_candidates_compile_for_cuda() -> None:
+    # imported here, not at the top: they need pydantic, which the GPU machine running this module lacks
     from service.models import TargetSpec, WorkloadSpec
     from service.tuning.compute import prim_func
+    from service.tuning.platforms import tvm_target
     from service.tuning.tuners.build import fast_build_cuda
     from service.tuning.tuners.sketch import sample_candidates
 

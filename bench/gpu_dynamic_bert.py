@@ -265,29 +265,38 @@ def check_dispatcher(dispatcher: Any, n: int, k: int, ts: list[int]) -> float:
     return worst
 
 
-def measure_t(program: Any, kernels: Mapping[str, Any], n: int, k: int, t: int, graph_ok: bool) -> dict[str, Any]:
+def measure_t(
+    program: Any, kernels: Mapping[str, Any], n: int, k: int, t: int, graph_ok: bool, l2_bytes: int = 0
+) -> dict[str, Any]:
     """One T: ours and cuBLAS fp32 in both modes on the same tensors, TF32/fp16 references, and our pieces'
-    kernel time on TVM's timer (the MetaSchedule comparison's)."""
+    kernel time on TVM's timer (the MetaSchedule comparison's). Both sides cycle through the same copies of W,
+    together twice the L2 (`l2_bytes`), so neither reads a W the previous call left in the L2."""
+    import itertools
+
     import torch
 
+    from kernelfleet.cuda_ukernel import weight_copies
     from service.tuning import cublas
 
     x, w = torch.randn(t, k, device="cuda"), torch.randn(n, k, device="cuda")
+    weights = [w, *(w.clone() for _ in range(weight_copies(n * k * 4, l2_bytes) - 1))]
+    ours_w, theirs_w = itertools.cycle(weights), itertools.cycle(weights)
     out = torch.empty(t, n, device="cuda")
     linear = torch.nn.functional.linear
     row: dict[str, Any] = {
         "program": [[p.ukernel_id, p.rows] for p in program.program(t)],
-        "ours_called_us": time_called(lambda: program(x, w)),  # allocates its output, as F.linear does
-        "cublas_fp32_called_us": time_called(lambda: linear(x, w)),
-        "ours_kernels_us": sum(kernels[p.ukernel_id].time(p.rows) for p in program.program(t)) * 1e6,
-        "cublas_fp32_graph_us": cublas.time_linear(t, n, k) * 1e6,
-        "cublas_tf32_graph_us": cublas.time_linear(t, n, k, tf32=True) * 1e6,
-        "cublas_fp16_graph_us": cublas.time_linear(t, n, k, dtype="float16") * 1e6,
+        "w_copies": len(weights),
+        "ours_called_us": time_called(lambda: program(x, next(ours_w))),  # allocates its output, as F.linear does
+        "cublas_fp32_called_us": time_called(lambda: linear(x, next(theirs_w))),
+        "ours_kernels_us": sum(kernels[p.ukernel_id].time(p.rows, l2_bytes=l2_bytes) for p in program.program(t)) * 1e6,
+        "cublas_fp32_graph_us": cublas.time_linear(t, n, k, l2_bytes=l2_bytes) * 1e6,
+        "cublas_tf32_graph_us": cublas.time_linear(t, n, k, tf32=True, l2_bytes=l2_bytes) * 1e6,
+        "cublas_fp16_graph_us": cublas.time_linear(t, n, k, dtype="float16", l2_bytes=l2_bytes) * 1e6,
     }
     if graph_ok:
         problem = graph_problem(lambda: program(x, w, out), out, linear(x, w))
         if problem is None:
-            row["ours_graph_us"] = cublas.time_graph(lambda: program(x, w, out)) * 1e6
+            row["ours_graph_us"] = cublas.time_graph(lambda: program(x, next(ours_w), out)) * 1e6
         else:
             row["graph_error"] = problem
     return row
@@ -335,6 +344,8 @@ def time_module_us(module: Any, n: int, k: int, m: int) -> float:
 def routing_mode(validation: Mapping[str, Any]) -> str:
     """How the tuner timed ours against cuBLAS when it routed T to cuBLAS, in its own words."""
     routes = validation.get("vendor_routes") or {}
+    if routes.get("routed_on") == "called":
+        return "as a torch host calls them (both from Python on torch tensors, synchronised)"
     return str(routes.get("mode") or routes.get("vendor") or "unknown (the tuner did not record it)")
 
 
@@ -384,7 +395,7 @@ def run_layer(layer: dict[str, Any], args: argparse.Namespace, arch: str, work: 
     save()
     graph_ok = True
     for t in ts:
-        row = measure_t(program, outcome.kernels, n, k, t, graph_ok)
+        row = measure_t(program, outcome.kernels, n, k, t, graph_ok, int(outcome.hardware.get("l2_bytes", 0)))
         row["routed_to_cublas"] = bool(routed.routes_to_vendor(t))
         if "graph_error" in row:  # the same launch path fails the same way at every T: do not retry each
             graph_ok = False

@@ -34,8 +34,14 @@ class NoCudaDevice(RuntimeError):
     """This host cannot run CUDA uKernels (no TVM CUDA runtime, no driver, or no GPU)."""
 
 
+_cuda_tvm: Any = None  # TVM once it was found able to run kernels here: launches must not re-check each time
+
+
 def require_cuda() -> Any:
     """TVM, when it can run kernels on GPU 0 here; NoCudaDevice naming what is missing otherwise."""
+    global _cuda_tvm
+    if _cuda_tvm is not None:
+        return _cuda_tvm
     try:
         import tvm
     except ImportError:
@@ -47,6 +53,7 @@ def require_cuda() -> Any:
         )
     if not tvm.cuda(0).exist:
         raise NoCudaDevice("the NVIDIA driver is present but reports no CUDA GPU (check CUDA_VISIBLE_DEVICES)")
+    _cuda_tvm = tvm
     return tvm
 
 

@@ -35,15 +35,17 @@ print('\n'.join(svc['dependencies'] + sdk['dependencies'] + sdk['optional-depend
 # (`kernelfleet api|worker|beat|migrate`) starts every role and which the service imports too.
 # They are installed from a scratch copy that is then removed, so no source tree is left in the
 # working directory to shadow the installed packages (`python -m` puts it first on sys.path).
-# KERNELFLEET_EXTRAS=gpu (compose's worker-gpu) adds nvcc from PyPI (nvidia-cuda-nvcc) and torch (the cuBLAS
-# baseline), and puts nvcc on PATH where TVM looks for it.
+# KERNELFLEET_EXTRAS=gpu (compose's worker-gpu) adds the CUDA 13.0 compile toolchain from PyPI (nvcc and its
+# parts, pinned to torch's CUDA) and torch (the cuBLAS/cuDNN baselines). nvcc goes on PATH as a wrapper that
+# execs the wheel's binary: nvcc finds its headers relative to its own path, so a symlink cannot compile
+# ("cuda_runtime.h: No such file or directory"). The worker itself compiles through service.tuning.cuda_toolchain
+# (nvcc via TVM's callback) and loads the wheel's libcudart before TVM.
 ARG KERNELFLEET_EXTRAS=""
 COPY . /tmp/kernelfleet-src
 RUN pip install "/tmp/kernelfleet-src/clients/python[cli]" "/tmp/kernelfleet-src${KERNELFLEET_EXTRAS:+[$KERNELFLEET_EXTRAS]}" \
     && rm -rf /tmp/kernelfleet-src \
     && if [ -n "$KERNELFLEET_EXTRAS" ]; then \
-        ln -s "$(python -c 'import nvidia, pathlib; print(next(pathlib.Path(nvidia.__path__[0]).rglob("bin/nvcc")))')" \
-            /usr/local/bin/nvcc; \
+        python -m service.tuning.cuda_toolchain install-nvcc /usr/local/bin/nvcc && nvcc --version; \
     fi
 
 RUN groupadd --system --gid 10001 kernelfleet \

@@ -85,14 +85,17 @@ def _tvm_facts() -> dict[str, str]:
 def environment() -> dict[str, Any]:
     """What ran the session, read now from nvidia-smi, torch, tvm and nvcc; a fact that cannot be read is left
     out (and `render` then refuses the file rather than print a table without it)."""
+    from service.tuning.cuda_toolchain import nvcc_path
+
     env: dict[str, Any] = {**_smi_facts(), **_torch_facts(), **_tvm_facts()}
-    nvcc = re.search(r"release ([0-9.]+)", _run(["nvcc", "--version"]))
+    compiler = nvcc_path()  # what the builds use: the pinned wheel's nvcc, else the one on PATH
+    nvcc = re.search(r"release ([0-9.]+)", _run([str(compiler or "nvcc"), "--version"]))
     if nvcc:
         env["nvcc"] = nvcc.group(1)
     env.update(
         python=platform.python_version(),
         cpus=os.cpu_count(),
-        tvm_cuda_compile_mode=os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc (TVM's default)"),
+        tvm_cuda_compile_mode=f"nvcc through KernelFleet's tvm_callback_cuda_compile ({compiler or 'no nvcc'})",
         date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
     return env

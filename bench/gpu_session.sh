@@ -132,11 +132,8 @@ preflight() { # $@ = extra Python modules this mode needs; exits 3 listing every
         printf 'gpu_session: missing prerequisite: %s\n' "${missing[@]}" >&2
         exit 3
     fi
-    # TVM compiles kernels with NVRTC from cuda-python by default; without that package, with nvcc
-    if [[ -z "${TVM_CUDA_COMPILE_MODE:-}" ]] && ! "$PYTHON" -c "from cuda.bindings import nvrtc" 2>/dev/null; then
-        export TVM_CUDA_COMPILE_MODE=nvcc
-        echo "no cuda-python (NVRTC): TVM_CUDA_COMPILE_MODE=nvcc"
-    fi
+    # the compile route is the worker's own: every build registers nvcc as TVM's compile callback
+    # (service.tuning.cuda_toolchain), whatever TVM_CUDA_COMPILE_MODE and cuda-python say
     export PYTHONPATH="$PWD:$PWD/clients/python${PYTHONPATH:+:$PYTHONPATH}"
     mkdir -p "$out" "$(dirname "$acc")"
 }

@@ -157,6 +157,9 @@ def metaschedule(gemm: GemmShape, arch: str, trials: int) -> MetaScheduleRun:
         sch = ms.tir_integration.compile_tir(db, mod, target)
     if sch is None:
         return MetaScheduleRun(None, cost_model, tuning_s, measured)
+    from service.tuning.cuda_toolchain import configure_cuda_compile
+
+    configure_cuda_compile()  # the worker's compile route (nvcc through TVM's callback)
     with target, tvm.transform.PassContext(opt_level=3, config=pass_config(arch)):
         module = tvm.tirx.build(sch.mod, target=target)
     return MetaScheduleRun(module, cost_model, tuning_s, measured)

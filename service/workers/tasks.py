@@ -12,6 +12,7 @@ from typing import Any
 
 from celery.signals import setup_logging, worker_ready
 
+from kernelfleet.tvm_runtime import preload_cuda_runtime
 from service.logs import for_job
 from service.settings import get_settings
 from service.store import catalog, jobs
@@ -19,6 +20,7 @@ from service.store.db import session_scope
 from service.tuning import hardware
 
 hardware.pin_tvm_threads()  # before numpy (the platforms import it) and any TVM import in this worker
+preload_cuda_runtime()  # GPU workers: the wheels' libcudart, without which TVM's CUDA plugin does not load
 
 from service.tuning.platforms import host_platform  # noqa: E402
 from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch  # noqa: E402

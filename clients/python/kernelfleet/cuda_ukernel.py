@@ -42,8 +42,10 @@ def require_cuda() -> Any:
     global _cuda_tvm
     if _cuda_tvm is not None:
         return _cuda_tvm
+    from kernelfleet.tvm_runtime import import_tvm
+
     try:
-        import tvm
+        tvm = import_tvm()  # with the wheels' CUDA runtime loaded first, which TVM's CUDA plugin needs
     except ImportError:
         raise NoCudaDevice("CUDA uKernels need TVM's runtime: pip install 'kernelfleet[tvm]'") from None
     if not tvm.runtime.enabled("cuda"):

@@ -7,6 +7,8 @@ H100 SXM (132 SMs) share sm_90 but not their tuned configs.
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -15,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from service.models import TargetSpec, Toolchain, WorkloadSpec
-from service.tuning import cublas, gpu, hardware
+from service.tuning import cublas, cuda_toolchain, gpu, hardware
 from service.tuning.hardware_model import base_arch
 from service.tuning.platforms.base import TVMPlatform, VendorTiming, check_result
 
+log = logging.getLogger(__name__)
 _ARCH = re.compile(r"^sm_\d{2,3}a?$")
 # details a job may pin; when it does, the worker's GPU must have the same value
 _PINNED_DETAILS = ("name", "sm_count", "memory_mib")
@@ -42,7 +45,10 @@ class CUDAPlatform(TVMPlatform):
 
     def detect(self) -> TargetSpec | None:
         desc = self.describe_host()
-        return desc.to_target(self.toolchain()) if desc else None
+        if desc is None:
+            return None
+        _warn_on_version_mix(desc.nvcc, desc.cuda)
+        return desc.to_target(self.toolchain())
 
     def toolchain(self) -> Toolchain:
         return hardware.toolchain()
@@ -134,6 +140,20 @@ class CUDAPlatform(TVMPlatform):
             workload.op, sizes, workload.attrs, workload.dtype, graph=kernel_only, l2_bytes=l2
         )
         return VendorTiming(cublas.label(workload.dtype, graph=kernel_only, op=workload.op), seconds)
+
+
+@functools.cache
+def _warn_on_version_mix(nvcc: str, driver_cuda: str) -> None:
+    """Once per worker: say so when nvcc, torch's CUDA and the driver's CUDA do not fit (a warning, not a
+    refusal: CUDA's minor-version compatibility often still loads the kernels, and the log names the pin)."""
+    try:
+        import torch
+
+        torch_cuda = str(torch.version.cuda or "")
+    except ImportError:
+        torch_cuda = ""
+    for problem in cuda_toolchain.version_problems(nvcc, torch_cuda, driver_cuda):
+        log.warning("CUDA versions: %s", problem)
 
 
 def gpu_mismatch(target: TargetSpec, host: gpu.GPUDescription | None) -> str | None:

@@ -25,9 +25,13 @@ def fast_build_cuda(mod: Any, target: Any, params: Any) -> Any:
     built, against 3/128 with the default builder)."""
     import tvm
 
+    from service.tuning.cuda_toolchain import configure_cuda_compile
     from service.tuning.tuners.pipeline.schedule import pass_config
 
-    with tvm.transform.PassContext(config=pass_config(str(target.attrs.get("arch", "")))):
+    configure_cuda_compile()  # in MetaSchedule's build process too: nvcc through TVM's callback
+    # the target scope tells the compile callback which arch to build for (a GPU host would guess from its
+    # device; a build host has none)
+    with target, tvm.transform.PassContext(config=pass_config(str(target.attrs.get("arch", "")))):
         return fast_build(mod, target, params)
 
 

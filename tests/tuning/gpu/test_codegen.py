@@ -6,10 +6,9 @@ it (tests/tuning/gpu/test_on_gpu.py, skipped without a GPU).
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
+from service.tuning.cuda_toolchain import nvcc_path
 from service.tuning.tuners.pipeline.schedule import (
     GemmTile,
     build_gemm,
@@ -21,9 +20,7 @@ from service.tuning.tuners.pipeline.schedule import (
 from service.tuning.tuners.ukernel.gpu_rules import gpu_ukernels
 from tests.tuning.gpu.descriptions import card
 
-needs_nvcc = pytest.mark.skipif(
-    shutil.which("nvcc") is None, reason="nvcc is not on PATH (pip install nvidia-cuda-nvcc)"
-)
+needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="no nvcc (pip install -e .[dev] brings the pinned wheel)")
 LAYERS = {"qkv": (2304, 768), "ffn_down": (768, 3072)}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernelSpec, sha256_bytes
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from service.models import TargetSpec
+from service.tuning.cuda_toolchain import nvcc_path
 from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target
 from service.tuning.tuners.ukernel.gpu_tuner import build_cuda_ukernel, depth_candidates, gpu_hardware
 from service.tuning.tuners.ukernel.tuner import RangeTask
@@ -48,11 +48,13 @@ def test_hardware_from_the_job_target(tmp_path: Path) -> None:
     assert hw.sm_count == hw.cores == 114 and hw.smem_per_sm == 228 << 10
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (pip install nvidia-cuda-nvcc)")
-def test_build_records_the_fatbin_and_exports_content_addressed(tmp_path: Path) -> None:
+@pytest.mark.skipif(nvcc_path() is None, reason="no nvcc (pip install -e .[dev] brings the pinned wheel)")
+def test_build_exports_content_addressed(tmp_path: Path) -> None:
     kernel = build_cuda_ukernel(GemmTile(8, 32, 32, 1, 1, 3), 768, 768, cuda_target("sm_90"))
     spec = kernel.spec
-    assert spec.mt == 8 and len(spec.fatbin_sha256) == 64 and spec.tile["stages"] == 3
+    # TVM has no CUDA runtime here, so the build holds CUDA source and no device code to hash (no separate
+    # nvcc run stands in for it); test_compile_route.py builds the GPU way and checks the hash of what ships
+    assert spec.mt == 8 and spec.fatbin_sha256 == "" and spec.tile["stages"] == 3
     assert CudaUKernelSpec.from_dict(spec.to_dict()) == spec
     path, digest = kernel.export(tmp_path)
     assert path.name == f"{digest}.so" and sha256_bytes(path.read_bytes()) == digest

@@ -8,11 +8,11 @@ prologue that issues the first stages' copies before the main loop.
 from __future__ import annotations
 
 import re
-import shutil
 from typing import Any
 
 import pytest
 
+from service.tuning.cuda_toolchain import nvcc_path
 from service.tuning.tuners.pipeline.lowering import Conv2dGeometry, source, tile_of
 from service.tuning.tuners.pipeline.model import GPUConstants, rank
 from service.tuning.tuners.pipeline.rules import IllegalSchedule
@@ -24,7 +24,7 @@ RN50_FC = GemmShape(1, 64, 1024, 2048)  # ALCOP's MM_RN50_FC: output 1024×64, r
 BERT_FC = GemmShape(1, 128, 3072, 768)
 BERT_QK = GemmShape(12, 128, 128, 64)  # batch_matmul: 12 heads, sequence 128, head dim 64
 BERT_SV = GemmShape(12, 128, 64, 128)
-NVCC = shutil.which("nvcc")
+NVCC = nvcc_path()  # the pinned wheel's (pip install -e .[dev]) or one on PATH
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this host")
 
 MULTI_LEVEL_FUSED = PipelineConfig(32, 32, 16, 2, 4, smem_stages=4, async_copy=True, reg_stages=2, fuse_inner=True)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from service.tuning.cuda_toolchain import configure_cuda_compile
 from service.tuning.tuners.pipeline.rules import IllegalSchedule, check_tir, gemm_plan, require_legal
 from service.tuning.tuners.pipeline.schedule import (
     GemmTile,
@@ -259,6 +260,7 @@ def build(
 
     sch = schedule(config, gemm, symbolic_m, conv)
     target = tvm.target.Target(cuda_target(arch))
+    configure_cuda_compile()  # nvcc through TVM's callback, as every GPU build
     with target, tvm.transform.PassContext(opt_level=3, config=pass_config(arch)):
         return tvm.tirx.build(sch.mod, target=target)
 

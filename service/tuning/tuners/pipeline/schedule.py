@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from service.tuning.cuda_toolchain import configure_cuda_compile
+
 _BYTES = {"float32": 4, "float16": 2}
 PIPELINE_PASS_CONFIG: dict[str, object] = {"tirx.use_async_copy": True}
 
@@ -255,8 +257,9 @@ def build_gemm(
 ) -> Any:
     """Compile with `tirx.build` (a runtime.Module that exports to a .so) under the async-copy PassContext.
 
-    Without a GPU runtime the device part is CUDA source only; with one (or with TVM_CUDA_COMPILE_MODE=nvcc
-    and a driver stub, tvm.md §3.1) it holds a fatbin."""
+    Without a GPU runtime the device part is CUDA source only; with one (a GPU host, or the fake driver of
+    tests/tuning/gpu/fake_driver.py) TVM calls `tvm_callback_cuda_compile`, which `configure_cuda_compile`
+    makes nvcc, and the module holds its fatbin."""
     import tvm
 
     arch = str(target.get("arch", ""))
@@ -264,6 +267,7 @@ def build_gemm(
         raise ValueError(f"async copies (cp.async) need sm_80 or newer, not {arch}; use async_copy=False")
     sch = schedule_gemm(tile, n, k, m, dtype)
     tgt = tvm.target.Target(dict(target))
+    configure_cuda_compile()  # nvcc through TVM's callback, as on a GPU worker
     with tgt, tvm.transform.PassContext(config=pass_config(arch)):
         return tvm.tirx.build(sch.mod, target=tgt)
 
@@ -282,6 +286,7 @@ def compile_cuda(source: str, arch: str, fmt: str = "cubin") -> bytes:
     import tvm
     from tvm.support import nvcc
 
+    configure_cuda_compile()  # the pinned wheel's nvcc first on PATH
     with tvm.target.Target({"kind": "cuda", "arch": arch}):  # without it: "No CUDA architecture was specified"
         return bytes(nvcc.compile_cuda(source, target_format=fmt, compiler="nvcc"))
 

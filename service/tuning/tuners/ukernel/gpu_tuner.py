@@ -7,8 +7,8 @@
      ../shared/research/gpu.md §3.1);
   3. each uKernel at its best depth is timed at a few M, the existing DP (combine) picks per S which
      uKernels run which rows, every S where cuBLAS (called as a host calls it) is faster is routed to
-     cuBLAS, and the table plus content-addressed libraries (device code embedded; the nvcc fatbin's
-     hash recorded in the spec) are what the job publishes;
+     cuBLAS, and the table plus content-addressed libraries (device code embedded; the sha256 of that
+     device code, as nvcc returned it to TVM, recorded in the spec) are what the job publishes;
   4. the heaviest shapes are re-measured with every uKernel alone and with the chosen program as a
      GPU host runs it (kernelfleet.cuda_ukernel.CudaDispatcher, device tensors, synchronised).
 
@@ -24,17 +24,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, require_cuda, sha256_bytes
+from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, require_cuda
+from service.tuning.cuda_toolchain import captured_device_code, device_code_sha256
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
-from service.tuning.tuners.pipeline.schedule import (
-    GemmTile,
-    build_gemm,
-    compile_cuda,
-    cuda_source,
-    supports_async_copy,
-)
+from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, supports_async_copy
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, gpu_ukernels
 from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
@@ -48,15 +43,14 @@ from service.tuning.tuners.ukernel.tuner import (
 )
 
 
-def build_cuda_ukernel(tile: GemmTile, N: int, K: int, target: Mapping[str, Any], fatbin: bool = True) -> CudaUKernel:
-    """Compile one uKernel over a symbolic M; `fatbin` also runs nvcc on its source to record the device code."""
-    module = build_gemm(tile, N, K, target)
-    digest = ""
-    if fatbin:
-        digest = sha256_bytes(compile_cuda(cuda_source(module), str(target["arch"]), fmt="fatbin"))
-    spec = CudaUKernelSpec(
-        N=N, K=K, mt=tile.bm, tile=dataclasses.asdict(tile), target=dict(target), fatbin_sha256=digest
-    )
+def build_cuda_ukernel(tile: GemmTile, N: int, K: int, target: Mapping[str, Any]) -> CudaUKernel:
+    """Compile one uKernel over a symbolic M. On a GPU host the spec records the sha256 of the device code
+    nvcc returned to TVM, which is what the exported library embeds; a host without a CUDA runtime builds
+    CUDA source only and records '' (no device code exists to hash)."""
+    with captured_device_code() as blobs:
+        module = build_gemm(tile, N, K, target)
+    tile_dict, digest = dataclasses.asdict(tile), device_code_sha256(blobs)
+    spec = CudaUKernelSpec(N=N, K=K, mt=tile.bm, tile=tile_dict, target=dict(target), fatbin_sha256=digest)
     return CudaUKernel(module, spec)
 
 

@@ -164,3 +164,48 @@ def test_vendor_calls_answer_in_the_callers_kind() -> None:
     assert isinstance(y, np.ndarray) and y.shape == (3, 64) and float(y[0, 0]) == 32.0
     out = np.zeros((3, 64), np.float32)
     assert dispatcher(x, w, out) is out and float(out[2, 63]) == 32.0
+
+
+class FakeTorchCudaTensor:
+    """Stands in for a torch CUDA tensor (no GPU here): shape, device and row views, nothing else."""
+
+    __module__ = "torch"
+
+    def __init__(self, rows: int, cols: int) -> None:
+        self.shape = (rows, cols)
+        self.device = type("Device", (), {"index": 0})()
+        self.is_cuda = True
+
+    def narrow(self, dim: int, start: int, length: int) -> FakeTorchCudaTensor:
+        return FakeTorchCudaTensor(length, self.shape[1])
+
+    def new_empty(self, shape: tuple[int, int]) -> FakeTorchCudaTensor:
+        return FakeTorchCudaTensor(*shape)
+
+
+class StreamRecordingKernel(FakeGPUKernel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.streams: list[int] = []
+
+    def launch(self, x: object, w: object, out: object) -> None:
+        import tvm_ffi
+
+        super().launch(x, w, out)
+        self.streams.append(int(tvm_ffi.get_raw_stream(tvm_ffi.device("cuda", 0))))
+
+
+def test_kernels_launch_on_the_stream_torch_is_using(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every piece is launched with TVM's stream set to the caller's torch stream (they went to the null stream,
+    racing a host under torch.cuda.stream(s) and breaking CUDA-graph capture). The GPU test checks it on a
+    real non-default stream and under capture."""
+    import kernelfleet.cuda_ukernel as cu
+
+    monkeypatch.setattr(cu, "require_cuda", lambda: None)
+    monkeypatch.setattr(cu, "_torch_stream", lambda x: 0xC0FFEE if isinstance(x, FakeTorchCudaTensor) else None)
+    kernel = StreamRecordingKernel()
+    table = DispatchTable((Interval(1, 64, Shape((("u", 1),), "u")),), {"u": 8})  # 8 rows + the rest
+    dispatcher = CudaDispatcher(table, {"u": kernel}, N=64, K=32)  # type: ignore[dict-item]
+    dispatcher(FakeTorchCudaTensor(12, 32), FakeTorchCudaTensor(64, 32))
+    assert kernel.launches == len(dispatcher.program(12)) == 2
+    assert kernel.streams == [0xC0FFEE] * kernel.launches

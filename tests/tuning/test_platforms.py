@@ -1,5 +1,7 @@
 """Which targets a platform takes, the queue that serves them and the TVM target they compile for."""
 
+import pytest
+
 from service.models import TargetSpec, Toolchain
 from service.tuning.admission import check_target
 from service.tuning.kinds import Problem
@@ -34,3 +36,24 @@ def test_hidden_isa_extensions_are_other_hardware() -> None:
     assert tvm_target(no_avx512)["mattr"] == ["-avx512f"]
     assert no_avx512.fingerprint != _t().fingerprint
     assert tvm_target(_t(features=["avx512bf16"]))["mattr"] == ["+avx512bf16"]
+
+
+@pytest.mark.parametrize("op", ["batch_matmul", "conv2d"])
+def test_the_cuda_vendor_covers_every_pipeline_op(op: str) -> None:
+    """batch_matmul and conv2d have GPU vendor baselines (torch.matmul, F.conv2d): on this host the call stops at
+    the missing GPU, not at 'the cuBLAS baseline covers dense' after a whole pipeline search."""
+    from service.models import WorkloadSpec
+    from service.tuning.platforms import platform_for
+
+    workloads = {
+        "batch_matmul": WorkloadSpec(op="batch_matmul", dims={"B": 12, "N": 128, "K": 64}, symbolic=["M"]),
+        "conv2d": WorkloadSpec(
+            op="conv2d",
+            dims={"H": 14, "W": 14, "CI": 64, "CO": 64, "KH": 3, "KW": 3},
+            symbolic=["N"],
+            attrs={"stride": 1, "padding": 1},
+        ),
+    }
+    shape = {"M": 128} if op == "batch_matmul" else {"N": 2}
+    with pytest.raises(RuntimeError, match="torch"):
+        platform_for("cuda").vendor(workloads[op], shape, kernel_only=True)

@@ -10,7 +10,11 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from kernelfleet.epilogue import ACTIVATIONS  # the activations a dense layer may fuse: the SDK runs the same set
+
 Shape = Mapping[str, int]
+AttrValue = int | bool | str
+Attrs = Mapping[str, AttrValue]
 
 
 @dataclass(frozen=True)
@@ -26,17 +30,21 @@ class OperatorDef:
     dims: tuple[str, ...]
     inputs: tuple[TensorDef, ...]
     output: TensorDef
-    flops: Callable[[Shape, Mapping[str, int | bool]], int]
-    attrs: Mapping[str, int | bool] = field(default_factory=dict)  # attribute name -> default
-    derived: Callable[[Shape, Mapping[str, int | bool]], dict[str, int]] = lambda s, a: {}
+    flops: Callable[[Shape, Attrs], int]
+    attrs: Mapping[str, AttrValue] = field(default_factory=dict)  # attribute name -> default
+    derived: Callable[[Shape, Attrs], dict[str, int]] = lambda s, a: {}
     optional_inputs: Mapping[str, str] = field(default_factory=dict)  # input name -> bool attr enabling it
+    choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # str attr -> the values it may take
+    # attributes added after workloads were stored: left out of the workload's hash while at their default, so
+    # every workload registered before they existed keeps its hash (and its stored records)
+    hash_omits_default: frozenset[str] = frozenset()
 
-    def input_tensors(self, attrs: Mapping[str, int | bool]) -> tuple[TensorDef, ...]:
+    def input_tensors(self, attrs: Attrs) -> tuple[TensorDef, ...]:
         return tuple(
             t for t in self.inputs if t.name not in self.optional_inputs or attrs[self.optional_inputs[t.name]]
         )
 
-    def tensor_shape(self, tensor: TensorDef, shape: Shape, attrs: Mapping[str, int | bool]) -> tuple[int, ...]:
+    def tensor_shape(self, tensor: TensorDef, shape: Shape, attrs: Attrs) -> tuple[int, ...]:
         sizes = {**shape, **self.derived(shape, attrs)}
         return tuple(int(sizes[d]) for d in tensor.dims)
 
@@ -45,19 +53,21 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
-def _conv2d_derived(s: Shape, a: Mapping[str, int | bool]) -> dict[str, int]:
+def _conv2d_derived(s: Shape, a: Attrs) -> dict[str, int]:
     stride, padding = int(a["stride"]), int(a["padding"])
     return {"OH": _conv_out(s["H"], s["KH"], stride, padding), "OW": _conv_out(s["W"], s["KW"], stride, padding)}
 
 
 DENSE = OperatorDef(
     name="dense",
-    description="Y[M,N] = X[M,K] · W[N,K]ᵀ (+ bias[N])",
+    description="Y[M,N] = act(X[M,K] · W[N,K]ᵀ (+ bias[N])), act one of " + ", ".join(ACTIVATIONS),
     dims=("M", "N", "K"),
     inputs=(TensorDef("X", ("M", "K")), TensorDef("W", ("N", "K")), TensorDef("bias", ("N",))),
     optional_inputs={"bias": "bias"},
     output=TensorDef("Y", ("M", "N")),
-    attrs={"bias": False},
+    attrs={"bias": False, "activation": "none"},
+    choices={"activation": ACTIVATIONS},
+    hash_omits_default=frozenset({"activation"}),
     flops=lambda s, a: 2 * s["M"] * s["N"] * s["K"] + (s["M"] * s["N"] if a["bias"] else 0),
 )
 

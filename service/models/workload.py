@@ -37,7 +37,9 @@ class WorkloadSpec(BaseModel):
     dtype: DType = "float32"
     dims: dict[str, int] = Field(default_factory=dict, description="static dimension sizes")
     symbolic: list[str] = Field(default_factory=list, description="dimensions whose size varies at run time")
-    attrs: dict[str, int | bool] = Field(default_factory=dict, description="operator attributes")
+    attrs: dict[str, int | bool | str] = Field(
+        default_factory=dict, description="operator attributes (GET /v1/operators lists each one's default and choices)"
+    )
 
     @field_validator("op")
     @classmethod
@@ -84,8 +86,14 @@ class WorkloadSpec(BaseModel):
                 return ("attrs", name), f"{self.op} has no attribute {name!r}; its attributes are {known}"
         self.attrs = {**op.attrs, **self.attrs}
         for name, value in self.attrs.items():
-            if isinstance(op.attrs[name], bool) != isinstance(value, bool):
-                return ("attrs", name), f"attribute {name!r} must be {type(op.attrs[name]).__name__}"
+            default = op.attrs[name]
+            if isinstance(default, bool) != isinstance(value, bool) or isinstance(default, str) != isinstance(value, str):
+                return ("attrs", name), f"attribute {name!r} must be {type(default).__name__}"
+            if isinstance(value, str):
+                if value not in op.choices.get(name, (default,)):
+                    choices = ", ".join(op.choices.get(name, (str(default),)))
+                    return ("attrs", name), f"attribute {name!r}={value!r} is not one of: {choices}"
+                continue
             if not isinstance(value, bool) and not 0 <= value <= 64:
                 return ("attrs", name), f"attribute {name!r}={value} out of range 0..64"
         if self.op == "conv2d" and self.attrs["stride"] < 1:
@@ -145,7 +153,11 @@ class WorkloadSpec(BaseModel):
             "dtype": self.dtype,
             "dims": dict(sorted(self.dims.items())),
             "symbolic": sorted(self.symbolic),
-            "attrs": dict(sorted(self.attrs.items())),
+            "attrs": {
+                k: v
+                for k, v in sorted(self.attrs.items())
+                if not (k in self.operator.hash_omits_default and v == self.operator.attrs.get(k))
+            },
         }
 
     @property

@@ -13,7 +13,9 @@ import numpy as np
 import tvm
 from tvm import te
 
+from kernelfleet.epilogue import Epilogue, dense_reference
 from service.models import WorkloadSpec
+from service.tuning.epilogue import te_epilogue
 
 Sizes = Mapping[str, int]
 
@@ -23,10 +25,11 @@ def _dense(w: WorkloadSpec, s: Sizes) -> list[te.Tensor]:
     wt = te.placeholder((s["N"], s["K"]), name="W", dtype=w.dtype)
     k = te.reduce_axis((0, s["K"]), name="k")
     y = te.compute((s["M"], s["N"]), lambda i, j: te.sum(x[i, k] * wt[j, k], axis=k), name="Y")
-    if not w.attrs["bias"]:
-        return [x, wt, y]
-    b = te.placeholder((s["N"],), name="bias", dtype=w.dtype)
-    return [x, wt, b, te.compute((s["M"], s["N"]), lambda i, j: y[i, j] + b[j], name="Y_bias")]
+    epilogue = Epilogue.of_attrs(w.attrs)
+    # a bias alone keeps its block name from before activations (stored MetaSchedule traces name it)
+    name = "Y_bias" if epilogue.activation == "none" else "Y_epilogue"
+    out, b = te_epilogue(y, s["N"], epilogue, w.dtype, name)
+    return [x, wt, out] if b is None else [x, wt, b, out]
 
 
 def _batch_matmul(w: WorkloadSpec, s: Sizes) -> list[te.Tensor]:
@@ -99,9 +102,10 @@ def _conv2d_reference(w: WorkloadSpec, inp: np.ndarray, flt: np.ndarray) -> np.n
 def reference(workload: WorkloadSpec) -> Callable[..., np.ndarray]:
     """The vendor-library (numpy/BLAS) implementation: the correctness oracle and the baseline."""
     if workload.op == "dense":
-        if workload.attrs["bias"]:
-            return lambda x, wt, b: x @ wt.T + b
-        return lambda x, wt: x @ wt.T
+        epilogue = Epilogue.of_attrs(workload.attrs)
+        if epilogue.bias:
+            return lambda x, wt, b: dense_reference(x, wt, b, epilogue)
+        return lambda x, wt: dense_reference(x, wt, None, epilogue)
     if workload.op == "batch_matmul":
         return lambda a, bt: np.matmul(a, bt.transpose(0, 2, 1))
     if workload.op == "conv2d":

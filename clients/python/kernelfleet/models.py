@@ -156,7 +156,7 @@ class Workload(_Wire):
     dtype: str = "float32"
     dims: dict[str, int]
     symbolic: list[str]
-    attrs: dict[str, int | bool] = Field(default_factory=dict)
+    attrs: dict[str, int | bool | str] = Field(default_factory=dict)
 
 
 class Target(_Wire):

@@ -26,7 +26,8 @@ class OperatorInfo(BaseModel):
     name: str
     description: str
     dims: list[str]
-    attrs: dict[str, int | bool]
+    attrs: dict[str, int | bool | str] = Field(description="attribute name -> default")
+    choices: dict[str, list[str]] = Field(default_factory=dict, description="the values a str attribute may take")
 
 
 class WorkerInfo(BaseModel):
@@ -41,7 +42,13 @@ class WorkerInfo(BaseModel):
 @router.get("/operators", summary="The operator registry workloads are built from")
 def list_operators(_: ReadKey) -> list[OperatorInfo]:
     return [
-        OperatorInfo(name=o.name, description=o.description, dims=list(o.dims), attrs=dict(o.attrs))
+        OperatorInfo(
+            name=o.name,
+            description=o.description,
+            dims=list(o.dims),
+            attrs=dict(o.attrs),
+            choices={k: list(v) for k, v in o.choices.items()},
+        )
         for o in OPERATORS.values()
     ]
 

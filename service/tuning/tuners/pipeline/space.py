@@ -46,7 +46,7 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
 
 
 def gemm_of(
-    op: str, dims: Mapping[str, int], attrs: Mapping[str, int | bool] | None = None, dtype: str = "float32"
+    op: str, dims: Mapping[str, int], attrs: Mapping[str, int | bool | str] | None = None, dtype: str = "float32"
 ) -> GemmShape:
     """The GEMM an operator's full dimension sizes describe (a workload's `bind(shape)`).
 

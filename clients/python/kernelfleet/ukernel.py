@@ -10,6 +10,10 @@ Np is N rounded up to a multiple of nt: when no vector-aligned nt divides N (N =
 vectors), the packed weight carries zero rows, the kernel computes Np columns into a scratch tile and
 the first N are copied out (M is padded inside the kernel in the same spirit, see kernel.py).
 
+A uKernel may carry an epilogue (kernelfleet.epilogue: + bias[N], then relu/gelu/gelu_tanh/silu) compiled
+into its store of Y: its spec says which, and a kernel with a bias takes the bias as its third argument,
+packed like the weight (`pack_bias`: Np long, zeros past N, 64-byte aligned).
+
 Memory: TVM kernels assume 64-byte aligned buffers (their vector loads fault otherwise: handing an
 unaligned numpy array to the kernel through `from_dlpack` segfaults). Calls pass numpy memory
 zero-copy only when it is aligned and contiguous, and copy otherwise.
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, check_bias
 from kernelfleet.tvm_runtime import aligned_empty, import_tvm, is_aligned
 
 SUPPORTED_DTYPES = ("float32",)
@@ -46,6 +51,12 @@ class UKernelSpec:
     target: dict[str, Any] = field(hash=False)
     dtype: str = "float32"
     n_padded: int = 0  # the N the binary computes (a multiple of nt); 0: N itself (specs from before padding)
+    bias: bool = False  # the binary adds bias[N] (its third argument) before the activation
+    activation: str = "none"  # kernelfleet.epilogue.ACTIVATIONS, applied in the kernel's store
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(self.bias, self.activation)
 
     @property
     def n_computed(self) -> int:
@@ -61,7 +72,10 @@ class UKernelSpec:
         return (self.n_computed // self.nt, self.K, self.nt)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.epilogue == NO_EPILOGUE:  # specs without an epilogue read as they did before epilogues
+            del data["bias"], data["activation"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> UKernelSpec:
@@ -100,13 +114,34 @@ class UKernel:
         out[...] = rows.reshape(s.n_computed // s.nt, s.nt, s.K).transpose(0, 2, 1)
         return out
 
+    def pack_bias(self, bias: np.ndarray) -> np.ndarray:
+        """bias[N] → the kernel's bias argument: Np long (zeros past N), 64-byte aligned."""
+        s = self.spec
+        check_bias(self.spec.epilogue, bias, s.N)
+        out = aligned_empty((s.n_computed,), s.dtype)
+        out[: s.N] = bias
+        out[s.N :] = 0
+        return out
+
+    def _bias_args(self, bias: np.ndarray | None) -> list[Any]:
+        if not self.spec.bias:
+            check_bias(self.spec.epilogue, bias, self.spec.N)
+            return []
+        assert bias is not None
+        if bias.shape == (self.spec.n_computed,) and bias.dtype == np.dtype(self.spec.dtype) and is_aligned(bias):
+            return [self._tvm.runtime.from_dlpack(bias)]  # packed already (pack_bias)
+        return [self._tvm.runtime.from_dlpack(self.pack_bias(bias))]
+
     def _tensor(self, a: np.ndarray) -> Any:
         if is_aligned(a):
             return self._tvm.runtime.from_dlpack(a)  # zero-copy
         return self._tvm.runtime.tensor(np.ascontiguousarray(a), self.device)
 
-    def __call__(self, x: np.ndarray, packed_w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Y = X·Wᵀ for X[M, K] with any M ≥ 1. Writes into `out` (an [M, N] array) when given."""
+    def __call__(
+        self, x: np.ndarray, packed_w: np.ndarray, out: np.ndarray | None = None, bias: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Y = act(X·Wᵀ + bias) for X[M, K] with any M ≥ 1. Writes into `out` (an [M, N] array) when given.
+        `bias` ([N], or packed by `pack_bias`) is required iff the spec's epilogue adds one."""
         s = self.spec
         if x.ndim != 2 or x.shape[1] != s.K or x.shape[0] < 1 or x.dtype != np.dtype(s.dtype):
             raise ValueError(f"x must be {s.dtype}[M≥1, {s.K}], got {x.dtype}{list(x.shape)}")
@@ -117,24 +152,27 @@ class UKernel:
             out = aligned_empty((m, s.N), s.dtype)
         elif out.shape != (m, s.N) or out.dtype != np.dtype(s.dtype):
             raise ValueError(f"out must be {s.dtype}[{m}, {s.N}]")
+        b = self._bias_args(bias)
         if is_aligned(out) and not s.padded:
-            self._fn(self._tensor(x), self._tensor(packed_w), self._tvm.runtime.from_dlpack(out))
+            self._fn(self._tensor(x), self._tensor(packed_w), *b, self._tvm.runtime.from_dlpack(out))
             return out
         y = aligned_empty((m, s.n_computed), s.dtype)
-        self._fn(self._tensor(x), self._tensor(packed_w), self._tvm.runtime.from_dlpack(y))
+        self._fn(self._tensor(x), self._tensor(packed_w), *b, self._tvm.runtime.from_dlpack(y))
         out[...] = y[:, : s.N]
         return out
 
-    def run_aligned(self, x: np.ndarray, packed_w: Any, out: np.ndarray) -> None:
+    def run_aligned(self, x: np.ndarray, packed_w: Any, out: np.ndarray, bias: Any = None) -> None:
         """The unchecked fast path for callers that validated shapes and alignment themselves (the
-        dispatcher): `x` and `out` 64-byte aligned [M, K] / [M, N] views, `packed_w` a TVM tensor."""
+        dispatcher): `x` and `out` 64-byte aligned [M, K] / [M, N] views, `packed_w` a TVM tensor, `bias`
+        (iff the epilogue adds one) a TVM tensor of a `pack_bias` array."""
         from_dlpack = self._tvm.runtime.from_dlpack
+        b = () if bias is None else (bias,)
         if self.spec.padded:  # the binary writes Np columns: through a scratch tile
             y = aligned_empty((x.shape[0], self.spec.n_computed), self.spec.dtype)
-            self._fn(from_dlpack(x), packed_w, from_dlpack(y))
+            self._fn(from_dlpack(x), packed_w, *b, from_dlpack(y))
             out[...] = y[:, : self.spec.N]
             return
-        self._fn(from_dlpack(x), packed_w, from_dlpack(out))
+        self._fn(from_dlpack(x), packed_w, *b, from_dlpack(out))
 
     def device_weight(self, packed_w: np.ndarray) -> Any:
         """The packed weight as a TVM tensor sharing its memory, for `run_aligned`."""
@@ -148,7 +186,8 @@ class UKernel:
         rng = np.random.default_rng(seed)
         x = rng.standard_normal((M, s.K), dtype=np.float32)
         w = self.pack_weight(rng.standard_normal((s.N, s.K), dtype=np.float32))
-        args = [self._tvm.runtime.tensor(a, self.device) for a in (x, w, np.zeros((M, s.n_computed), s.dtype))]
+        bias = [self.pack_bias(rng.standard_normal(s.N, dtype=np.float32))] if s.bias else []
+        args = [self._tvm.runtime.tensor(a, self.device) for a in (x, w, *bias, np.zeros((M, s.n_computed), s.dtype))]
         evaluator = self.module.time_evaluator(
             "main", self.device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
         )

@@ -17,7 +17,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.tvm_runtime import ALIGN, aligned_empty, import_tvm
+from service.tuning.epilogue import te_epilogue
 from kernelfleet.ukernel import (
     SUPPORTED_DTYPES,
     UKernel,
@@ -41,8 +43,9 @@ __all__ = [
 ]
 
 
-def dense_symbolic_m(N: int, K: int, dtype: str = "float32") -> Any:
-    """Y = X·Wᵀ with M a symbolic var (same math and names as compute.py's dense, which needs an int M)."""
+def dense_symbolic_m(N: int, K: int, dtype: str = "float32", epilogue: Epilogue = NO_EPILOGUE) -> Any:
+    """Y = act(X·Wᵀ + bias) with M a symbolic var (same math and names as compute.py's dense, which needs an
+    int M); the parameters are (X, W, Y), or (X, W, bias, Y) when the epilogue adds a bias."""
     tvm = import_tvm()
     from tvm import te
 
@@ -51,16 +54,26 @@ def dense_symbolic_m(N: int, K: int, dtype: str = "float32") -> Any:
     w = te.placeholder((N, K), name="W", dtype=dtype)
     r = te.reduce_axis((0, K), name="k")
     y = te.compute((m, N), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), name="Y")
-    return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
+    out, bias = te_epilogue(y, N, epilogue, dtype, EPILOGUE_BLOCK)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, out] if bias is None else [x, w, bias, out])})
 
 
-def schedule_ukernel(N: int, K: int, mt: int, nt: int, kt: int, vec: int, dtype: str = "float32") -> Any:
-    """The scheduled IRModule (tvm.md §1.2); separate from compilation so tests and tools can inspect it."""
+EPILOGUE_BLOCK = "Y_epilogue"
+
+
+def schedule_ukernel(
+    N: int, K: int, mt: int, nt: int, kt: int, vec: int, dtype: str = "float32", epilogue: Epilogue = NO_EPILOGUE
+) -> Any:
+    """The scheduled IRModule (tvm.md §1.2); separate from compilation so tests and tools can inspect it.
+
+    An epilogue (bias, activation) is inlined into the block that copies the accumulator tile out to Y, so
+    each output element is written once, already final: no second pass over Y.
+    """
     _check_tile(N, K, mt, nt, kt, vec, dtype)
     import_tvm()
     from tvm import s_tir
 
-    sch = s_tir.Schedule(dense_symbolic_m(N, K, dtype))
+    sch = s_tir.Schedule(dense_symbolic_m(N, K, dtype, epilogue))
     blk = sch.get_sblock("Y")
     xpad: Any = None
     if mt > 1:
@@ -69,6 +82,9 @@ def schedule_ukernel(N: int, K: int, mt: int, nt: int, kt: int, vec: int, dtype:
         sch.set_scope(blk, 0, "local")  # the padded Y tile becomes the register accumulator
     else:
         ycopy = sch.cache_write(blk, 0, "local")
+    if not epilogue.trivial:
+        # ycopy writes the intermediate Y; the epilogue stage reads it once per element: fold it into ycopy
+        sch.reverse_compute_inline(sch.get_sblock(EPILOGUE_BLOCK))
     sch.transform_layout(blk, ("read", 1), lambda n, k: (n // nt, k, n % nt))
     i, j, k = sch.get_loops(blk)
     io, ii = sch.split(i, [None, mt])
@@ -108,6 +124,7 @@ def build_ukernel(
     target: Mapping[str, Any],
     vec: int | None = None,
     dtype: str = "float32",
+    epilogue: Epilogue = NO_EPILOGUE,
 ) -> UKernel:
     """Compile the uKernel once; the binary is correct for every M (and any N: see n_padded).
 
@@ -120,7 +137,7 @@ def build_ukernel(
     # N that nt does not divide is padded, like M: the binary computes n_padded columns over a packed
     # weight with zero rows past N (kernelfleet.ukernel packs it and copies the N real columns out)
     n_padded = -(-N // nt) * nt
-    mod = schedule_ukernel(n_padded, K, mt, nt, kt, vec, dtype)
+    mod = schedule_ukernel(n_padded, K, mt, nt, kt, vec, dtype, epilogue)
     # tirx.build gives a runtime.Module, which exports to a .so (tvm.compile's Executable does not);
     # tvm.driver.build does the same but is deprecated in 0.27.
     module = tvm.tirx.build(mod, target=tvm.target.Target(dict(target)))
@@ -134,5 +151,7 @@ def build_ukernel(
         target=dict(target),
         dtype=dtype,
         n_padded=0 if n_padded == N else n_padded,
+        bias=epilogue.bias,
+        activation=epilogue.activation,
     )
     return UKernel(module, spec)

@@ -16,6 +16,7 @@ configure_threads()
 
 if TYPE_CHECKING:
     from kernelfleet.client import Client, local_toolchain, shape_key
+    from kernelfleet.epilogue import Epilogue
     from kernelfleet.errors import (
         Forbidden,
         InvalidRequest,
@@ -32,6 +33,7 @@ _MODULES = {
     "Client": "kernelfleet.client",
     "local_toolchain": "kernelfleet.client",
     "shape_key": "kernelfleet.client",
+    "Epilogue": "kernelfleet.epilogue",
     "Forbidden": "kernelfleet.errors",
     "InvalidRequest": "kernelfleet.errors",
     "JobFailed": "kernelfleet.errors",
@@ -51,6 +53,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BestConfig",
     "Client",
+    "Epilogue",
     "Forbidden",
     "InvalidRequest",
     "Job",

@@ -29,6 +29,7 @@ log = logging.getLogger("kernelfleet")
 if TYPE_CHECKING:
     from kernelfleet.cuda_ukernel import CudaDispatcher
     from kernelfleet.dispatcher import Dispatcher
+    from kernelfleet.epilogue import Epilogue
     from kernelfleet.telemetry import TelemetryReporter
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -330,7 +331,13 @@ class Client:
         return str(self._request("GET", "/v1/signing-key").json()["public_key"])
 
     def dispatcher(
-        self, workload: str, target: str, *, cache_dir: Path | None = None, trusted_key: str | None = None
+        self,
+        workload: str,
+        target: str,
+        *,
+        cache_dir: Path | None = None,
+        trusted_key: str | None = None,
+        epilogue: Epilogue | None = None,
     ) -> Dispatcher | CudaDispatcher:
         """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
 
@@ -342,10 +349,16 @@ class Client:
         A CUDA target's table gives a `CudaDispatcher` (kernelfleet.cuda_ukernel): it takes the device tensors
         the host already has (torch CUDA tensors or anything with DLPack) and returns a device tensor, no host
         copies; on a host without a GPU it raises NoCudaDevice saying why.
+
+        A layer tuned with a bias or an activation (workload attrs) is called as `d(x, w, bias=b)`; the table
+        carries its epilogue. `epilogue` (kernelfleet.epilogue.Epilogue) tells the numpy fallback what to
+        compute when no table is known, and is checked against the table's when one is.
         """
         from kernelfleet.dispatch_cache import load_dispatcher
 
-        return load_dispatcher(self, workload, target, cache_dir or self.cache_dir, trusted_key or self.trusted_key)
+        return load_dispatcher(
+            self, workload, target, cache_dir or self.cache_dir, trusted_key or self.trusted_key, epilogue
+        )
 
     # -- fleet -----------------------------------------------------------------------------------
     def send_telemetry(self, batch: Mapping[str, Any]) -> dict[str, Any]:

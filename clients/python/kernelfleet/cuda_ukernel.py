@@ -259,6 +259,10 @@ class CudaDispatcher:
         source: str = "local",
         meta: Mapping[str, Any] | None = None,
     ) -> None:
+        if table is not None and not table.epilogue.trivial:  # the service refuses such jobs on CUDA targets
+            raise ValueError(
+                f"CUDA uKernels do not fuse epilogues yet; this table's is {table.epilogue.describe()}"
+            )
         if table is not None:
             require_cuda()
             missing = set(table.mts) - set(kernels)

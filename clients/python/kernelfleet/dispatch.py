@@ -10,6 +10,10 @@ hosts only read it.
 An interval may instead route its S to the vendor library (numpy): the job measured both as the SDK
 calls them and the vendor was faster there. On the wire such an interval is `[lo, hi, "vendor"]`,
 and its program is empty (no piece: the dispatcher calls numpy).
+
+A table for a layer with an epilogue (bias, activation: kernelfleet.epilogue) carries it: its uKernels
+compute it in their store, and S routed to the vendor run it in numpy. On the wire it is an `epilogue`
+entry, present only when there is one, so tables from before epilogues read (and verify) as they were.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class DispatchTable:
 
     intervals: tuple[Interval, ...]
     mts: Mapping[str, int]
+    epilogue: Epilogue = NO_EPILOGUE  # what every S computes after X·Wᵀ: the uKernels' and the vendor's
 
     @property
     def s_max(self) -> int:
@@ -119,12 +126,15 @@ class DispatchTable:
         return [iv.lo for iv in self.intervals]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mts": dict(self.mts), "intervals": [iv.to_list() for iv in self.intervals]}
+        out: dict[str, Any] = {"mts": dict(self.mts), "intervals": [iv.to_list() for iv in self.intervals]}
+        if self.epilogue != NO_EPILOGUE:
+            out["epilogue"] = self.epilogue.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DispatchTable:
         ivs = tuple(Interval.from_list(iv) for iv in data["intervals"])
-        return cls(ivs, {str(k): int(v) for k, v in data["mts"].items()})
+        return cls(ivs, {str(k): int(v) for k, v in data["mts"].items()}, Epilogue.from_dict(data.get("epilogue")))
 
 
 class RowKernel(Protocol):

@@ -34,6 +34,7 @@ import numpy as np
 
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.epilogue import Epilogue
 from kernelfleet.errors import KernelFleetError
 from kernelfleet.models import DispatchDoc
 from kernelfleet.signing import UntrustedArtifact, verify_bytes, verify_document
@@ -188,8 +189,11 @@ class _LazyKernel:
         return self._kernel(x, w)
 
 
-def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> Dispatcher | CudaDispatcher:
-    """Load a verified document's uKernels from the cache, checking each library's hash before loading it."""
+def dispatcher_from_doc(
+    doc: DispatchDoc, cache: DispatchCache, source: str, epilogue: Epilogue | None = None
+) -> Dispatcher | CudaDispatcher:
+    """Load a verified document's uKernels from the cache, checking each library's hash before loading it.
+    `epilogue`, when given, must be the table's (the layer the caller runs is the layer that was tuned)."""
     from kernelfleet.cuda_ukernel import is_cuda_spec
 
     if doc.ukernels and is_cuda_spec(doc.ukernels[0].spec):
@@ -209,6 +213,7 @@ def dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> 
         K=spec.K if spec else None,
         exact={o.S: _LazyKernel(o.config) for o in doc.overrides},
         source=source,
+        epilogue=epilogue,
         meta={
             "workload_hash": doc.workload_hash,
             "target_fingerprint": doc.target_fingerprint,
@@ -252,8 +257,16 @@ _UNANSWERED = (KernelFleetError, httpx.HTTPError, OSError, ValueError)
 
 
 def load_dispatcher(
-    client: DispatchSource, workload: str, target: str, cache_dir: Path | None = None, trusted_key: str | None = None
+    client: DispatchSource,
+    workload: str,
+    target: str,
+    cache_dir: Path | None = None,
+    trusted_key: str | None = None,
+    epilogue: Epilogue | None = None,
 ) -> Dispatcher | CudaDispatcher:
+    """The dispatcher for `workload` on `target` (see Client.dispatcher). `epilogue` is the layer's bias and
+    activation: the numpy fallback (no table) needs it to compute the layer; a table carries its own, and one
+    that differs from `epilogue` is an error."""
     cache = DispatchCache(cache_dir or default_cache_dir())
     meta = {"workload_hash": _hex(workload, "workload"), "target_fingerprint": _hex(target, "target"), "dim": "M"}
     try:
@@ -266,13 +279,17 @@ def load_dispatcher(
         key = trusted_key or cache.pinned_key(client.base_url)
         if cached is None or key is None:
             log.warning("no dispatch table for %s on %s (%s): running numpy", workload, target, exc)
-            return Dispatcher(None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)})
+            return Dispatcher(
+            None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
+        )
         log.warning("the service did not answer (%s): using the cached dispatch table", exc)
         doc, source = verified_doc(cached, workload, target, key), "cache"
     try:
-        return dispatcher_from_doc(doc, cache, source)
+        return dispatcher_from_doc(doc, cache, source, epilogue)
     except UntrustedArtifact:
         raise
     except (ImportError, OSError) as exc:  # no TVM runtime here, or an artifact missing from the cache
         log.warning("cannot load uKernels (%s): running numpy", exc)
-        return Dispatcher(None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)})
+        return Dispatcher(
+                None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
+            )

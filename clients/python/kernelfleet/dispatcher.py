@@ -1,5 +1,9 @@
 """Per-shape dispatch at inference time: Y = X·Wᵀ for whatever number of rows X has, no network.
 
+A layer tuned with an epilogue (kernelfleet.epilogue: bias, activation) computes act(X·Wᵀ + bias): the
+table says which, `d(x, w, bias=b)` passes the bias (required iff the table adds one), the uKernels fuse
+it and every S that runs on numpy (vendor routes, no table) applies it in numpy, so each S gives the same.
+
 A `Dispatcher` holds a dispatch table (which uKernels run which rows for each S) and the loaded
 uKernels. Calling it picks the program for S = X.shape[0] from a per-S memo (a dict lookup after the
 first call for that S), finds W's packed copies by identity, and runs the pieces. Shapes the fleet
@@ -28,12 +32,13 @@ from typing import Any
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable, Piece
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, check_bias
 from kernelfleet.runtime import blas_spin_warning
 from kernelfleet.tvm_runtime import ALIGN, aligned_empty, as_aligned, is_aligned
 from kernelfleet.ukernel import UKernel
 
 log = logging.getLogger(__name__)
-ExactKernel = Callable[[np.ndarray, np.ndarray], np.ndarray]
+ExactKernel = Callable[..., np.ndarray]  # (x, w) or (x, w, bias): the workload's own signature
 _FALLBACK: tuple[Piece, ...] = ()  # memo value for "no program: numpy"
 MAX_TRACKED_SHAPES = 4096  # usage memory bound: S values beyond it are counted under S = -1
 
@@ -73,13 +78,25 @@ class Dispatcher:
         exact: Mapping[int, ExactKernel] | None = None,
         source: str = "local",
         meta: Mapping[str, Any] | None = None,
+        epilogue: Epilogue | None = None,
     ) -> None:
+        """`epilogue`: what the layer computes after X·Wᵀ when there is no table to say it (the numpy fallback);
+        with a table, the table's, and an epilogue given that differs from it is an error."""
         if table is not None and table.mts and (N is None or K is None):  # (a table of vendor routes only: numpy)
             raise ValueError("a dispatcher with a table that runs uKernels needs N and K")
         if table is not None:
             missing = set(table.mts) - set(kernels)
             if missing:
                 raise ValueError(f"the dispatch table uses uKernels that were not loaded: {sorted(missing)}")
+        if table is not None and epilogue is not None and epilogue != table.epilogue:
+            raise ValueError(
+                f"the dispatch table's epilogue is {table.epilogue.describe()}, not {epilogue.describe()}: "
+                "the layer was tuned with another bias or activation"
+            )
+        self.epilogue = table.epilogue if table is not None else (epilogue or NO_EPILOGUE)
+        wrong = {uid: k.spec.epilogue for uid, k in kernels.items() if k.spec.epilogue != self.epilogue}
+        if wrong:
+            raise ValueError(f"uKernels {sorted(wrong)} compute another epilogue than the table's ({self.epilogue})")
         self.table = table
         self.kernels = dict(kernels)
         self.N, self.K = N, K
@@ -139,9 +156,15 @@ class Dispatcher:
         nt = self.kernels[uid].spec.nt
         return next(a for a in entry.arrays if a.shape[2] == nt)
 
-    def __call__(self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def __call__(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, *, bias: np.ndarray | None = None
+    ) -> np.ndarray:
+        """act(X·Wᵀ + bias) for X[S, K]; `bias` [N] is required iff the layer's epilogue adds one."""
         if x.ndim != 2 or x.shape[0] < 1 or (self.K is not None and x.shape[1] != self.K):
             raise ValueError(f"X must be [S≥1, {self.K or 'K'}], got {list(x.shape)}")
+        epilogue = self.epilogue
+        if bias is not None or epilogue.bias:
+            check_bias(epilogue, bias, self.N if self.N is not None else w.shape[0])
         S = x.shape[0]
         pieces = self.program(S)
         start = time.perf_counter()
@@ -153,15 +176,18 @@ class Dispatcher:
             if out is not None and (out.shape != (S, w.shape[0]) or out.dtype != self.dtype):
                 raise ValueError(f"out must be {self.dtype}[{S}, {w.shape[0]}], got {out.dtype}{list(out.shape)}")
             y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self.dtype.name)
+            biases = self._device_biases(bias) if bias is not None else {}
             row = 0
             for p in pieces:
                 # every piece starts on a 64-byte boundary when K and N rows are multiples of 64 bytes;
-                # otherwise the checked call copies the slice
+                # otherwise the checked call copies the slice. Each piece runs the epilogue on its own rows.
                 end = row + p.rows
+                kernel = self.kernels[p.ukernel_id]
                 if self._rows_aligned:
-                    self.kernels[p.ukernel_id].run_aligned(x[row:end], packed[p.ukernel_id], y[row:end])
+                    b = biases.get(kernel.spec.n_computed)
+                    kernel.run_aligned(x[row:end], packed[p.ukernel_id], y[row:end], b)
                 else:
-                    self.kernels[p.ukernel_id](x[row:end], self._raw_packed(w, p.ukernel_id), y[row:end])
+                    kernel(x[row:end], self._raw_packed(w, p.ukernel_id), y[row:end], bias=bias)
                 row = end
             if out is None:
                 out = y
@@ -169,20 +195,32 @@ class Dispatcher:
                 out = _copy_into(out, y)
             fell_back = False
         elif S in self.exact:
-            try:
-                y = self.exact[S](x, w)
+            try:  # built from the workload's own compute: its signature has the bias when the layer does
+                y = self.exact[S](x, w) if bias is None else self.exact[S](x, w, bias)
             except Exception:  # e.g. no compiler on this host: drop the override, use the table from now on
                 log.exception("exact-shape kernel for S=%d failed; using the dispatch table instead", S)
                 self.exact.pop(S, None)
                 self._programs.pop(S, None)
-                return self(x, w, out)
+                return self(x, w, out, bias=bias)
             out = y if out is None else _copy_into(out, y)
             fell_back = False
         else:
-            y = x @ w.T
+            y = apply_epilogue(x @ w.T, bias, epilogue)  # the vendor runs the layer as a host would
             out = y if out is None else _copy_into(out, y)
             fell_back = self.table is None  # else the table routed S to the vendor: its choice, not a miss
         self._record(S, time.perf_counter() - start, fell_back)
+        return out
+
+    def _device_biases(self, bias: np.ndarray) -> dict[int, Any]:
+        """The bias as each distinct padded width the uKernels compute, as TVM tensors (zero-copy when the
+        caller's bias is aligned and needs no padding). Packed per call, not cached: biases change in place
+        (fine-tuning, quantization scales) more often than weights, and N floats cost far less than the call."""
+        out: dict[int, Any] = {}
+        for k in self.kernels.values():
+            n = k.spec.n_computed
+            if n not in out:
+                ok = n == bias.shape[0] and bias.dtype == self.dtype and bias.flags.c_contiguous and is_aligned(bias)
+                out[n] = k.device_weight(bias if ok else k.pack_bias(bias))
         return out
 
     def _record(self, S: int, seconds: float, fell_back: bool) -> None:

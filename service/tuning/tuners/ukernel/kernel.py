@@ -19,7 +19,6 @@ from typing import Any
 
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.tvm_runtime import ALIGN, aligned_empty, import_tvm
-from service.tuning.epilogue import te_epilogue
 from kernelfleet.ukernel import (
     SUPPORTED_DTYPES,
     UKernel,
@@ -28,6 +27,7 @@ from kernelfleet.ukernel import (
     load_ukernel,
     sha256_file,
 )
+from service.tuning.epilogue import te_epilogue
 
 __all__ = [
     "ALIGN",

@@ -87,7 +87,7 @@ class WorkloadSpec(BaseModel):
         self.attrs = {**op.attrs, **self.attrs}
         for name, value in self.attrs.items():
             default = op.attrs[name]
-            if isinstance(default, bool) != isinstance(value, bool) or isinstance(default, str) != isinstance(value, str):
+            if any(isinstance(default, t) != isinstance(value, t) for t in (bool, str)):
                 return ("attrs", name), f"attribute {name!r} must be {type(default).__name__}"
             if isinstance(value, str):
                 if value not in op.choices.get(name, (default,)):

@@ -38,7 +38,9 @@ def te_activation(expr: Any, activation: str, dtype: str = "float32") -> Any:
     raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
 
 
-def te_epilogue(y: Any, n: int, epilogue: Epilogue, dtype: str = "float32", name: str = "Y_epilogue") -> tuple[Any, Any]:
+def te_epilogue(
+    y: Any, n: int, epilogue: Epilogue, dtype: str = "float32", name: str = "Y_epilogue"
+) -> tuple[Any, Any]:
     """(stage, bias placeholder or None): act(y[i, j] + bias[j]) over y's 2-D shape, as one compute stage.
 
     `n` is the bias length (the columns of y). With NO_EPILOGUE the stage is y itself and no placeholder.

@@ -82,7 +82,9 @@ class Conv2dGeometry:
         return (self.w + 2 * self.padding - self.kw) // self.stride + 1
 
     @classmethod
-    def of(cls, dims: Mapping[str, int], attrs: Mapping[str, int | bool | str], symbolic_n: bool = False) -> Conv2dGeometry:
+    def of(
+        cls, dims: Mapping[str, int], attrs: Mapping[str, int | bool | str], symbolic_n: bool = False
+    ) -> Conv2dGeometry:
         return cls(
             None if symbolic_n else dims["N"], dims["H"], dims["W"], dims["CI"], dims["CO"], dims["KH"], dims["KW"],
             int(attrs.get("stride", 1)), int(attrs.get("padding", 0)),

@@ -37,8 +37,12 @@ class GemminiKind(JobKind):
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
     ) -> Problem | None:
-        if workload.op not in ("dense", "conv2d") or workload.attrs.get("bias"):
+        if workload.op not in ("dense", "conv2d"):
             return Problem(("workload", "op"), "gemmini jobs tune dense (GEMM/GEMV, no bias) and conv2d layers")
+        if workload.attrs.get("bias"):
+            return Problem(("workload", "attrs", "bias"), "gemmini jobs tune dense layers without bias")
+        if workload.attrs.get("activation", "none") != "none":
+            return Problem(("workload", "attrs", "activation"), "gemmini jobs tune dense layers without an activation")
         if len(distribution.support()) > MAX_LAYERS:
             return Problem(("distribution",), f"gemmini jobs co-tune at most {MAX_LAYERS} distinct layers")
         if budget.trials < 50:

@@ -70,6 +70,8 @@ class PipelineKind(JobKind):
             return Problem(("workload", "op"), f"pipeline jobs tune {', '.join(OPS)}, not {workload.op}")
         if workload.op == "dense" and workload.attrs.get("bias"):
             return Problem(("workload", "attrs", "bias"), "pipeline jobs tune dense layers without bias")
+        if workload.attrs.get("activation", "none") != "none":
+            return Problem(("workload", "attrs", "activation"), "pipeline jobs tune dense layers without an activation")
         if workload.op == "conv2d" and "CI" in workload.dims:
             from service.tuning.tuners.pipeline.lowering import Conv2dGeometry, check_conv
 

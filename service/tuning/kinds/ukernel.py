@@ -7,6 +7,9 @@ table routes every S where the vendor (numpy) is faster as the SDK calls both to
 times both at every S up to 256); a table that would route every S to the vendor is not published, and
 the job says so (`published: false` with the reason). Before anything is published the SDK dispatcher
 runs every S ≤ 256, both ends of every interval and two primes past S_max against the reference.
+
+A layer's bias and activation (dense attrs) are fused into every uKernel on CPU targets, and the vendor side
+of every timing runs them too (numpy, as a host would); CUDA uKernels do not fuse them yet.
 """
 
 from __future__ import annotations
@@ -56,8 +59,10 @@ class UKernelKind(JobKind):
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
     ) -> Problem | None:
-        if workload.op != "dense" or workload.attrs.get("bias"):
-            return Problem(("workload",), "ukernel jobs tune dense layers without bias (op 'dense')")
+        if workload.op != "dense":
+            return Problem(("workload",), "ukernel jobs tune dense layers (op 'dense')")
+        if target.kind == "cuda" and (workload.attrs.get("bias") or workload.attrs.get("activation", "none") != "none"):
+            return Problem(("workload", "attrs"), "CPU targets fuse bias and activation; CUDA uKernels do not yet")
         if workload.symbolic != [DIM]:
             return Problem(
                 ("workload",),
@@ -221,11 +226,13 @@ def verify(outcome: Any, workload: WorkloadSpec, platform: Platform | None = Non
     N, K = workload.dims["N"], workload.dims["K"]
     # GPU outcomes bring their CudaDispatcher (numpy in, copied to the device, numpy out)
     dispatcher = outcome.dispatcher or Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
-    x_all, w = random_inputs(workload, {DIM: max(verification_shapes(outcome))}, seed=1)
+    x_all, w, *bias = random_inputs(workload, {DIM: max(verification_shapes(outcome))}, seed=1)
+    b = bias[0] if bias else None  # present iff the layer adds one
     for S in verification_shapes(outcome):
         x = x_all[:S]
         check = platform.check if platform is not None else check_result
-        error = check(dispatcher(x, w), np.asarray(reference(workload)(x, w)), tolerance(workload, {DIM: S}))
+        got = dispatcher(x, w) if b is None else dispatcher(x, w, bias=b)
+        error = check(got, np.asarray(reference(workload)(x, w, *bias)), tolerance(workload, {DIM: S}))
         if error:
             return f"program for {DIM}={S}: {error}"
     return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable, Interval, Piece, Shape, run_program
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 
 __all__ = [
     "DispatchTable",
@@ -209,11 +210,14 @@ def intervals(programs: Sequence[Program], vendor: Collection[int] = ()) -> list
     return out
 
 
-def dispatch_table(programs: Sequence[Program], vendor: Collection[int] = ()) -> DispatchTable:
+def dispatch_table(
+    programs: Sequence[Program], vendor: Collection[int] = (), *, epilogue: Epilogue = NO_EPILOGUE
+) -> DispatchTable:
     """The programs for 1..S_max as a dispatch table (runs of equal Shape compressed to intervals), with
-    the S in `vendor` routed to the vendor library. `mts` names only the uKernels some interval uses."""
+    the S in `vendor` routed to the vendor library. `mts` names only the uKernels some interval uses;
+    `epilogue` is the layer's (its uKernels fuse it, the vendor routes run it in numpy)."""
     if not programs:
         raise ValueError("no programs")
     ivs = tuple(intervals(programs, vendor))
     used = {uid for iv in ivs if iv.shape is not None for uid in (*(u for u, _ in iv.shape.fixed), iv.shape.remainder)}
-    return DispatchTable(ivs, {uid: mt for uid, mt in programs[0].mts.items() if uid in used})
+    return DispatchTable(ivs, {uid: mt for uid, mt in programs[0].mts.items() if uid in used}, epilogue)

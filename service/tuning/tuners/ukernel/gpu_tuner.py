@@ -105,6 +105,9 @@ class GPUUKernelTuner:
     def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
         from service.tuning.platforms import tvm_target  # here: GPU hosts import this module without pydantic
 
+        attrs = task.workload.attrs
+        if attrs.get("bias") or attrs.get("activation", "none") != "none":  # the ukernel kind refuses these
+            raise ValueError("CPU targets fuse bias and activation; CUDA uKernels do not yet")
         return self.tune_dense(
             DenseRange(
                 N=task.workload.dims["N"],

@@ -31,6 +31,7 @@ import numpy as np
 
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.epilogue import Epilogue, dense_reference
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
@@ -127,22 +128,29 @@ def measure_call_overhead(kernel: UKernel, repeat: int = 200) -> float:
     x, out = aligned_empty((spec.mt, spec.K)), aligned_empty((spec.mt, spec.N))
     x[...] = 0.0
     w = kernel.pack_weight(np.zeros((spec.N, spec.K), np.float32))
-    kernel(x, w, out)
+    bias = kernel.pack_bias(np.zeros(spec.N, np.float32)) if spec.bias else None
+    kernel(x, w, out, bias)
     start = time.perf_counter()
     for _ in range(repeat):
-        kernel(x, w, out)
+        kernel(x, w, out, bias)
     python_path = (time.perf_counter() - start) / repeat
     return max(0.0, python_path - kernel.time(spec.mt, repeat=3, min_repeat_ms=5))
 
 
 def time_dispatcher(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0, min_seconds: float = 0.02) -> float:
-    """Median seconds per call of the dispatcher at S rows, as an inference host calls it."""
+    """Median seconds per call of the dispatcher at S rows, as an inference host calls it (with the layer's
+    bias when its epilogue adds one)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((S, K), dtype=np.float32)
     w = rng.standard_normal((N, K), dtype=np.float32)
+    bias = _bias(dispatcher.epilogue, N, rng)
     out = aligned_empty((S, N))
-    dispatcher(x, w, out)
-    return _median_call(lambda: dispatcher(x, w, out), min_seconds)
+    dispatcher(x, w, out, bias=bias)
+    return _median_call(lambda: dispatcher(x, w, out, bias=bias), min_seconds)
+
+
+def _bias(epilogue: Epilogue, N: int, rng: np.random.Generator) -> np.ndarray | None:
+    return rng.standard_normal(N, dtype=np.float32) if epilogue.bias else None
 
 
 def _median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5) -> float:
@@ -159,18 +167,21 @@ def time_against_vendor(
     dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0, rounds: int = 3, min_seconds: float = 0.002
 ) -> tuple[float, float]:
     """(dispatcher, vendor) median seconds per call at S rows, both called as an inference host calls them
-    (`d(x, w)` and numpy's `x @ w.T` on the same arrays), in alternating blocks so that machine load and
+    (`d(x, w, bias=b)` and numpy's `x @ w.T`, then + b and the activation, as a host without uKernels runs
+    the layer, on the same arrays), in alternating blocks so that machine load and
     each library's idle threads weigh on both alike; each is the fastest round's median (other load on the
     machine only ever adds time, and it comes in bursts that one round can catch and another miss)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((S, K), dtype=np.float32)
     w = rng.standard_normal((N, K), dtype=np.float32)
+    epilogue = dispatcher.epilogue
+    bias = _bias(epilogue, N, rng)
     dispatcher.prepare(w)
     ours: list[float] = []
     theirs: list[float] = []
     for _ in range(rounds):
-        ours.append(_median_call(lambda: dispatcher(x, w), min_seconds, 3))
-        theirs.append(_median_call(lambda: x @ w.T, min_seconds, 3))
+        ours.append(_median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3))
+        theirs.append(_median_call(lambda: dense_reference(x, w, bias, epilogue), min_seconds, 3))
     return min(ours), min(theirs)
 
 
@@ -216,8 +227,9 @@ class UKernelTuner:
         if not 1 <= task.s_max <= MAX_S:
             raise ValueError(f"s_max must be in 1..{MAX_S}, got {task.s_max}")
         w = task.workload
-        if w.op != "dense" or w.attrs.get("bias") or w.symbolic != ["M"] or w.dtype != "float32":
-            raise ValueError("uKernels tune float32 dense layers without bias over one dynamic M")
+        if w.op != "dense" or w.symbolic != ["M"] or w.dtype != "float32":
+            raise ValueError("uKernels tune float32 dense layers (any bias and activation) over one dynamic M")
+        epilogue = Epilogue.of_attrs(w.attrs)  # fused into every uKernel's store; the vendor runs it in numpy
         N, K = _dims(task.workload)
         hw = task.hardware or HardwareModel.from_host()
         proposals = dense_candidates(
@@ -245,7 +257,7 @@ class UKernelTuner:
             candidates.append(record)
             earlier = task.measured_before.get(uid)
             try:
-                kernel = build_ukernel(N, K, c.mt, c.nt, c.kt, target)
+                kernel = build_ukernel(N, K, c.mt, c.nt, c.kt, target, epilogue=epilogue)
                 if earlier:
                     cost = TileCost.from_measurements(uid, c.mt, {int(m): sec for m, sec in earlier.items()})
                     record["resumed"] = True
@@ -279,7 +291,7 @@ class UKernelTuner:
         predicted = [prog.cost for prog in programs]
 
         # the tuned programs against the vendor as the SDK calls both; the vendor keeps every S it wins
-        tuned_table = dispatch_table(programs)
+        tuned_table = dispatch_table(programs, epilogue=epilogue)
         tuned = Dispatcher(tuned_table, kernels, N=N, K=K)
         sweep: dict[int, tuple[float, float]] = {}
         swept = vendor_sweep_shapes(tuned_table, task.validate) if task.vendor_routes else list(task.validate)
@@ -288,7 +300,7 @@ class UKernelTuner:
                 raise TuningStopped("stopped by the job")
             sweep[S] = time_against_vendor(tuned, N, K, S)
         vendor = vendor_wins(sweep, task.s_max) if task.vendor_routes else set()
-        table = dispatch_table(programs, vendor)
+        table = dispatch_table(programs, vendor, epilogue=epilogue)
         measured_kernels = kernels  # the models' rankings are checked on every uKernel the DP used
         kernels = {uid: k for uid, k in kernels.items() if uid in table.mts}
         artifacts = {uid: a for uid, a in artifacts.items() if uid in table.mts}

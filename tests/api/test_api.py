@@ -95,6 +95,27 @@ def test_bad_jobs_get_422_naming_the_field(api: TestClient, body: dict[str, Any]
     assert any(tuple(found[: len(loc)]) == tuple(loc) for found in locs), locs
 
 
+def test_dense_activations_are_attributes_with_listed_choices(api: TestClient) -> None:
+    """/v1/operators lists the activations; a bad one is a 422 naming attrs.activation and the choices; CPU
+    ukernel jobs take a bias and an activation, CUDA ones refuse them at workload.attrs, pipeline jobs too."""
+    dense = next(o for o in api.get("/v1/operators").json() if o["name"] == "dense")
+    choices = ["none", "relu", "gelu", "gelu_tanh", "silu"]
+    assert dense["attrs"] == {"bias": False, "activation": "none"} and dense["choices"] == {"activation": choices}
+    resp = api.post("/v1/workloads", json={**DENSE, "attrs": {"activation": "swish"}})
+    assert resp.status_code == 422, resp.text
+    error = resp.json()["detail"][0]
+    assert error["loc"][-2:] == ["attrs", "activation"] and all(c in error["msg"] for c in choices), error
+    layer = {**DENSE, "attrs": {"bias": True, "activation": "gelu"}}
+    assert api.post("/v1/jobs", json=job_body(kind="ukernel", workload=layer)).status_code == 202
+    gpu = {"kind": "cuda", "arch": "sm_90"}
+    cuda = api.post("/v1/jobs", json=job_body(kind="ukernel", workload=layer, target=gpu))
+    assert _loc(cuda) == [["body", "workload", "attrs"]]
+    assert "CUDA uKernels do not yet" in cuda.json()["detail"][0]["msg"]
+    relu = {**DENSE, "attrs": {"activation": "relu"}}
+    piped = api.post("/v1/jobs", json=job_body(kind="pipeline", workload=relu, target=gpu))
+    assert _loc(piped) == [["body", "workload", "attrs", "activation"]]
+
+
 @pytest.mark.parametrize("kind", ["sketch", "ukernel"])
 def test_cuda_jobs_queue_for_gpu_workers_only(api: TestClient, kind: str) -> None:
     """A cuda job goes to `gpu.<arch>` (never a CPU queue) and says so while no GPU worker is live."""

@@ -15,6 +15,24 @@ def test_hash_is_canonical_and_stable() -> None:
     assert a.hash != WorkloadSpec(op="dense", dims={"N": 768, "K": 768}, symbolic=["M"]).hash
 
 
+def test_dense_workloads_from_before_activations_keep_their_hash() -> None:
+    """Stored records are keyed by the hash: `activation` at its default is left out of it (values pinned
+    from main before the attribute existed); any other activation makes another workload."""
+    plain = WorkloadSpec(op="dense", dims={"N": 768, "K": 768}, symbolic=["M"])
+    assert plain.hash == "2fe4d77ecde6f5a8df25d11c350c7220"
+    assert WorkloadSpec(**{**plain.model_dump(), "attrs": {"activation": "none"}}).hash == plain.hash
+    biased = WorkloadSpec(op="dense", dims={"N": 768, "K": 768}, symbolic=["M"], attrs={"bias": True})
+    assert biased.hash == "0b50347e3504db25a0be6b331abd493b"
+    assert "activation" not in biased.canonical()["attrs"]  # type: ignore[operator]
+    assert biased.attrs["activation"] == "none"  # but the model has it
+    dims = {"N": 768, "K": 768}
+    hashes = {
+        WorkloadSpec(op="dense", dims=dims, symbolic=["M"], attrs={"bias": True, "activation": act}).hash
+        for act in ("none", "relu", "gelu", "gelu_tanh", "silu")
+    }
+    assert len(hashes) == 5
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -76,6 +94,14 @@ def test_registry_has_the_required_operators() -> None:
         ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M", "M"]}, ("symbolic", 1)),
         ({"op": "dense", "dims": {"N": 8, "K": 8, "M": 4}, "symbolic": ["M"]}, ("symbolic", 0)),
         ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"bias": 3}}, ("attrs", "bias")),
+        (
+            {"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"activation": "tanh"}},
+            ("attrs", "activation"),
+        ),
+        (
+            {"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"activation": True}},
+            ("attrs", "activation"),
+        ),
         ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"stride": 1}}, ("attrs", "stride")),
         ({"op": "dense", "dims": {"N": 10**6, "K": 10**6}, "symbolic": ["M"]}, ("dims",)),
         ({"op": "conv2d", "dims": {"N": 1, "H": 4, "W": 4, "CI": 3, "CO": 8, "KH": 3, "KW": 9}}, ("dims", "KW")),

@@ -12,9 +12,14 @@ from service.tuning.compute import prim_func, random_inputs, reference, toleranc
 from service.tuning.hardware import host_target
 from service.tuning.platforms import tvm_target
 
+EPI_DIMS = {"N": 24, "K": 40}
 CASES = [
     (WorkloadSpec(op="dense", dims={"N": 24, "K": 40}, symbolic=["M"]), {"M": 7}),
     (WorkloadSpec(op="dense", dims={"N": 24, "K": 40}, symbolic=["M"], attrs={"bias": True}), {"M": 5}),
+    *(
+        (WorkloadSpec(op="dense", dims=EPI_DIMS, symbolic=["M"], attrs={"bias": b, "activation": a}), {"M": 3})
+        for b, a in ((True, "gelu"), (False, "silu"), (True, "gelu_tanh"), (False, "relu"))
+    ),
     (WorkloadSpec(op="batch_matmul", dims={"B": 3, "N": 16, "K": 64}, symbolic=["M"]), {"M": 13}),
     (
         WorkloadSpec(
@@ -27,6 +32,20 @@ CASES = [
     ),
     (WorkloadSpec(op="conv2d", dims={"N": 2, "H": 6, "W": 6, "CI": 4, "CO": 8, "KH": 1, "KW": 1}), {}),
 ]
+
+
+def test_a_dense_epilogue_is_one_stage_and_a_bias_alone_keeps_its_block_name() -> None:
+    """Stored MetaSchedule traces of biased dense layers name the block Y_bias: it stays; with an activation
+    bias and activation are one elementwise stage after the product."""
+
+    def blocks(attrs: dict[str, bool | str]) -> list[str]:
+        w = WorkloadSpec(op="dense", dims={"N": 24, "K": 40}, symbolic=["M"], attrs=attrs)
+        return [p.name for p in prim_func(w, {"M": 5})["main"].params]
+
+    assert blocks({}) == ["X", "W", "Y"]
+    assert blocks({"bias": True}) == ["X", "W", "bias", "Y_bias"]
+    assert blocks({"bias": True, "activation": "gelu"}) == ["X", "W", "bias", "Y_epilogue"]
+    assert blocks({"activation": "relu"}) == ["X", "W", "Y_epilogue"]
 
 
 @pytest.mark.parametrize(("workload", "shape"), CASES, ids=lambda c: getattr(c, "op", str(c)))

@@ -132,7 +132,6 @@ def test_ukernel_jobs_reject_workloads_they_cannot_tune(fleet: Fleet) -> None:
     client = fleet.client()
     target = {"kind": "llvm", "mcpu": "znver4", "num_cores": 2}
     for workload, field in [
-        ({**DENSE, "attrs": {"bias": True}}, "workload"),
         ({"op": "batch_matmul", "dims": {"B": 12, "N": 64, "K": 64}, "symbolic": ["M"]}, "workload"),
     ]:
         resp = client._http.post(

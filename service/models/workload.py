@@ -96,7 +96,7 @@ class WorkloadSpec(BaseModel):
                 continue
             if not isinstance(value, bool) and not 0 <= value <= 64:
                 return ("attrs", name), f"attribute {name!r}={value} out of range 0..64"
-        if self.op == "conv2d" and self.attrs["stride"] < 1:
+        if self.op == "conv2d" and int(self.attrs["stride"]) < 1:
             return ("attrs", "stride"), "attribute 'stride' must be >= 1"
         return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from kernelfleet.epilogue import ACTIVATIONS, NO_EPILOGUE, Epilogue, activate, d
 
 def _exact(y: np.ndarray, activation: str) -> np.ndarray:
     """float64 definitions (math.erf, math.tanh), elementwise: the ground truth without torch or scipy."""
-    fn = {
+    fn: Callable[[float], float] = {
         "none": lambda v: v,
         "relu": lambda v: max(v, 0.0),
         "gelu": lambda v: 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))),

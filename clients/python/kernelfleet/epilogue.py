@@ -73,21 +73,22 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def activate(y: np.ndarray, activation: str) -> np.ndarray:
-    """The activation applied elementwise (a new array; `y` is left as it was)."""
+    """The activation applied elementwise, in y's dtype (a new array, or `y` itself for `none`)."""
+    out: np.ndarray
     if activation == "none":
-        return y
-    if activation == "relu":
-        return np.maximum(y, 0).astype(y.dtype, copy=False)
-    if activation == "gelu":
-        out: np.ndarray = (0.5 * y * (1.0 + erf(y * y.dtype.type(0.7071067811865476)))).astype(y.dtype, copy=False)
-        return out
-    if activation == "gelu_tanh":
-        inner = _SQRT_2_OVER_PI * (y + 0.044715 * y * y * y)
-        return (0.5 * y * (1.0 + np.tanh(inner))).astype(y.dtype, copy=False)
-    if activation == "silu":
+        out = y
+    elif activation == "relu":
+        out = np.maximum(y, 0)
+    elif activation == "gelu":
+        out = 0.5 * y * (1.0 + erf(y * y.dtype.type(0.7071067811865476)))
+    elif activation == "gelu_tanh":
+        out = 0.5 * y * (1.0 + np.tanh(_SQRT_2_OVER_PI * (y + 0.044715 * y * y * y)))
+    elif activation == "silu":
         with np.errstate(over="ignore"):  # exp(-y) overflows to inf for very negative y: silu is then -0
-            return (y / (1.0 + np.exp(-y))).astype(y.dtype, copy=False)
-    raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
+            out = y / (1.0 + np.exp(-y))
+    else:
+        raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
+    return out.astype(y.dtype, copy=False)
 
 
 def apply_epilogue(y: np.ndarray, bias: np.ndarray | None, epilogue: Epilogue) -> np.ndarray:

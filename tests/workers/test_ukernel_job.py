@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from kernelfleet import Client
 from kernelfleet.cli import app
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, dense_reference
 from kernelfleet.errors import NotFound
 from kernelfleet.signing import UntrustedArtifact
 from tests.helpers import Fleet, wait_for
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.slow
 
 N, K, S_MAX = 64, 48, 40
 DENSE = {"op": "dense", "dims": {"N": N, "K": K}, "symbolic": ["M"]}
+GELU = Epilogue(bias=True, activation="gelu")
+LAYER = {**DENSE, "attrs": GELU.to_dict()}  # a transformer MLP's first layer: bias and gelu fused in the uKernels
 DIST = {"kind": "uniform", "dim": "M", "low": 1, "high": S_MAX}
 UNSEEN = [S_MAX + 1, 53, 97, 131]  # beyond the tuned range: the table's last interval extends
 
@@ -50,19 +53,22 @@ def _target(client: Client) -> dict[str, object]:
     return {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
 
 
-def _check_all_shapes(dispatcher, shapes: list[int]) -> None:  # type: ignore[no-untyped-def]
+def _check_all_shapes(dispatcher, shapes: list[int], epilogue: Epilogue = NO_EPILOGUE) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(3)
     w = rng.standard_normal((N, K)).astype("float32")
+    b = rng.standard_normal(N).astype("float32") if epilogue.bias else None
     for s in shapes:
         x = rng.standard_normal((s, K)).astype("float32")
-        np.testing.assert_allclose(dispatcher(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"S={s}")
+        got = dispatcher(x, w) if b is None else dispatcher(x, w, bias=b)
+        expected = dense_reference(x, w, b, epilogue)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4, err_msg=f"S={s}")
 
 
 def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fleet, tmp_path: Path) -> None:
     fleet.start_api()
     fleet.start_worker("w1")
     client = fleet.client()
-    job = client.submit(DENSE, _target(client), DIST, kind="ukernel", budget={"trials": 3, "max_shapes": 2})
+    job = client.submit(LAYER, _target(client), DIST, kind="ukernel", budget={"trials": 3, "max_shapes": 2})
     done = client.wait(job.id, timeout_s=300, poll_s=0.5)
     assert done.state == "succeeded" and done.trials_done == done.trials_total > 0
     assert done.published is True and done.publish_reason is None
@@ -75,6 +81,7 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
     assert doc_and_etag is not None
     doc, etag = doc_and_etag
     assert doc.s_max == S_MAX and doc.job_id == job.id and len(doc.predicted_latency_s) == S_MAX
+    assert doc.table["epilogue"] == GELU.to_dict() and all(u.spec["activation"] == "gelu" for u in doc.ukernels)
     assert (
         doc.ukernels
         and client._http.get("/v1/dispatch", params={"workload": workload, "target": target}).headers[
@@ -86,8 +93,8 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
 
     cache = tmp_path / "cache"
     dispatcher = client.dispatcher(workload, target, cache_dir=cache)
-    assert dispatcher.source == "service" and not dispatcher.fallback
-    _check_all_shapes(dispatcher, [*range(1, S_MAX + 1), *UNSEEN])
+    assert dispatcher.source == "service" and not dispatcher.fallback and dispatcher.epilogue == GELU
+    _check_all_shapes(dispatcher, [*range(1, S_MAX + 1), *UNSEEN], GELU)
     assert sum(u.fallbacks for u in dispatcher.usage().values()) == 0
 
     # a tampered artifact or document in the cache is refused, and so is a key other than the pinned one
@@ -119,10 +126,10 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
     offline = fleet.client(retries=0, timeout=2)
     cached = offline.dispatcher(workload, target, cache_dir=cache)
     assert cached.source == "cache" and not cached.fallback
-    _check_all_shapes(cached, [1, 17, S_MAX, *UNSEEN])
-    bare = offline.dispatcher(workload, target, cache_dir=tmp_path / "empty-cache")
+    _check_all_shapes(cached, [1, 17, S_MAX, *UNSEEN], GELU)
+    bare = offline.dispatcher(workload, target, cache_dir=tmp_path / "empty-cache", epilogue=GELU)
     assert bare.source == "fallback" and bare.fallback
-    _check_all_shapes(bare, [5, 61])
+    _check_all_shapes(bare, [5, 61], GELU)  # numpy, with the layer's bias and gelu
     usage = bare.usage()
     assert usage[5].fallbacks == usage[5].calls == 1 and usage[61].fallbacks == 1
 

@@ -48,7 +48,7 @@ def vendor_call(
     op: str, sizes: Mapping[str, int], attrs: Mapping[str, Any], dtype: str = "float32", l2_bytes: int = 0
 ) -> Callable[[], Any]:
     """A function making the next vendor call for `op` at `sizes` (the workload's bound dims), each call on
-    the next copy of the weight operand. Layouts are the workload's: dense X[M,K]·W[N,K]ᵀ (+ bias),
+    the next copy of the weight operand. Layouts are the workload's: dense act(X[M,K]·W[N,K]ᵀ (+ bias)),
     batch_matmul A[B,M,K]·Bt[B,N,K]ᵀ, conv2d NHWC input with a KH×KW×CI→CO filter (channels_last in torch,
     which is NHWC in memory)."""
     torch = torch_cuda()
@@ -65,7 +65,16 @@ def vendor_call(
         x, weight = randn(s["M"], s["K"]), randn(s["N"], s["K"])
         bias = randn(s["N"]) if attrs.get("bias") else None
         weights = _copies(weight, l2_bytes)
-        return _cycling(weights, lambda w: F.linear(x, w, bias))
+        activation = str(attrs.get("activation", "none"))  # the layer's fused activation, as torch runs it
+        if activation == "none":
+            return _cycling(weights, lambda w: F.linear(x, w, bias))
+        act = {
+            "relu": F.relu,
+            "gelu": F.gelu,
+            "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+            "silu": F.silu,
+        }[activation]
+        return _cycling(weights, lambda w: act(F.linear(x, w, bias)))
     if op == "batch_matmul":
         a, bt = randn(s["B"], s["M"], s["K"]), randn(s["B"], s["N"], s["K"])
         return _cycling(_copies(bt, l2_bytes), lambda b: torch.matmul(a, b.transpose(1, 2)))

@@ -2,7 +2,9 @@
 
 Standalone on purpose (no service imports): it runs in its own process so ZigZag's dump files, logging and
 memory stay out of the worker. Accelerator: PE weight registers, int32 accumulator, int8 scratchpad, DRAM
-behind the DMA bus, a DIM×DIM array (K on columns, C on rows), energies from BACO Table 6.3 per port word.
+behind the DMA bus, a DIM×DIM array (K on columns, C on rows). Scratchpad/accumulator energies per access come
+from the payload's `sram` (CACTI 7 per row access, from the parent's area model) when present, else from BACO
+Table 6.3 per port word (the analytical model's own constants); PE, register and DRAM energies are Table 6.3's.
 """
 
 import json
@@ -20,17 +22,24 @@ def ceil_to(x, m):
     return -(-x // m) * m
 
 
-def accelerator(hw):
+def accelerator(hw, sram=None):
     d = hw["dim"]
     spad_bw, acc_bw, bus = 2 * d * 8, 2 * d * 32, hw["dma_buswidth"]
-    epa_acc = 1.94 + 0.1005 * hw["acc_kib"] / d
-    epa_sp = 0.49 + 0.025 * hw["sp_kib"]
+    if sram:  # a port word is spad_bw (acc_bw) bits: that many bits' worth of CACTI row accesses
+        sp, ac = sram["scratchpad"], sram["accumulator"]
+        sp_cost = (sp["read_pj"] * spad_bw / sp["row_bits"], sp["write_pj"] * spad_bw / sp["row_bits"])
+        acc_cost = (ac["read_pj"] * acc_bw / ac["row_bits"], ac["write_pj"] * acc_bw / ac["row_bits"])
+    else:
+        epa_acc = 1.94 + 0.1005 * hw["acc_kib"] / d
+        epa_sp = 0.49 + 0.025 * hw["sp_kib"]
+        sp_cost, acc_cost = (epa_sp * 2 * d,) * 2, (epa_acc * 2 * d,) * 2
 
     def mem(size, cost, bw, operands, ports, served):
+        r_cost, w_cost = cost if isinstance(cost, tuple) else (cost, cost)
         return {
             "size": size,
-            "r_cost": cost,
-            "w_cost": cost,
+            "r_cost": r_cost,
+            "w_cost": w_cost,
             "area": 0,
             "latency": 1,
             "operands": operands,
@@ -54,7 +63,7 @@ def accelerator(hw):
             ),
             "accumulator": mem(
                 hw["acc_kib"] * 8192,
-                epa_acc * 2 * d,
+                acc_cost,
                 acc_bw,
                 ["O"],
                 [
@@ -65,7 +74,7 @@ def accelerator(hw):
             ),
             "scratchpad": mem(
                 hw["sp_kib"] * 8192,
-                epa_sp * 2 * d,
+                sp_cost,
                 spad_bw,
                 ["I1", "I2"],
                 [
@@ -176,7 +185,7 @@ def score(payload, td):
     wl, mapping, padded = problem(payload)
     acc_path, map_path = os.path.join(td, "accel.yaml"), os.path.join(td, "mapping.yaml")
     with open(acc_path, "w") as f:
-        yaml.safe_dump(accelerator(payload["hw"]), f, sort_keys=False)
+        yaml.safe_dump(accelerator(payload["hw"], payload.get("sram")), f, sort_keys=False)
     with open(map_path, "w") as f:
         yaml.safe_dump(mapping, f, sort_keys=False)
     t0 = time.time()
@@ -191,6 +200,7 @@ def score(payload, td):
         # the array model here keeps weights in the PEs: an OS config is scored as if it were WS
         "dataflow_modelled": "WS",
         "temporal_ordering": mapping[0]["temporal_ordering"],
+        "sram_energy": payload["sram"]["source"] if payload.get("sram") else "baco-table-6.3",
     }
 
 

@@ -106,3 +106,15 @@ def test_zigzag_energies_come_from_cacti() -> None:
     assert a.energy_pj and b.energy_pj and t.energy_pj
     assert b.energy_pj > a.energy_pj  # only the scratchpad size changed: CACTI's per-access energy moved it
     assert a.energy_pj != pytest.approx(t.energy_pj, rel=0.02)
+
+
+def test_co_explore_stays_within_the_area_budget() -> None:
+    from service.tuning.tuners.gemmini.search import Limits, co_explore
+
+    budget = default_budget()
+    layer = Layer.gemm("g", M=256, N=256, K=256)
+    r = co_explore([layer], 200, seed=0, limits=Limits(buses=(128,), accept=budget.fits))
+    assert budget.fits(r.hw)
+    assert all(budget.fits(hw) for hw in r.explored)
+    with pytest.raises(ValueError):
+        co_explore([layer], 10, start_hw=replace(DEFAULT_HW, dim=32), limits=Limits(accept=budget.fits))

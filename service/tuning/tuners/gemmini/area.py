@@ -131,6 +131,9 @@ class ResourceBudget:
         if self.max_buswidth is not None and hw.dma_buswidth > self.max_buswidth:
             return f"{hw.dma_buswidth}-bit bus > {self.max_buswidth}"
         if self.area_mm2 is not None:
+            logic = (1 + OVERHEAD_FRACTION) * hw.dim * hw.dim * pe_area_um2(hw, self.tech_nm) / 1e6
+            if logic > self.area_mm2:  # already over without any SRAM: skip the CACTI runs
+                return f"PE array alone {logic:.3f} mm² > {self.area_mm2:.3f} mm² at {self.tech_nm} nm"
             area = config_area_mm2(hw, self.tech_nm)
             if area > self.area_mm2 * (1 + 1e-9):
                 return f"{area:.3f} mm² > {self.area_mm2:.3f} mm² at {self.tech_nm} nm"

@@ -47,6 +47,11 @@ class Limits:
 
     buses: tuple[int, ...] = BUS_WIDTHS
     dataflows: tuple[Dataflow, ...] = ("WS", "OS")
+    # e.g. area.ResourceBudget.fits: configs it rejects are never proposed (equal-resource comparisons)
+    accept: Callable[[HwConfig], bool] | None = None
+
+    def allows(self, hw: HwConfig) -> bool:
+        return self.accept is None or self.accept(hw)
 
 
 @dataclass
@@ -214,7 +219,7 @@ def hw_neighbours(hw: HwConfig, limits: Limits = Limits()) -> list[HwConfig]:
     for flow in limits.dataflows:
         if flow != hw.dataflow:
             out.append(replace(hw, dataflow=flow))
-    return [h for h in out if h != hw and h.problem() is None]
+    return [h for h in out if h != hw and h.problem() is None and limits.allows(h)]
 
 
 def random_hw(rng: random.Random, limits: Limits = Limits()) -> HwConfig:
@@ -226,7 +231,7 @@ def random_hw(rng: random.Random, limits: Limits = Limits()) -> HwConfig:
             dataflow=rng.choice(limits.dataflows),
             dma_buswidth=rng.choice(limits.buses),
         )
-        if hw.problem() is None:
+        if hw.problem() is None and limits.allows(hw):
             return hw
 
 
@@ -261,7 +266,8 @@ def co_explore(
     Iterated local search: hill-climb the hardware from `start_hw` (BACO starts from the default), then from
     random hardware points (BACO's random start points) until the budget is spent. `limits` restricts the
     hardware (see Limits); `start_hw` must satisfy them."""
-    if start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows:
+    outside = start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows
+    if outside or not limits.allows(start_hw):
         raise ValueError(f"start_hw {start_hw} is outside the limits {limits}")
     rng = random.Random(seed)
     ev = Evaluator(budget)

@@ -124,7 +124,7 @@ def run_cacti(size_bytes: int, row_bits: int, tech_nm: int) -> dict[str, float]:
         raise ValueError(f"technology {tech_nm} nm: CACTI's tech_params cover {CACTI_NODES_NM}")
     if row_bits % 8 or size_bytes * 8 < row_bits * MIN_ROWS:
         raise ValueError(f"macro {size_bytes} B × {row_bits}-bit rows: need whole bytes and ≥ {MIN_ROWS} rows")
-    cfg = CactiConfig()
+    cfg = CactiConfig()  # type: ignore[no-untyped-call]
     cfg.baseline_config = [ln.replace('-Add ECC - "true"', '-Add ECC - "false"') for ln in cfg.baseline_config]
     values = {
         "technology": tech_nm / 1000,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
+from service.tuning.tuners.gemmini.area import sram_energies
 from service.tuning.tuners.gemmini.backends.base import (
     CHILDREN,
     MAIN_PYTHON,
@@ -17,7 +18,6 @@ from service.tuning.tuners.gemmini.backends.base import (
     layer_payload,
     run_child,
 )
-from service.tuning.tuners.gemmini.area import sram_energies
 from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
 from service.tuning.tuners.gemmini.sram import CactiError
 

@@ -65,7 +65,7 @@ static void run{i}(void) {{
   gemmini_flush(0);
   uint64_t start = read_cycles();
   tiled_conv({n}, {H}, {H}, {c}, {k}, {lay.P}, {lay.P}, {lay.stride}, 1, 1, 0, {r},
-             false, false, false, false, false, {args},
+             {c}, {k}, {k}, false, false, false, false, false, {args},
              (elem_t*)In{i}, (elem_t*)W{i}, NULL, (elem_t*)O{i}, NO_ACTIVATION, ACC_SCALE_IDENTITY, 0, 0, 0, {flow});
   gemmini_fence();
   uint64_t end = read_cycles();

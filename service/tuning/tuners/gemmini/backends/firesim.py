@@ -321,3 +321,32 @@ class FireSimBackend(Backend):
         if not found:
             raise BackendError(f"firesim runworkload left no uartlog for {bench} (suffix_tag {tag})")
         return found[-1]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Write one run's files into a FireSim checkout (for checking them with `firesim runcheck`):
+    python -m service.tuning.tuners.gemmini.backends.firesim FIRESIM_DIR HWDB_NAME BITSTREAM_TAR [--metasim]"""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("firesim_dir")
+    p.add_argument("hwdb_name")
+    p.add_argument("bitstream_tar")
+    p.add_argument("--platform", default="XilinxAlveoU250InstanceDeployManager")
+    p.add_argument("--metasim", action="store_true", help="metasimulation_enabled: true")
+    p.add_argument("--tag", default="runcheck")
+    a = p.parse_args(argv)
+    hw = HwConfig()
+    be = FireSimBackend(a.firesim_dir, Path(a.firesim_dir) / "kf-registry.json", platform=a.platform)
+    be.metasimulation = a.metasim
+    entry = {"hwdb_name": a.hwdb_name, "bitstream_tar": a.bitstream_tar, "generator_args": generator_args(hw)}
+    bench = f"kf-gemmini-{a.tag}"
+    runtime, hwdb = be.write_run_files(hw, entry, bench, a.tag)
+    params = runtime.parent / "include" / "gemmini_params.h"
+    params.parent.mkdir(exist_ok=True)
+    params.write_text(render_params_h(entry["generator_args"]))
+    print(f"firesim runcheck -c {runtime} -a {hwdb}")
+
+
+if __name__ == "__main__":
+    main()

@@ -52,7 +52,9 @@ class GemminiPlatform(Platform):
                 if var in env
             }
             if "KERNELFLEET_FIRESIM_HOSTS" in env:  # "host:spec,host:spec", e.g. "localhost:one_fpgas_spec"
-                optional["run_farm_hosts"] = [tuple(h.split(":", 1)) for h in env["KERNELFLEET_FIRESIM_HOSTS"].split(",")]
+                optional["run_farm_hosts"] = [
+                    tuple(h.split(":", 1)) for h in env["KERNELFLEET_FIRESIM_HOSTS"].split(",")
+                ]
             if env.get("KERNELFLEET_FIRESIM_METASIM", "") in ("1", "true", "yes"):
                 optional["metasimulation"] = True
             return get_backend(

@@ -53,10 +53,21 @@ SAMPLE_RUNTIME_KEYS = {
     "synth_print": {"start", "end", "cycle_prefix"},
 }
 # ... of sample_config_hwdb.yaml's entry, and of run-farm-recipes/externally_provisioned.yaml's managerinit block
-SAMPLE_HWDB_ENTRY_KEYS = {"bitstream_tar", "deploy_quintuplet_override", "deploy_makefrag_override", "custom_runtime_config"}
+SAMPLE_HWDB_ENTRY_KEYS = {
+    "bitstream_tar",
+    "deploy_quintuplet_override",
+    "deploy_makefrag_override",
+    "custom_runtime_config",
+}
 EXTERNALLY_PROVISIONED_ARGS = {"default_platform", "default_simulation_dir", "default_fpga_db", "run_farm_hosts_to_use"}
 # ... of deploy/workloads/null.json (a workload without rootfs)
-NULL_WORKLOAD_KEYS = {"benchmark_name", "common_bootbinary", "common_rootfs", "common_outputs", "common_simulation_outputs"}
+NULL_WORKLOAD_KEYS = {
+    "benchmark_name",
+    "common_bootbinary",
+    "common_rootfs",
+    "common_outputs",
+    "common_simulation_outputs",
+}
 
 LAYERS = [Layer.gemm("g64", 64, 64, 64), Layer.gemm("g_odd", 40, 72, 24), Layer.conv("c8", 8, 8, 16, 16, 3, 3)]
 
@@ -97,7 +108,7 @@ def test_generated_files_carry_exactly_the_sample_keys(backend: FireSimBackend, 
     assert rt["workload"] == {"workload_name": "kf-bench.json", "terminate_on_completion": False, "suffix_tag": "t1"}
     assert set(json.loads(hwdb.read_text())["kf_default"]) == SAMPLE_HWDB_ENTRY_KEYS
     wl = json.loads((backend.dir / "deploy" / "workloads" / "kf-bench.json").read_text())
-    assert NULL_WORKLOAD_KEYS <= set(wl) and set(wl) - NULL_WORKLOAD_KEYS == {"workloads"}
+    assert set(wl) >= NULL_WORKLOAD_KEYS and set(wl) - NULL_WORKLOAD_KEYS == {"workloads"}
     assert wl["common_rootfs"] is None and wl["workloads"][0]["bootbinary"] == "kf-bench-baremetal"
 
 
@@ -217,8 +228,13 @@ def test_generated_program_compiles_against_the_real_gemmini_h(hw: HwConfig, tmp
     assert out.read_bytes()[:4] == b"\x7fELF"
     # built against our header, not the checkout's default one
     pre = subprocess.run(
-        ["riscv64-unknown-elf-gcc", "-E", "-dM", *baremetal_build_cmd(src, out, tmp_path, rocc, link=False)[1:-4],
-         str(src)],
+        [
+            "riscv64-unknown-elf-gcc",
+            "-E",
+            "-dM",
+            *baremetal_build_cmd(src, out, tmp_path, rocc, link=False)[1:-4],
+            str(src),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

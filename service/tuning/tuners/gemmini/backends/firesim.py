@@ -34,6 +34,7 @@ from service.tuning.tuners.gemmini.backends.firesim_program import baremetal_bui
 from service.tuning.tuners.gemmini.backends.gemmini_params import generator_args, render_params_h
 from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
 
+
 class MissingBitstream(BackendError):
     pass
 

@@ -83,10 +83,21 @@ static void run{i}(void) {{
 
 
 # bareMetalC/Makefile's CFLAGS + CFLAGS_BAREMETAL (gemmini-rocc-tests@180c4684)
-MAKEFILE_CFLAGS = (
-    "-DPREALLOCATE=1 -DMULTITHREAD=1 -mcmodel=medany -std=gnu99 -O2 -ffast-math -fno-common -fno-builtin-printf "
-    "-fno-tree-loop-distribute-patterns -march=rv64gc -Wa,-march=rv64gc -DPRINT_TILE=0 -DBAREMETAL=1"
-).split()
+MAKEFILE_CFLAGS = [
+    "-DPREALLOCATE=1",
+    "-DMULTITHREAD=1",
+    "-mcmodel=medany",
+    "-std=gnu99",
+    "-O2",
+    "-ffast-math",
+    "-fno-common",
+    "-fno-builtin-printf",
+    "-fno-tree-loop-distribute-patterns",
+    "-march=rv64gc",
+    "-Wa,-march=rv64gc",
+    "-DPRINT_TILE=0",
+    "-DBAREMETAL=1",
+]
 # what newer GCCs make errors anyway: a wrong call must not slip through as a warning
 STRICT_CFLAGS = [
     "-Werror=implicit-function-declaration",

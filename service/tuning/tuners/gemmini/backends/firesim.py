@@ -96,7 +96,7 @@ class FireSimBackend(Backend):
         timeout_s: float = 3600.0,
         batch: int = 20,
         platform: str = "XilinxAlveoU250InstanceDeployManager",
-        run_farm_hosts: Sequence[tuple[str, str]] = (("localhost", "one_fpgas_spec"),),
+        run_farm_hosts: Sequence[tuple[str, str]] | None = None,
         simulation_dir: str | None = None,
         fpga_db: str = "/opt/firesim-db.json",
         metasimulation: bool = False,
@@ -108,7 +108,10 @@ class FireSimBackend(Backend):
         self.firesim_cmd, self.build_cmd = firesim_cmd, build_cmd
         self.rocc_tests = Path(rocc_tests_dir) if rocc_tests_dir else self.dir.parent / "gemmini-rocc-tests"
         self.timeout_s, self.batch = timeout_s, batch
-        self.platform, self.run_farm_hosts = platform, [(h, s) for h, s in run_farm_hosts]
+        # a host spec of the externally_provisioned recipe: FPGA slots, or metasimulation slots (num_metasims)
+        default_hosts = [("localhost", "four_metasims_spec" if metasimulation else "one_fpgas_spec")]
+        self.platform = platform
+        self.run_farm_hosts = [(h, s) for h, s in run_farm_hosts] if run_farm_hosts else default_hosts
         self.simulation_dir = simulation_dir or str(Path.home() / "FIRESIM_RUNS_DIR")  # managerinit's default
         self.fpga_db, self.metasimulation, self.metasim_host_simulator = fpga_db, metasimulation, metasim_host_simulator
         self.sourceme_args = sourceme_args  # e.g. --skip-ssh-setup where the run farm needs no ssh-agent
@@ -338,8 +341,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--tag", default="runcheck")
     a = p.parse_args(argv)
     hw = HwConfig()
-    be = FireSimBackend(a.firesim_dir, Path(a.firesim_dir) / "kf-registry.json", platform=a.platform)
-    be.metasimulation = a.metasim
+    be = FireSimBackend(
+        a.firesim_dir, Path(a.firesim_dir) / "kf-registry.json", platform=a.platform, metasimulation=a.metasim
+    )
     entry = {"hwdb_name": a.hwdb_name, "bitstream_tar": a.bitstream_tar, "generator_args": generator_args(hw)}
     bench = f"kf-gemmini-{a.tag}"
     runtime, hwdb = be.write_run_files(hw, entry, bench, a.tag)

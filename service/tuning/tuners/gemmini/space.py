@@ -327,7 +327,7 @@ def double_buffered(layer: Layer, flow: LayerFlow) -> bool:
 def fit_flow(hw: HwConfig, layer: Layer, m: Mapping, flow: LayerFlow) -> str | None:
     """Why `layer` cannot run on `hw` with tiles `m` and dataflow `flow` (as gemmini.h's asserts say), or None."""
     if flow not in hw.flows(layer):
-        if layer.op == "conv" and flow == "OS":
+        if layer.op == "conv":
             return 'gemmini.h\'s tiled_conv rejects OS ("Gemmini convs do not currently support OS")'
         return f"dataflow {flow} is not built into a {hw.dataflow} array"
     for d in DIMS:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from service.tuning.tuners.gemmini.gemmini_h import default_mapping, matmul_auto_tiles
 from service.tuning.tuners.gemmini.importance import ImportanceScheduler, LayerState
 from service.tuning.tuners.gemmini.model import layer_cost, network_cost
 from service.tuning.tuners.gemmini.search import co_explore, default_point, random_search
-from service.tuning.tuners.gemmini.gemmini_h import default_mapping, matmul_auto_tiles
 from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping, fit
 
 

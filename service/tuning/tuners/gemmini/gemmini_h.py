@@ -58,7 +58,8 @@ def matmul_auto_mapping(hw: HwConfig, layer: Layer, flow: LayerFlow) -> Mapping:
     return Mapping({"N": ti * d, "K": tj * d, "C": tk * d, "P": 1, "Q": 1, "R": 1, "S": 1}, flow)
 
 
-CONV_ARGS = ("N", "P", "Q", "K", "R", "S", "C")  # gemmini.h's args[]: batches, porows, pocols, pochs, krows, kcols, kchs
+# gemmini.h's args[]: batches, porows, pocols, pochs, krows, kcols, kchs
+CONV_ARGS = ("N", "P", "Q", "K", "R", "S", "C")
 _OCOLS, _OROWS, _OCHS, _ICHS = 2, 1, 3, 6
 
 

@@ -149,6 +149,28 @@ def violations(cfg: HwConfig) -> list[str]:
     return [why for rule in RULES if rule not in _NEEDS_VALID_SHAPE and (why := rule(cfg))]
 
 
+RULE_FIELD: dict[Callable[[HwConfig], str | None], str] = {
+    dim_at_least_2: "dim",
+    dim_pow2: "dim",
+    element_widths: "input_bits",
+    input_width_in_header: "input_bits",
+    whole_capacity: "sp_kib",
+    sp_bank_rows_pow2: "sp_kib",
+    sp_bank_rows_multiple_of_dim: "sp_kib",
+    acc_bank_rows_pow2: "acc_kib",
+    acc_bank_rows_multiple_of_dim: "acc_kib",
+    sp_tiles_cover_acc_tiles: "sp_kib",
+}
+
+
+def field_violations(cfg: HwConfig) -> list[tuple[str, str]]:
+    """`violations` with the HwConfig field each one is about (for a 422 that names the field)."""
+    shape = [(RULE_FIELD[r], why) for r in RULES if r in _NEEDS_VALID_SHAPE and (why := r(cfg))]
+    if shape:
+        return shape
+    return [(RULE_FIELD[r], why) for r in RULES if r not in _NEEDS_VALID_SHAPE and (why := r(cfg))]
+
+
 def legal(cfg: HwConfig) -> bool:
     return not violations(cfg)
 

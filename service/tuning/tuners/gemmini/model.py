@@ -6,8 +6,8 @@ its latency; the tile takes max(compute, reads, writes) (BACO assumes perfect ov
 double-buffering buys) and the layer takes that times the sequential trip count, plus the first load and
 the last store that nothing overlaps. OS matmuls in gemmini.h are not double-buffered, so their loads,
 compute and stores add up instead (convs run WS only). Each layer runs with one dataflow: the array's, or on
-a BOTH array the better of WS and OS for that layer (`layer_cost`). Energy = padded MACs × EPA_PE + Σ accesses(level) × EPA(level), in pJ; a word is
-an int8 element (int32 in the accumulator). Compute counts the MACs the array really performs: channels
+a BOTH array the better of WS and OS for that layer (`layer_cost`).
+Energy = padded MACs × EPA_PE + Σ accesses(level) × EPA(level), in pJ; a word is an int8 element (int32 in the accumulator). Compute counts the MACs the array really performs: channels
 padded to DIM, so an oversized array pays for idle PEs.
 """
 

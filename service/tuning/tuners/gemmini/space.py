@@ -171,8 +171,11 @@ class HwConfig:
         """The dataflows `layer` can run with on this hardware: gemmini.h's tiled_matmul takes WS or OS if the
         array has it; tiled_conv exits on OS ("Gemmini convs do not currently support OS", gemmini.h L2217 at
         gemmini-rocc-tests 180c46848eca06933df4a2ab8c1351ba1d005e09), so convs run WS and need WS hardware."""
-        have: tuple[LayerFlow, ...] = ("WS", "OS") if self.dataflow == "BOTH" else (self.dataflow,)  # type: ignore[assignment]
-        return tuple(f for f in have if layer.op == "gemm" or f == "WS")
+        return self.flows_for(layer.op)
+
+    def flows_for(self, op: str) -> tuple[LayerFlow, ...]:
+        have: tuple[LayerFlow, ...] = ("WS", "OS") if self.dataflow == "BOTH" else (self.dataflow,)
+        return tuple(f for f in have if op == "gemm" or f == "WS")
 
     def generator_config(self) -> dict[str, Any]:
         """The full GemminiArrayConfig this point builds: the key of its bitstream."""
@@ -190,7 +193,6 @@ class HwConfig:
             "dma_maxbytes": 64,
             "max_in_flight_mem_reqs": 16,
             "inputType": f"SInt{self.input_bits}",
-            "weightType": f"SInt{self.input_bits}",
             "accType": f"SInt{self.acc_bits}",
         }
 
@@ -237,7 +239,8 @@ def legal_acc_kibs(dim: int, acc_bits: int = 32) -> list[int]:
 
 
 def _legal_kibs(dim: int, banks: int, bits: int, bounds: tuple[int, int]) -> list[int]:
-    out, rows = [], dim
+    out: list[int] = []
+    rows = dim
     while True:
         bytes_ = banks * rows * dim * bits // 8
         if bytes_ > bounds[1] * 1024:

@@ -19,11 +19,28 @@ far outside the capacity bounds the space uses).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from service.tuning.tuners.gemmini.space import HwConfig
+
+class HwConfig(Protocol):
+    """What the rules read of a config (space.HwConfig has it; this module imports nothing of the space)."""
+
+    @property
+    def dim(self) -> int: ...
+    @property
+    def sp_kib(self) -> int: ...
+    @property
+    def acc_kib(self) -> int: ...
+    @property
+    def input_bits(self) -> int: ...
+    @property
+    def acc_bits(self) -> int: ...
+    @property
+    def sp_banks(self) -> int: ...
+    @property
+    def acc_banks(self) -> int: ...
+
 
 WIDTHS = (8, 16, 32, 64)  # GemminiConfigs.scala L326/L328
 
@@ -173,31 +190,3 @@ def field_violations(cfg: HwConfig) -> list[tuple[str, str]]:
 
 def legal(cfg: HwConfig) -> bool:
     return not violations(cfg)
-
-
-def generator_violations(gen: Mapping[str, Any]) -> list[str]:
-    """The same checks on a GemminiArrayConfig as a dict (e.g. a FireSim bitstream's recorded config), plus
-    the two a dict can break but HwConfig cannot express: a square array (GemminiConfigs.scala L191, L275,
-    L325) and weightType = inputType (L105)."""
-    from service.tuning.tuners.gemmini.space import HwConfig
-
-    rows = int(gen.get("meshRows", 16)) * int(gen.get("tileRows", 1))
-    cols = int(gen.get("meshColumns", 16)) * int(gen.get("tileColumns", 1))
-    out = []
-    if rows != cols:
-        out.append(f"array {rows}x{cols} is not square (GemminiConfigs.scala L275)")
-    wi, ww = _bits(gen.get("inputType", "SInt8")), _bits(gen.get("weightType", gen.get("inputType", "SInt8")))
-    if wi != ww:
-        out.append(f"weightType width {ww} != inputType width {wi} (GemminiConfigs.scala L105)")
-    if out:
-        return out
-    try:
-        cfg = HwConfig.from_generator_config(dict(gen))
-    except (KeyError, ValueError) as exc:
-        return [f"not a Gemmini generator config: {exc}"]
-    return violations(cfg)
-
-
-def _bits(type_name: object) -> int:
-    digits = "".join(ch for ch in str(type_name) if ch.isdigit())
-    return int(digits) if digits else 0

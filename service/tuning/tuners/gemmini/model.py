@@ -7,8 +7,9 @@ double-buffering buys) and the layer takes that times the sequential trip count,
 the last store that nothing overlaps. OS matmuls in gemmini.h are not double-buffered, so their loads,
 compute and stores add up instead (convs run WS only). Each layer runs with one dataflow: the array's, or on
 a BOTH array the better of WS and OS for that layer (`layer_cost`).
-Energy = padded MACs × EPA_PE + Σ accesses(level) × EPA(level), in pJ; a word is an int8 element (int32 in the accumulator). Compute counts the MACs the array really performs: channels
-padded to DIM, so an oversized array pays for idle PEs.
+Energy = padded MACs × EPA_PE + Σ accesses(level) × EPA(level), in pJ; a word is an int8 element (int32
+in the accumulator). Compute counts the MACs the array really performs: channels padded to DIM,
+so an oversized array pays for idle PEs.
 """
 
 from __future__ import annotations

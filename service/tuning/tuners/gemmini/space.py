@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping as MappingABC
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -77,8 +78,20 @@ class Layer:
         if P < 1 or Q < 1:
             raise ValueError(f"conv {name}: empty output for {H}x{W} with a {KH}x{KW} kernel")
         return Layer(
-            name, "conv", N=batch, P=P, Q=Q, C=CI, K=CO, R=KH, S=KW, stride=stride, weight=weight, padding=padding,
-            H=H, W=W,
+            name,
+            "conv",
+            N=batch,
+            P=P,
+            Q=Q,
+            C=CI,
+            K=CO,
+            R=KH,
+            S=KW,
+            stride=stride,
+            weight=weight,
+            padding=padding,
+            H=H,
+            W=W,
         )
 
     def size(self, d: str) -> int:
@@ -425,3 +438,29 @@ def _pow2_upto(n: int) -> list[int]:
         out.append(v)
         v *= 2
     return out
+
+
+def generator_violations(gen: MappingABC[str, Any]) -> list[str]:
+    """The same checks on a GemminiArrayConfig as a dict (e.g. a FireSim bitstream's recorded config), plus
+    the two a dict can break but HwConfig cannot express: a square array (GemminiConfigs.scala L191, L275,
+    L325) and weightType = inputType (L105)."""
+    rows = int(gen.get("meshRows", 16)) * int(gen.get("tileRows", 1))
+    cols = int(gen.get("meshColumns", 16)) * int(gen.get("tileColumns", 1))
+    out = []
+    if rows != cols:
+        out.append(f"array {rows}x{cols} is not square (GemminiConfigs.scala L275)")
+    wi, ww = _bits(gen.get("inputType", "SInt8")), _bits(gen.get("weightType", gen.get("inputType", "SInt8")))
+    if wi != ww:
+        out.append(f"weightType width {ww} != inputType width {wi} (GemminiConfigs.scala L105)")
+    if out:
+        return out
+    try:
+        cfg = HwConfig.from_generator_config(dict(gen))
+    except (KeyError, ValueError) as exc:
+        return [f"not a Gemmini generator config: {exc}"]
+    return cfg.violations()
+
+
+def _bits(type_name: object) -> int:
+    digits = "".join(ch for ch in str(type_name) if ch.isdigit())
+    return int(digits) if digits else 0

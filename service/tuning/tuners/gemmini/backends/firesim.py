@@ -58,7 +58,7 @@ class BitstreamRegistry:
 
     def configs(self) -> list[HwConfig]:
         """The registered configs Gemmini can generate (an entry its generator would refuse is not offered)."""
-        from service.tuning.tuners.gemmini.legality import generator_violations
+        from service.tuning.tuners.gemmini.space import generator_violations
 
         gens = [e["generator_config"] for e in self._load().values()]
         return [HwConfig.from_generator_config(g) for g in gens if not generator_violations(g)]  # type: ignore[arg-type]

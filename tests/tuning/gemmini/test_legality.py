@@ -264,3 +264,34 @@ def test_limits_restrict_the_dataflow() -> None:
     ws = replace(DEFAULT_HW, dataflow="WS")
     r = S.co_explore(LAYERS[:1], 400, seed=0, start_hw=ws, limits=S.Limits(dataflows=("WS",)))
     assert r.hw.dataflow == "WS" and all(m.flow == "WS" for m in r.mappings)
+
+
+def test_the_kind_refuses_configs_gemmini_cannot_generate() -> None:
+    from service.tuning.kinds import KINDS
+
+    kind = KINDS.get("gemmini")
+    good = {
+        "format": "gemmini-cotune",
+        "layer": "gemm M=64 N=64 K=64",
+        "backend": "zigzag",
+        "hw": DEFAULT_HW.to_dict(),
+        "mapping": {"N": 64, "K": 64, "C": 64},
+        "op": "gemm",
+        "dataflow": "OS",
+        "measured_cycles": 1000.0,
+    }
+    assert kind.check_config(good) is None
+    for field, value, loc in (
+        ("sp_kib", 3, ("hw", "sp_kib")),  # GemminiConfigs.scala L273
+        ("acc_kib", 24, ("hw", "acc_kib")),  # LocalAddr.scala L48
+        ("dim", 24, ("hw", "dim")),  # L277
+        ("input_bits", 64, ("hw", "input_bits")),  # L285
+        ("dataflow", "IS", ("hw", "dataflow")),
+    ):
+        problem = kind.check_config({**good, "hw": {**DEFAULT_HW.to_dict(), field: value}})
+        assert problem is not None and problem.loc == loc, (field, problem)
+    ws_only = {**good, "hw": {**DEFAULT_HW.to_dict(), "dataflow": "WS"}}
+    problem = kind.check_config(ws_only)
+    assert problem is not None and problem.loc == ("dataflow",)
+    problem = kind.check_config({**good, "hw": {**DEFAULT_HW.to_dict(), "bogus": 1}})
+    assert problem is not None and problem.loc == ("hw",)

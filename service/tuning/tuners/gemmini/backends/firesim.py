@@ -53,6 +53,9 @@ class BitstreamRegistry:
         return json.loads(self.path.read_text()) if self.path.exists() else {}
 
     def register(self, hw: HwConfig, hwdb_name: str, bitstream_tar: str) -> None:
+        bad = hw.violations()
+        if bad:  # Gemmini's generator would not have built it (legality.py)
+            raise ValueError(f"not a config Gemmini can generate: {'; '.join(bad)}")
         data = self._load()
         data[hw.key()] = {
             "hwdb_name": hwdb_name,
@@ -63,7 +66,11 @@ class BitstreamRegistry:
         self.path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
     def configs(self) -> list[HwConfig]:
-        return [HwConfig.from_generator_config(e["generator_config"]) for e in self._load().values()]
+        """The registered configs Gemmini can generate (an entry its generator would refuse is not offered)."""
+        from service.tuning.tuners.gemmini.space import generator_violations
+
+        gens = [e["generator_config"] for e in self._load().values()]
+        return [HwConfig.from_generator_config(g) for g in gens if not generator_violations(g)]  # type: ignore[arg-type]
 
     def lookup(self, hw: HwConfig) -> dict[str, Any]:
         entry = self._load().get(hw.key())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from service.tuning.tuners.gemmini.model import resolve
 from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
 
 RESULT_RE = re.compile(r"^TUNE_RESULT id=(\d+) cycles=(\d+) correct=([01])\s*$")
@@ -26,7 +27,7 @@ CANDIDATE_RE = re.compile(r"^// KF_CANDIDATE (.*)$")  # a machine-readable manif
 def _matmul(i: int, hw: HwConfig, lay: Layer, m: Mapping) -> str:
     dI, dJ, dK = lay.N, lay.K, lay.C
     ti, tj, tk = m.t("N") // hw.dim, m.t("K") // hw.dim, m.t("C") // hw.dim
-    flow = "WS" if hw.dataflow == "WS" else "OS"
+    flow = resolve(hw, lay, m).flow  # the layer's tiled_matmul_type: the array's, or BOTH's per-layer pick
     return f"""
 // KF_CANDIDATE id={i} op=gemm I={dI} J={dJ} K={dK} tile_I={ti} tile_J={tj} tile_K={tk} dataflow={flow}
 static elem_t A{i}[{dI}][{dK}] row_align(1);
@@ -57,7 +58,7 @@ def _conv(i: int, hw: HwConfig, lay: Layer, m: Mapping) -> str:
     H = lay.in_rows(lay.P)
     n, c, k, r = lay.N, lay.C, lay.K, lay.R
     args = ", ".join(str(m.t(d)) for d in ("N", "P", "Q", "K", "R", "S", "C"))
-    flow = "WS" if hw.dataflow == "WS" else "OS"
+    flow = "WS"  # tiled_conv exits on OS (gemmini.h L2217); fit never lets an OS conv through
     return f"""
 // KF_CANDIDATE id={i} op=conv N={n} H={H} C={c} K={k} R={r} stride={lay.stride} P={lay.P} tiles={args}
 static elem_t In{i}[{n}][{H}][{H}][{c}] row_align(1);

@@ -5,6 +5,7 @@ Pure Python: `measure` is a synthetic (ours, vendor) curve, so each test knows t
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable
 
@@ -145,7 +146,7 @@ def test_every_s_is_decided_once(s_max: int) -> None:
     assert got.vendor <= frozenset(range(1, s_max + 1)) and {1, s_max} <= set(got.timed)
     points = sorted(got.timed)
     if got.decided_by["nearest_measured_at_cap"] == 0:  # every crossing between measured S was bisected
-        for lo, hi in zip(points, points[1:], strict=False):
+        for lo, hi in itertools.pairwise(points):
             assert (lo in got.vendor) == (hi in got.vendor) or hi == lo + 1
             assert all((S in got.vendor) == (lo in got.vendor) for S in range(lo, hi))
 

@@ -30,6 +30,7 @@ import argparse
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -127,6 +128,7 @@ def main() -> None:
     ap.add_argument("--check-all", action="store_true", help="time the result against numpy at every S")
     ap.add_argument("--confirm", type=int, default=2, help="re-timings of an S the check finds >3 %% slower")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress, also into a log file
 
     default_hot = sorted({args.s_max, min(64, args.s_max), 1}, reverse=True)
     validate = [int(s) for s in args.validate.split(",") if s] or default_hot

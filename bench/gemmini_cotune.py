@@ -6,7 +6,18 @@ config (16×16, 256 KiB scratchpad, 64 KiB accumulator, gemmini.h's default tili
 the best single-layer-tuned hardware; then co-exploration vs random search at equal model-call budgets
 (analytical model); and the analytical model's correlation with ZigZag over every measured point.
 
-    PYTHONPATH=. python bench/gemmini_cotune.py [--budget 3000] [--json out.json]
+    PYTHONPATH=. python bench/gemmini_cotune.py [--budget 3000] [--area-budget default|unconstrained] [--json out.json]
+    PYTHONPATH=. python bench/gemmini_cotune.py --compare-only [--budget 3000] [--seeds 5]
+
+--area-budget default keeps every searched config within the default config's area (area.py, CACTI 7 at 45 nm)
+and its 128-bit bus: an equal-resource comparison. unconstrained (the default, as before) lets the search grow
+the hardware; its gains are labelled "unconstrained" since they buy area.
+
+--compare-only runs just the search comparison: co-exploration vs random search vs a simple grid (hardware
+grid × gemmini.h's own tiling) at the same analytical-model budget, per benchmark layer and per network,
+over several seeds; it reports each baseline's best EDP over co-exploration's (>1: co-exploration found
+the lower EDP), as a geomean and worst case over seeds, and Gemmini-Default (gemmini.h's tiling) likewise.
+Every config any of them scores is one Gemmini's generator accepts (legality.py).
 """
 
 from __future__ import annotations
@@ -17,9 +28,17 @@ import math
 import time
 from typing import Any
 
+from service.tuning.tuners.gemmini.area import UNCONSTRAINED, config_area_mm2, default_budget
 from service.tuning.tuners.gemmini.backends import Measurement, get_backend
 from service.tuning.tuners.gemmini.calibration import correlate
-from service.tuning.tuners.gemmini.search import Limits, co_explore, default_point, random_search, tune_fixed_hw
+from service.tuning.tuners.gemmini.search import (
+    Limits,
+    co_explore,
+    default_point,
+    grid_search,
+    random_search,
+    tune_fixed_hw,
+)
 from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
 from service.tuning.tuners.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
 
@@ -34,15 +53,96 @@ def _edp(m: Measurement) -> float:
     return m.cycles * (m.energy_pj if m.energy_pj is not None else math.nan)
 
 
+def _geo(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def compare(budget: int, seeds: int) -> dict[str, Any]:
+    """Co-exploration vs random search vs grid at `budget` model calls, per layer and network, `seeds` seeds."""
+    cases: list[tuple[str, list[Layer]]] = [(lay.name, [lay]) for lay in SINGLE_OPS]
+    cases += [("net:ResNet-50", RESNET50), ("net:BERT-base", BERT)]
+    print(
+        f"search comparison at {budget} analytical-model calls, {seeds} seeds (legal configs only); "
+        "ratio = baseline best EDP / co-exploration best EDP (>1: co-exploration lower)"
+    )
+    print(
+        f"{'case':18} {'random geo':>10} {'worst':>6} {'grid geo':>9} {'worst':>6} {'default/co':>10}  "
+        f"{'co wins':>7}  co-explored hw (seed 0)"
+    )
+    rows: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    for name, layers in cases:
+        _, default = default_point(layers)
+        co, rnd, grd = [], [], []
+        hw0 = None
+        for seed in range(seeds):
+            c = co_explore(layers, budget, seed=seed)
+            hw0 = hw0 or c.hw
+            co.append(c.cost.edp)
+            rnd.append(random_search(layers, budget, seed=seed).cost.edp)
+            grd.append(grid_search(layers, budget, seed=seed).cost.edp)
+        r_ratio = [r / c for r, c in zip(rnd, co, strict=True)]
+        g_ratio = [g / c for g, c in zip(grd, co, strict=True)]
+        d_ratio = [default.edp / c for c in co]
+        wins = sum(r > 1 and g > 1 for r, g in zip(r_ratio, g_ratio, strict=True))
+        assert hw0 is not None
+        print(
+            f"{name:18} {_geo(r_ratio):10.2f} {min(r_ratio):6.2f} {_geo(g_ratio):9.2f} {min(g_ratio):6.2f} "
+            f"{_geo(d_ratio):10.2f}  {wins:>3}/{seeds}    {hw0.dim}x{hw0.dim} sp{hw0.sp_kib}K acc{hw0.acc_kib}K "
+            f"{hw0.dataflow} bus{hw0.dma_buswidth}"
+        )
+        rows[name] = {
+            "co_edp": co,
+            "random_edp": rnd,
+            "grid_edp": grd,
+            "default_edp": default.edp,
+            "random_over_co": r_ratio,
+            "grid_over_co": g_ratio,
+            "default_over_co": d_ratio,
+            "co_beats_both": wins,
+        }
+    all_r = [x for r in rows.values() for x in r["random_over_co"]]
+    all_g = [x for r in rows.values() for x in r["grid_over_co"]]
+    print(
+        f"over all cases and seeds: random/co geomean {_geo(all_r):.2f} (worst {min(all_r):.2f}), "
+        f"grid/co geomean {_geo(all_g):.2f} (worst {min(all_g):.2f}); {time.perf_counter() - t0:.0f} s"
+    )
+    return {"budget": budget, "seeds": seeds, "cases": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=int, default=3000, help="analytical-model calls per search")
+    ap.add_argument("--area-budget", choices=("default", "unconstrained"), default="unconstrained")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds per search in the comparison")
+    ap.add_argument("--compare-only", action="store_true", help="only the co-explore/random/grid comparison")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.compare_only:
+        res = compare(args.budget, args.seeds)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return
+    res_budget = default_budget() if args.area_budget == "default" else UNCONSTRAINED
+    accept = res_budget.fits if args.area_budget == "default" else None
+    base_area = config_area_mm2(DEFAULT_HW)
+    print(
+        f"resource budget: {res_budget.label}"
+        + (f" (≤ {res_budget.area_mm2:.3f} mm² at {res_budget.tech_nm} nm, bus ≤ 128)" if accept else "")
+        + f"; default config area {base_area:.3f} mm²"
+    )
     started = time.perf_counter()
     zz = get_backend("zigzag", timeout_s=300)
     pairs: list[tuple[float, float]] = []  # (model cycles, zigzag cycles)
-    out: dict[str, Any] = {"backend": zz.version(), "budget": args.budget, "single": [], "network": {}}
+    out: dict[str, Any] = {
+        "backend": zz.version(),
+        "budget": args.budget,
+        "resource_budget": res_budget.to_dict(),
+        "default_area_mm2": base_area,
+        "single": [],
+        "network": {},
+    }
 
     print(f"measured by {zz.version()} (fixed mappings); search = analytical model, {args.budget} calls each")
     d_maps, d_model = default_point(SINGLE_OPS)
@@ -55,7 +155,10 @@ def main() -> None:
     gains: dict[str, list[float]] = {"all knobs": [], "bus fixed 128": []}
     for lay, dm in zip(SINGLE_OPS, d_meas, strict=True):
         row: dict[str, Any] = {"layer": lay.name, "default_cycles": dm.cycles, "default_energy_pj": dm.energy_pj}
-        for label, limits in (("all knobs", Limits()), ("bus fixed 128", Limits(buses=(128,)))):
+        for label, limits in (
+            ("all knobs", Limits(buses=(128,) if accept else Limits().buses, accept=accept)),
+            ("bus fixed 128", Limits(buses=(128,), accept=accept)),
+        ):
             t0 = time.perf_counter()
             r = co_explore([lay], args.budget, seed=0, limits=limits)
             secs = time.perf_counter() - t0
@@ -69,6 +172,7 @@ def main() -> None:
                 "edp_gain": gain,
                 "search_s": secs,
                 "hw": r.hw.to_dict(),
+                "area_mm2": config_area_mm2(r.hw),
                 "mapping": r.mappings[0].to_dict(),
             }
         free, fixed = row["all knobs"], row["bus fixed 128"]
@@ -76,20 +180,28 @@ def main() -> None:
         print(
             f"{lay.name:16} {dm.cycles:11.0f} {free['cycles']:10.0f} {dm.cycles / free['cycles']:6.2f} "
             f"{free['edp_gain']:7.2f} {fixed['edp_gain']:12.2f} {free['search_s']:8.2f}  "
-            f"{hw.dim}x{hw.dim} sp{hw.sp_kib}K acc{hw.acc_kib}K {hw.dataflow} bus{hw.dma_buswidth}"
+            f"{hw.dim}x{hw.dim} sp{hw.sp_kib}K acc{hw.acc_kib}K {hw.dataflow} bus{hw.dma_buswidth} "
+            f"area {free['area_mm2'] / base_area:.2f}x default"
         )
         out["single"].append(row)
     for label, g in gains.items():
         geo = math.exp(sum(math.log(x) for x in g) / len(g))
-        print(f"single operators, {label}: geomean EDP gain {geo:.2f}x over Gemmini-Default (zigzag)")
+        print(
+            f"single operators, {label} ({res_budget.label}): geomean EDP gain {geo:.2f}x over Gemmini-Default (zigzag)"
+        )
         out[f"single_geomean_edp_gain ({label})"] = geo
 
     # networks: co-tuned vs the best hardware tuned for one of its layers (mappings then tuned per layer)
     for net_name, net, budget, limits in (
-        ("ResNet-50", RESNET50, args.budget * 4, Limits()),
-        ("BERT-base", BERT, args.budget * 2, Limits()),
+        ("ResNet-50", RESNET50, args.budget * 4, Limits(buses=(128,), accept=accept) if accept else Limits()),
+        ("BERT-base", BERT, args.budget * 2, Limits(buses=(128,), accept=accept) if accept else Limits()),
         # what the zigzag backend's array model and the public FireSim bitstreams (leanConfig) cover
-        ("BERT-base, WS only", BERT, args.budget * 2, Limits(dataflows=("WS",))),
+        (
+            "BERT-base, WS only",
+            BERT,
+            args.budget * 2,
+            Limits(buses=(128,) if accept else Limits().buses, dataflows=("WS",), accept=accept),
+        ),
     ):
         t0 = time.perf_counter()
         co = co_explore(net, budget, seed=0, limits=limits)
@@ -112,7 +224,8 @@ def main() -> None:
         pairs.extend((c.cycles, m.cycles) for c, m in zip(co.cost.layers, meas["co-tuned network"][1], strict=True))
         base_cyc, base_en = _net(net, meas["default"][1])
         print(
-            f"\n{net_name} layer list (occurrence-weighted, {len(net)} distinct layers), measured by {zz.version()}; "
+            f"\n{net_name} layer list (occurrence-weighted, {len(net)} distinct layers), {res_budget.label}, "
+            f"measured by {zz.version()}; "
             f"co-tuning {budget} model calls in {co_s:.1f} s:"
         )
         res: dict[str, Any] = {"search_s": co_s, "budget": budget}
@@ -121,22 +234,20 @@ def main() -> None:
             gain = base_cyc * base_en / (cyc * en)
             print(
                 f"  {name:34} cycles {cyc:12.0f}  energy {en / 1e6:9.1f} uJ  EDP gain {gain:6.2f}x  "
-                f"hw {hw.dim}x{hw.dim} sp{hw.sp_kib}K acc{hw.acc_kib}K {hw.dataflow} bus{hw.dma_buswidth}"
+                f"hw {hw.dim}x{hw.dim} sp{hw.sp_kib}K acc{hw.acc_kib}K {hw.dataflow} bus{hw.dma_buswidth} "
+                f"area {config_area_mm2(hw):.3f} mm² ({config_area_mm2(hw) / base_area:.2f}x)"
             )
-            res[name] = {"cycles": cyc, "energy_pj": en, "edp_gain": gain, "hw": hw.to_dict()}
+            res[name] = {
+                "cycles": cyc,
+                "energy_pj": en,
+                "edp_gain": gain,
+                "area_mm2": config_area_mm2(hw),
+                "hw": hw.to_dict(),
+            }
         out["network"][net_name] = res
 
-    print("\nco-exploration vs random search on ResNet-50, equal budget (analytical-model EDP, lower is better):")
-    out["vs_random"] = []
-    for budget in (1000, 3000):
-        c = [co_explore(RESNET50, budget, seed=k).cost.edp for k in range(3)]
-        rnd = [random_search(RESNET50, budget, seed=k).cost.edp for k in range(3)]
-        gm = math.exp(sum(math.log(a / b) for a, b in zip(rnd, c, strict=True)) / 3)
-        print(
-            f"  budget {budget:5}: co-explore median {sorted(c)[1]:.3e}  random median {sorted(rnd)[1]:.3e}  "
-            f"random/co geomean over 3 seeds {gm:.2f}x"
-        )
-        out["vs_random"].append({"budget": budget, "co": c, "random": rnd, "random_over_co_geomean": gm})
+    print()
+    out["search_comparison"] = compare(args.budget, args.seeds)
 
     cal = correlate([a for a, _ in pairs], [b for _, b in pairs], zz.version())
     print(

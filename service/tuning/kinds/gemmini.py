@@ -49,6 +49,32 @@ class GemminiKind(JobKind):
             return Problem(("budget", "trials"), "gemmini jobs need at least 50 model evaluations")
         return None
 
+    def check_config(self, config: Mapping[str, Any]) -> Problem | None:
+        """The schema, then the hardware: a config Gemmini's generator would refuse (legality.py) is not a
+        gemmini config, whoever sends it; the loc names the hw field the first failed rule is about."""
+        problem = super().check_config(config)
+        if problem is not None:
+            return problem
+        from service.tuning.tuners.gemmini.legality import field_violations
+        from service.tuning.tuners.gemmini.space import HwConfig
+
+        hw = dict(config["hw"])
+        try:
+            cfg = HwConfig(**hw)
+            if not all(isinstance(v, int) and not isinstance(v, bool) for k, v in hw.items() if k != "dataflow"):
+                raise TypeError("the hw sizes must be integers")
+        except TypeError as exc:
+            return Problem(("hw",), f"not a Gemmini hardware config: {exc}")
+        if cfg.dataflow not in ("WS", "OS", "BOTH"):
+            return Problem(("hw", "dataflow"), f"dataflow {cfg.dataflow!r} is not one of WS, OS, BOTH")
+        bad = field_violations(cfg)
+        if bad:
+            return Problem(("hw", bad[0][0]), f"Gemmini cannot generate this config: {bad[0][1]}")
+        flow = config.get("dataflow")
+        if flow is not None and flow not in cfg.flows_for(str(config.get("op", "gemm"))):
+            return Problem(("dataflow",), f"a {cfg.dataflow} array does not run this layer with {flow!r}")
+        return None
+
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         support = distribution.support()
         shapes = [PlannedShape(shape=s, weight=w, priority=w * workload.flops(s), trials=1) for s, w in support]
@@ -117,6 +143,8 @@ class GemminiKind(JobKind):
                 "hw": hw,
                 "generator_config": result.hw.generator_config(),
                 "mapping": m.to_dict(),
+                "op": lay.op,
+                "dataflow": m.flow,  # the layer's own: a BOTH array picks WS or OS per layer
                 "loop_order": "gemmini.h fixed",
                 "measured_cycles": mt.cycles,
                 "measured_energy_pj": mt.energy_pj,
@@ -135,7 +163,8 @@ class GemminiKind(JobKind):
                     "hw": DEFAULT_HW.to_dict(),
                     "generator_config": DEFAULT_HW.generator_config(),
                     "mapping": default_maps[k].to_dict(),
-                    "loop_order": "gemmini.h fixed (default tiling heuristic)",
+                    "dataflow": default_maps[k].flow,
+                    "loop_order": "gemmini.h fixed (tiled_matmul_auto / tiled_conv_auto tiling)",
                     "measured_cycles": mb.cycles,
                     "measured_energy_pj": mb.energy_pj,
                     "model_cycles": default_model.layers[k].cycles,

@@ -4,7 +4,9 @@ Unlike a `sketch` job (one search per hot shape), the job tunes the range M = 1.
 unit. Its shape rows are the hot shapes it validates: each is measured with every uKernel alone and with
 the program the table chose, next to the vendor library, so the job reports speedups per shape. The
 table routes every S where the vendor (numpy) is faster as the SDK calls both to the vendor (the tuner
-times both at every S up to 256); a table that would route every S to the vendor is not published, and
+times both on a geometric grid of S and the hot shapes, bisects every crossing to the exact S and, between
+points that agree, measures where its calibrated cost model doubts the winner: `tuners.ukernel.vendor_routes`);
+a table that would route every S to the vendor is not published, and
 the job says so (`published: false` with the reason). Before anything is published the SDK dispatcher
 runs every S ≤ 256, both ends of every interval and two primes past S_max against the reference.
 

@@ -2,7 +2,8 @@
 
 The backend is a worker setting, KERNELFLEET_GEMMINI_BACKEND: `zigzag` (default), `scalesim`, or `firesim`
 (then KERNELFLEET_FIRESIM_DIR = the FireSim checkout, KERNELFLEET_FIRESIM_REGISTRY = the bitstream registry
-JSON, optional KERNELFLEET_FIRESIM_CMD / KERNELFLEET_FIRESIM_BUILD). A host serves this platform only when
+JSON, optional KERNELFLEET_FIRESIM_CMD / _BUILD / _ROCC_TESTS / _PLATFORM / _HOSTS / _SIM_DIR / _FPGA_DB /
+_METASIM / _SOURCEME_ARGS, see docs/firesim.md). A host serves this platform only when
 KERNELFLEET_WORKER_PLATFORM=gemmini picks it (its priority is below the CPU's).
 """
 
@@ -37,16 +38,31 @@ class GemminiPlatform(Platform):
     @cached_property
     def backend(self) -> Backend:
         if self.backend_name == "firesim":
+            env = os.environ
+            optional: dict[str, object] = {
+                arg: env[var]
+                for var, arg in (
+                    ("KERNELFLEET_FIRESIM_BUILD", "build_cmd"),
+                    ("KERNELFLEET_FIRESIM_ROCC_TESTS", "rocc_tests_dir"),
+                    ("KERNELFLEET_FIRESIM_PLATFORM", "platform"),
+                    ("KERNELFLEET_FIRESIM_SIM_DIR", "simulation_dir"),
+                    ("KERNELFLEET_FIRESIM_FPGA_DB", "fpga_db"),
+                    ("KERNELFLEET_FIRESIM_SOURCEME_ARGS", "sourceme_args"),
+                )
+                if var in env
+            }
+            if "KERNELFLEET_FIRESIM_HOSTS" in env:  # "host:spec,host:spec", e.g. "localhost:one_fpgas_spec"
+                optional["run_farm_hosts"] = [
+                    tuple(h.split(":", 1)) for h in env["KERNELFLEET_FIRESIM_HOSTS"].split(",")
+                ]
+            if env.get("KERNELFLEET_FIRESIM_METASIM", "") in ("1", "true", "yes"):
+                optional["metasimulation"] = True
             return get_backend(
                 "firesim",
-                firesim_dir=os.environ.get("KERNELFLEET_FIRESIM_DIR", "firesim"),
-                registry=os.environ.get("KERNELFLEET_FIRESIM_REGISTRY", "firesim-bitstreams.json"),
-                firesim_cmd=os.environ.get("KERNELFLEET_FIRESIM_CMD", "firesim"),
-                **(
-                    {"build_cmd": os.environ["KERNELFLEET_FIRESIM_BUILD"]}
-                    if "KERNELFLEET_FIRESIM_BUILD" in os.environ
-                    else {}
-                ),
+                firesim_dir=env.get("KERNELFLEET_FIRESIM_DIR", "firesim"),
+                registry=env.get("KERNELFLEET_FIRESIM_REGISTRY", "firesim-bitstreams.json"),
+                firesim_cmd=env.get("KERNELFLEET_FIRESIM_CMD", "firesim"),
+                **optional,
             )
         return get_backend(self.backend_name)
 

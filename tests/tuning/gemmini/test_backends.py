@@ -15,6 +15,7 @@ from service.tuning.tuners.gemmini.calibration import correlate
 from service.tuning.tuners.gemmini.model import layer_cost
 from service.tuning.tuners.gemmini.search import default_point
 from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
+from tests.tuning.gemmini.firesim_fake import make_fake_checkout
 
 FAKE = Path(__file__).parent / "fake_firesim"
 SMALL = [Layer.gemm("g64", 64, 64, 64), Layer.conv("c8", 8, 8, 16, 16, 3, 3)]
@@ -28,12 +29,13 @@ def test_zigzag_scores_the_fixed_mapping_for_real() -> None:
     lay = Layer.gemm("g", 128, 128, 128)
     good = Mapping({"N": 128, "K": 128, "C": 128})
     small = Mapping({"N": 16, "K": 16, "C": 16})
-    a, b = zz.measure(DEFAULT_HW, [lay, lay], [good, small])
+    ws = HwConfig(dataflow="WS")  # the default array is BOTH: pin WS so both mappings run the same dataflow
+    a, b = zz.measure(ws, [lay, lay], [good, small])
     assert a.backend == "zigzag" and a.cycles > 128**3 / 256 and a.energy_pj and a.energy_pj > 0
     assert b.cycles > a.cycles  # 16×16×16 tiles reload everything: ZigZag sees the mapping, not only the hw
     assert a.detail["temporal_ordering"][0] == ["B", 128]
     # the analytical model agrees on the order of magnitude
-    assert 0.5 < layer_cost(DEFAULT_HW, lay, good).cycles / a.cycles < 2
+    assert 0.5 < layer_cost(ws, lay, good).cycles / a.cycles < 2
 
 
 def test_zigzag_times_out_in_its_own_process() -> None:
@@ -67,18 +69,17 @@ def test_calibration_reports_correlation_with_the_backend_named() -> None:
 # -- FireSim adapter against the FAKE CLI --------------------------------------------------------------
 @pytest.fixture
 def fake_firesim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FireSimBackend:
-    (tmp_path / "firesim" / "deploy" / "workloads").mkdir(parents=True)
+    make_fake_checkout(tmp_path / "firesim")
     bitstream = tmp_path / "gemmini_default.tar.gz"
     bitstream.write_text("FAKE bitstream")
     backend = FireSimBackend(
         firesim_dir=tmp_path / "firesim",
         registry=tmp_path / "registry.json",
-        firesim_cmd=str(FAKE / "fake_firesim"),
         build_cmd=f"{FAKE / 'fake_riscv_build'} {{src}} {{out}}",
         timeout_s=10,
         batch=3,
     )
-    backend.registry.register(DEFAULT_HW, "gemmini_default_fake", str(bitstream), "gemmini_params.h")
+    backend.registry.register(DEFAULT_HW, "gemmini_default_fake", str(bitstream))
     monkeypatch.delenv("FAKE_FIRESIM_MODE", raising=False)
     return backend
 
@@ -104,7 +105,7 @@ def test_fake_firesim_groups_requests_by_hardware_config(fake_firesim: FireSimBa
     other = HwConfig(dim=32, sp_kib=512, acc_kib=128)
     bit = tmp_path / "other.tar.gz"
     bit.write_text("FAKE")
-    fake_firesim.registry.register(other, "gemmini_32_fake", str(bit), "gemmini_params_32.h")
+    fake_firesim.registry.register(other, "gemmini_32_fake", str(bit))
     layers, maps = _candidates()
     out = fake_firesim.measure_many(
         [
@@ -145,7 +146,7 @@ def test_fake_firesim_missing_bitstream(fake_firesim: FireSimBackend, tmp_path: 
         fake_firesim.measure(HwConfig(dim=64, sp_kib=1024, acc_kib=256), layers[:1], maps[:1])
     # registered but the image is gone: the FAKE manager's infrasetup fails and the adapter says so
     gone = HwConfig(dim=8)
-    fake_firesim.registry.register(gone, "gemmini_gone_fake", str(tmp_path / "missing.tar.gz"), "p.h")
+    fake_firesim.registry.register(gone, "gemmini_gone_fake", str(tmp_path / "missing.tar.gz"))
     with pytest.raises(BackendError, match=r"infrasetup exited 1.*bitstream"):
         fake_firesim.measure(gone, layers[:1], [Mapping({"N": 64, "K": 64, "C": 64})])
 

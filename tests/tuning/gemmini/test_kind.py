@@ -17,6 +17,7 @@ from service.tuning.admission import check_job
 from service.tuning.kinds import KINDS
 from service.tuning.kinds.base import UnitContext
 from service.tuning.platforms import PLATFORMS
+from tests.tuning.gemmini.firesim_fake import make_fake_checkout
 
 
 class _Sink:
@@ -114,7 +115,7 @@ def test_platform_serves_the_backend_the_worker_names(tmp_path: Path, monkeypatc
     assert GemminiPlatform().detect() is None  # no FireSim checkout: this host is no FireSim worker
     why = GemminiPlatform().mismatch(TargetSpec(kind="gemmini", arch="default"))
     assert why is not None and "deploy/ missing" in why
-    (tmp_path / "firesim" / "deploy").mkdir(parents=True)
+    make_fake_checkout(tmp_path / "firesim")
     target = GemminiPlatform().detect()
     assert target is not None and target.details["backend"] == "firesim"
     assert GemminiPlatform().queue(target) == "firesim"
@@ -137,17 +138,16 @@ def test_gemmini_kind_on_the_fake_firesim_tunes_mappings_on_configs_with_bitstre
     from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig
 
     fake = Path(__file__).parent / "fake_firesim"
-    (tmp_path / "firesim" / "deploy" / "workloads").mkdir(parents=True)
+    make_fake_checkout(tmp_path / "firesim")
     registry = BitstreamRegistry(tmp_path / "registry.json")
     big = HwConfig(dim=32, sp_kib=512, acc_kib=128)
     for hw, name in ((DEFAULT_HW, "default_fake"), (big, "dim32_fake")):
         (tmp_path / f"{name}.tar.gz").write_text("FAKE bitstream")
-        registry.register(hw, name, str(tmp_path / f"{name}.tar.gz"), "gemmini_params.h")
+        registry.register(hw, name, str(tmp_path / f"{name}.tar.gz"))
     for key, value in {
         "KERNELFLEET_GEMMINI_BACKEND": "firesim",
         "KERNELFLEET_FIRESIM_DIR": str(tmp_path / "firesim"),
         "KERNELFLEET_FIRESIM_REGISTRY": str(registry.path),
-        "KERNELFLEET_FIRESIM_CMD": str(fake / "fake_firesim"),
         "KERNELFLEET_FIRESIM_BUILD": f"{fake / 'fake_riscv_build'} {{src}} {{out}}",
     }.items():
         monkeypatch.setenv(key, value)

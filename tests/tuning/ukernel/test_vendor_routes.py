@@ -5,6 +5,7 @@ Before, a table was published whole: S where numpy beat the tuned program still 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +18,8 @@ from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
 from service.tuning.kinds.ukernel import verify
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table
-from service.tuning.tuners.ukernel.tuner import (
-    QuietRangeSink,
-    RangeTask,
-    UKernelTuner,
-    vendor_sweep_shapes,
-    vendor_wins,
-)
+from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
+from service.tuning.tuners.ukernel.vendor_routes import DECIDED_BY, geometric_grid, vendor_sweep_shapes, vendor_wins
 
 
 def _costs() -> list[TileCost]:
@@ -100,9 +96,17 @@ def test_every_timed_s_runs_on_whichever_was_faster(tmp_path: Path) -> None:
     out = UKernelTuner().tune_range(task, QuietRangeSink())
     routes = out.validation["vendor_routes"]
     timed = {int(S): (t["tuned"], t["vendor"]) for S, t in routes["timed_s"].items()}
-    assert set(timed) == set(range(1, 49))  # every S of the range, as the SDK calls both
+    # the geometric grid and the hot shapes, as the SDK calls both, plus what the crossings and the model asked for
+    assert set(geometric_grid(48)) | {1, 48} <= set(timed) and routes["shapes_timed"] == len(timed)
+    assert set(routes["decided_by"]) == set(DECIDED_BY) and sum(routes["decided_by"].values()) == 48
     for S, (tuned, vendor) in timed.items():
         assert out.table.vendor_at(S) == (vendor < tuned), (S, tuned, vendor)
+    points = sorted(timed)
+    for lo, hi in itertools.pairwise(points):  # every crossing between timed S is exact
+        if out.table.vendor_at(lo) != out.table.vendor_at(hi):
+            assert hi == lo + 1, (lo, hi)
+        else:  # and the S between two that agree follow them
+            assert all(out.table.vendor_at(S) == out.table.vendor_at(lo) for S in range(lo, hi))
     assert verify(out, task.workload) is None
     for S in (1, 48):
         entry = out.validation["shapes"][str(S)]

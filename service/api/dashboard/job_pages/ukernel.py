@@ -86,9 +86,9 @@ def _timed_against_vendor(data: ui.JobData) -> tuple[list[tuple[float, float, fl
     """(S, uKernel program seconds, vendor seconds), both timed as the SDK calls them, and where they come from."""
     assert data.dispatch is not None
     sweep = (data.dispatch.validation.get("vendor_routes") or {}).get("timed_s") or {}
-    if sweep:  # the tuner timed the program against the vendor at every S up to 256 before routing
+    if sweep:  # the tuner timed the program against the vendor (a geometric grid, refined near crossings) to route
         rows = [(float(S), float(t["tuned"]), float(t["vendor"])) for S, t in sweep.items() if t.get("tuned")]
-        return sorted(r for r in rows if r[2] > 0), "at every S by the tuner (both as the SDK calls them)"
+        return sorted(r for r in rows if r[2] > 0), "at the S the tuner timed to route (both as the SDK calls them)"
     # tables from before that sweep: the validated hot shapes
     at = {int(S): float(t) for S, t in data.dispatch.measured_latency_s.items()}
     dim = data.dispatch.dim

@@ -4,10 +4,12 @@ Memory levels: 0 = PE registers, 1 = accumulator, 2 = scratchpad, 3 = DRAM. Per 
 iteration of gemmini.h's outer loops) every level's read and write volume divided by its bandwidth gives
 its latency; the tile takes max(compute, reads, writes) (BACO assumes perfect overlap, which is what WS
 double-buffering buys) and the layer takes that times the sequential trip count, plus the first load and
-the last store that nothing overlaps. OS in gemmini.h is not double-buffered, so its loads, compute and
-stores add up instead. Energy = padded MACs × EPA_PE + Σ accesses(level) × EPA(level), in pJ; a word is
-an int8 element (int32 in the accumulator). Compute counts the MACs the array really performs: channels
-padded to DIM, so an oversized array pays for idle PEs.
+the last store that nothing overlaps. OS matmuls in gemmini.h are not double-buffered, so their loads,
+compute and stores add up instead (convs run WS only). Each layer runs with one dataflow: the array's, or on
+a BOTH array the better of WS and OS for that layer (`layer_cost`).
+Energy = padded MACs × EPA_PE + Σ accesses(level) × EPA(level), in pJ; a word is an int8 element (int32
+in the accumulator). Compute counts the MACs the array really performs: channels padded to DIM,
+so an oversized array pays for idle PEs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from service.tuning.tuners.gemmini.space import DIMS, HwConfig, Layer, Mapping, ceil_to
+from service.tuning.tuners.gemmini.space import (
+    DIMS,
+    HwConfig,
+    Layer,
+    LayerFlow,
+    Mapping,
+    candidate_flows,
+    ceil_to,
+    double_buffered,
+    fitting_flows,
+)
 
 # Table 6.3
 EPA_PE = 0.561
@@ -46,6 +58,7 @@ class Cost:
     padded_macs: float
     accesses: dict[int, float] = field(default_factory=dict)  # words per level
     bound: str = ""  # what limits a steady-state tile: compute / scratchpad / accumulator / dram
+    dataflow: LayerFlow = "WS"  # the dataflow the layer ran with (on a BOTH array: the better of the two)
 
     @property
     def edp(self) -> float:
@@ -53,7 +66,20 @@ class Cost:
 
 
 def layer_cost(hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
-    """The model's cycles and energy for `layer` on `hw` under mapping `m` (assumes `fit` passed)."""
+    """The model's cycles and energy for `layer` on `hw` under mapping `m` (assumes `fit` passed). With no
+    dataflow pinned on the mapping, a BOTH array runs the layer with whichever of WS/OS that fits gives the
+    lower EDP (the per-layer choice gemmini.h's callers make through tiled_matmul_type)."""
+    flows = fitting_flows(hw, layer, m) or list(candidate_flows(hw, layer, m)) or ["WS"]
+    return min((flow_cost(hw, layer, m, f) for f in flows), key=lambda c: c.edp)
+
+
+def resolve(hw: HwConfig, layer: Layer, m: Mapping) -> Mapping:
+    """`m` with its dataflow pinned to the one `layer_cost` picks (what a backend then runs)."""
+    return m if m.flow is not None else m.with_flow(layer_cost(hw, layer, m).dataflow)
+
+
+def flow_cost(hw: HwConfig, layer: Layer, m: Mapping, flow: LayerFlow) -> Cost:
+    """The model's cycles and energy for `layer` with tiles `m` run with dataflow `flow`."""
     d = hw.dim
     trips = {x: math.ceil(layer.size(x) / m.t(x)) for x in DIMS}
     eff = {x: layer.size(x) / trips[x] for x in DIMS}  # average tile (the last one may be partial)
@@ -73,7 +99,7 @@ def layer_cost(hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
     in_tile, w_tile = in_px * cc, rs * cc * ck
     padded_macs = rows * rs * cc * ck
 
-    if hw.dataflow == "WS":
+    if flow == "WS":
         w_blocks = rs * (cc / d) * (ck / d)
         compute = w_blocks * (rows + d)  # preload a DIM×DIM weight block, stream every row through it
         sp_reads = rows * rs * cc * (ck / d) + w_tile
@@ -97,7 +123,7 @@ def layer_cost(hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
         "scratchpad": max(sp_reads, sp_writes) / bw[2],
         "dram": max(dram_r, dram_w) / bw[3],
     }
-    if hw.double_buffered:
+    if double_buffered(layer, flow):
         tile = max(parts.values())
         cycles = tiles * tile + dram_r / bw[3] + rows * ck / bw[3]  # first load and last store
     else:
@@ -118,7 +144,7 @@ def layer_cost(hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
         + accesses[2] * epa_spad(hw)
         + accesses[3] * EPA_DRAM
     )
-    return Cost(cycles, energy, layer.macs, padded_macs * tiles, accesses, bound)
+    return Cost(cycles, energy, layer.macs, padded_macs * tiles, accesses, bound, flow)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ form: from the default and from random hardware start points it tunes each layer
 on the tile factors, the budget spread across layers by the importance scheduler), shrinks scratchpad and
 accumulator to the minimal config the chosen tiles need ("infer minimal HW config"), then moves the
 hardware to its best neighbour (array dim, capacities, bus width ×2/÷2, dataflow) while that improves the
-network EDP. `random_search` samples hardware and mappings uniformly: the baseline BACO compares against.
+network EDP. `random_search` samples hardware and mappings uniformly: the baseline BACO compares against;
+`grid_search` walks a regular hardware grid with gemmini.h's own tiling on each point. Every hardware config
+any search proposes is one Gemmini's generator can build (legality.py): samples and moves are drawn from
+the legal capacities, and the evaluator refuses to score an illegal config.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from service.tuning.tuners.gemmini.gemmini_h import default_mapping
 from service.tuning.tuners.gemmini.importance import ImportanceScheduler, LayerState
-from service.tuning.tuners.gemmini.model import Cost, NetworkCost, layer_cost, network_cost
+from service.tuning.tuners.gemmini.model import Cost, NetworkCost, layer_cost, network_cost, resolve
 from service.tuning.tuners.gemmini.space import (
     ACC_KIB,
     ARRAY_DIMS,
     BUS_WIDTHS,
+    DATAFLOWS,
     DEFAULT_HW,
     DIMS,
     SP_KIB,
@@ -29,8 +34,9 @@ from service.tuning.tuners.gemmini.space import (
     HwConfig,
     Layer,
     Mapping,
-    default_mapping,
     fit,
+    legal_acc_kibs,
+    legal_sp_kibs,
     minimal_hw,
     tile_choices,
 )
@@ -43,10 +49,15 @@ class BudgetSpent(Exception):
 @dataclass(frozen=True)
 class Limits:
     """Restrictions on the hardware a search may pick, e.g. the default's 128-bit bus (BACO's Table 6.3 fixes
-    DRAM bandwidth) or WS only (what the public FireSim Gemmini bitstreams build and the zigzag backend models)."""
+    DRAM bandwidth) or WS only (what the public FireSim Gemmini bitstreams, leanConfig, build)."""
 
     buses: tuple[int, ...] = BUS_WIDTHS
-    dataflows: tuple[Dataflow, ...] = ("WS", "OS")
+    dataflows: tuple[Dataflow, ...] = DATAFLOWS
+    # e.g. area.ResourceBudget.fits: configs it rejects are never proposed (equal-resource comparisons)
+    accept: Callable[[HwConfig], bool] | None = None
+
+    def allows(self, hw: HwConfig) -> bool:
+        return self.accept is None or self.accept(hw)
 
 
 @dataclass
@@ -60,7 +71,12 @@ class Evaluator:
     # the best network point the search reached on each hardware config it visited (the dashboard's scatter)
     explored: dict[HwConfig, NetworkCost] = field(default_factory=dict)
 
+    refused: int = 0  # illegal hardware configs offered for scoring (never scored; should stay 0)
+
     def layer(self, hw: HwConfig, layer: Layer, m: Mapping) -> Cost | None:
+        if hw.violations():
+            self.refused += 1
+            return None
         if self.calls >= self.budget:
             raise BudgetSpent
         self.calls += 1
@@ -92,6 +108,7 @@ def _result(ev: Evaluator, layers: list[Layer], allocation: list[int] | None = N
     if ev.best is None:
         raise RuntimeError(f"no valid hardware/mapping point found in {ev.calls} model calls")
     _, hw, maps = ev.best
+    maps = [resolve(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]  # each layer's dataflow pinned
     return SearchResult(hw, maps, network_cost(hw, layers, maps), ev.calls, ev.trace, allocation or [], ev.explored)
 
 
@@ -124,7 +141,9 @@ def _line(hw: HwConfig, layer: Layer, m: Mapping, rng: random.Random) -> list[Ma
 
 
 def project(hw: HwConfig, layer: Layer, m: Mapping) -> Mapping:
-    """A mapping carried to another config: matmul tiles rounded to the new DIM (within the padded dim)."""
+    """A mapping carried to another config: matmul tiles rounded to the new DIM (within the padded dim), the
+    dataflow left for the new array to choose."""
+    m = m.with_flow(None)
     if layer.op != "gemm":
         return m
     out = m
@@ -201,32 +220,44 @@ def hw_neighbours(hw: HwConfig, limits: Limits = Limits()) -> list[HwConfig]:
             # tiles grow with DIM: the same move with both capacities scaled alongside (a minimal config
             # from the last step would otherwise block every move to a larger array)
             r = ARRAY_DIMS[j] / hw.dim
-            sp = min(max(round(hw.sp_kib * r), SP_KIB[0]), SP_KIB[1])
-            acc = min(max(round(hw.acc_kib * r), ACC_KIB[0]), ACC_KIB[1])
-            out.append(replace(hw, dim=ARRAY_DIMS[j], sp_kib=sp, acc_kib=acc))
+            sp = _nearest(legal_sp_kibs(ARRAY_DIMS[j], hw.input_bits), hw.sp_kib * r)
+            acc = _nearest(legal_acc_kibs(ARRAY_DIMS[j], hw.acc_bits), hw.acc_kib * r)
+            if sp and acc:
+                out.append(replace(hw, dim=ARRAY_DIMS[j], sp_kib=sp, acc_kib=acc))
     b = buses.index(hw.dma_buswidth)
     for j in (b - 1, b + 1):
         if 0 <= j < len(buses):
             out.append(replace(hw, dma_buswidth=buses[j]))
-    for f in (0.25, 0.5, 2.0, 4.0):
+    for f in (0.25, 0.5, 2.0, 4.0):  # legal capacities double: ×2^k keeps bank rows powers of two
         out.append(replace(hw, sp_kib=min(max(round(hw.sp_kib * f), SP_KIB[0]), SP_KIB[1])))
         out.append(replace(hw, acc_kib=min(max(round(hw.acc_kib * f), ACC_KIB[0]), ACC_KIB[1])))
     for flow in limits.dataflows:
         if flow != hw.dataflow:
             out.append(replace(hw, dataflow=flow))
-    return [h for h in out if h != hw and h.problem() is None]
+    return [h for h in out if h != hw and h.problem() is None and limits.allows(h)]  # problem(): every legality rule
+
+
+def _nearest(choices: list[int], target: float) -> int | None:
+    return min(choices, key=lambda k: abs(math.log(k / target))) if choices and target > 0 else None
 
 
 def random_hw(rng: random.Random, limits: Limits = Limits()) -> HwConfig:
+    """A uniformly drawn legal config: array dim, then a scratchpad and an accumulator among the capacities
+    that array can have (log-uniform, since they double), dataflow and bus; redrawn until the scratchpad's
+    usable tiles cover the accumulator's (GemminiConfigs.scala L257)."""
     while True:
+        dim = rng.choice(ARRAY_DIMS)
+        sps, accs = legal_sp_kibs(dim), legal_acc_kibs(dim)
+        if not sps or not accs:
+            continue
         hw = HwConfig(
-            dim=rng.choice(ARRAY_DIMS),
-            sp_kib=round(math.exp(rng.uniform(math.log(16), math.log(SP_KIB[1])))),
-            acc_kib=round(math.exp(rng.uniform(math.log(4), math.log(ACC_KIB[1])))),
+            dim=dim,
+            sp_kib=rng.choice(sps),
+            acc_kib=rng.choice(accs),
             dataflow=rng.choice(limits.dataflows),
             dma_buswidth=rng.choice(limits.buses),
         )
-        if hw.problem() is None:
+        if hw.problem() is None and limits.allows(hw):
             return hw
 
 
@@ -261,7 +292,8 @@ def co_explore(
     Iterated local search: hill-climb the hardware from `start_hw` (BACO starts from the default), then from
     random hardware points (BACO's random start points) until the budget is spent. `limits` restricts the
     hardware (see Limits); `start_hw` must satisfy them."""
-    if start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows:
+    outside = start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows
+    if outside or not limits.allows(start_hw):
         raise ValueError(f"start_hw {start_hw} is outside the limits {limits}")
     rng = random.Random(seed)
     ev = Evaluator(budget)
@@ -358,10 +390,50 @@ def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, see
 
 
 def default_point(layers: list[Layer], hw: HwConfig = DEFAULT_HW) -> tuple[list[Mapping], NetworkCost]:
-    """Gemmini-Default: the default config with gemmini.h's own tiling heuristics."""
+    """Gemmini-Default: the default config with gemmini.h's own tiling (tiled_matmul_auto / tiled_conv_auto,
+    gemmini_h.py), each GEMM on the BOTH array with the better of WS and OS."""
     maps = [default_mapping(hw, lay) for lay in layers]
     for lay, m in zip(layers, maps, strict=True):
         why = fit(hw, lay, m)
         if why:
             raise ValueError(f"{lay.name}: gemmini.h's default tiling does not fit: {why}")
+    maps = [resolve(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
     return maps, network_cost(hw, layers, maps)
+
+
+def hw_grid(limits: Limits = Limits()) -> list[HwConfig]:
+    """A regular grid over the hardware: every array dim, every other legal capacity (×4 steps), every
+    dataflow and bus width the limits allow; legal points only."""
+    out = []
+    for dim in ARRAY_DIMS:
+        for sp in legal_sp_kibs(dim)[::2]:
+            for acc in legal_acc_kibs(dim)[::2]:
+                for flow in limits.dataflows:
+                    for bus in limits.buses:
+                        hw = HwConfig(dim=dim, sp_kib=sp, acc_kib=acc, dataflow=flow, dma_buswidth=bus)
+                        if hw.problem() is None:
+                            out.append(hw)
+    return out
+
+
+def grid_search(layers: list[Layer], budget: int, seed: int = 0, limits: Limits = Limits()) -> SearchResult:
+    """A simple grid at `budget` model calls: hardware points of `hw_grid` (evenly strided through the grid
+    when the budget cannot visit all, the offset set by `seed`), each scored with gemmini.h's own tiling
+    (one call per layer)."""
+    grid = hw_grid(limits)
+    visits = max(1, budget // max(1, len(layers)))
+    stride = max(1, len(grid) / visits)
+    offset = random.Random(seed).random() * stride
+    picks = sorted({int(offset + i * stride) % len(grid) for i in range(min(visits, len(grid)))})
+    ev = Evaluator(budget)
+    try:
+        for i in picks:
+            hw = grid[i]
+            maps = [default_mapping(hw, lay) for lay in layers]
+            costs = [ev.layer(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
+            net = _network(hw, layers, maps, costs)
+            if net is not None:
+                ev.offer(hw, maps, net)
+    except BudgetSpent:
+        pass
+    return _result(ev, layers)

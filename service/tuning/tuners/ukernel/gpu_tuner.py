@@ -33,14 +33,8 @@ from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, suppor
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, gpu_ukernels
 from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
-from service.tuning.tuners.ukernel.tuner import (
-    NOISE_TIE,
-    RangeOutcome,
-    RangeSink,
-    RangeTask,
-    vendor_sweep_shapes,
-    vendor_wins,
-)
+from service.tuning.tuners.ukernel.tuner import NOISE_TIE, RangeOutcome, RangeSink, RangeTask
+from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes, vendor_wins
 
 
 def build_cuda_ukernel(tile: GemmTile, N: int, K: int, target: Mapping[str, Any]) -> CudaUKernel:

@@ -6,8 +6,9 @@ FTuner's pipeline, with DietCode's cost model (../shared/research/anchors.md §1
   3. the combination DP picks, for every S, the pieces that cover S rows at the least predicted
      cost (`combine`) and the result is compressed into a dispatch table;
   4. the SDK dispatcher and the vendor library (numpy) are timed as an inference host calls them, in
-     alternation, at every S up to 256 (beyond: a stride, every interval end and the hot shapes), and
-     every S where the vendor is faster is routed to the vendor in the published table;
+     alternation, on a geometric grid of S and the hot shapes; crossings are bisected to the exact S, and
+     between agreeing points the DP's cost, calibrated on the measured ones, says where to check
+     (`vendor_routes`); every S where the vendor is faster is routed to the vendor in the published table;
   5. for the heaviest shapes of the distribution, every uKernel is measured as a single-piece program
      and its measured time is compared with DietCode's prediction and FTuner's SIA score (Spearman
      ρ), and the chosen route is measured as the inference host will run it.
@@ -17,7 +18,6 @@ Free of Celery and the store: the job runner drives it, the benchmarks call it d
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import statistics
@@ -39,6 +39,7 @@ from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measu
 from service.tuning.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
 from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.rules import dense_candidates
+from service.tuning.tuners.ukernel.vendor_routes import decide
 
 if TYPE_CHECKING:  # annotations only: the GPU tuner imports this module on hosts without pydantic
     from service.models import TargetSpec, WorkloadSpec
@@ -185,40 +186,6 @@ def time_against_vendor(
     return min(ours), min(theirs)
 
 
-VENDOR_SWEEP_DENSE = 256  # every S up to here is timed against the vendor; beyond, a stride
-
-
-def vendor_sweep_shapes(table: DispatchTable, extra: Sequence[int] = (), points: int = VENDOR_SWEEP_DENSE) -> list[int]:
-    """Where the dispatcher is timed against the vendor: every S ≤ 256, both ends of every interval, the
-    hot shapes, and a stride over the rest of the range so that no S is far from a measured one."""
-    s_max = table.s_max
-    shapes = set(range(1, min(s_max, points) + 1)) | {s for s in extra if 1 <= s <= s_max}
-    for iv in table.intervals:
-        shapes |= {iv.lo, iv.hi}
-    if s_max > points:
-        step = math.ceil(s_max / points)
-        shapes |= set(range(points, s_max + 1, step))
-    return sorted(shapes)
-
-
-def vendor_wins(measured: Mapping[int, tuple[float, float]], s_max: int) -> set[int]:
-    """Every S in 1..s_max where the vendor is faster: measured, or as measured at the nearest timed S
-    (the lower one on a tie) for S the sweep skipped."""
-    timed = sorted(measured)
-    out = set()
-    for s in range(1, s_max + 1):
-        if s in measured:
-            nearest = s
-        else:
-            i = bisect.bisect_left(timed, s)
-            below, above = timed[max(i - 1, 0)], timed[min(i, len(timed) - 1)]
-            nearest = below if s - below <= above - s else above
-        ours, theirs = measured[nearest]
-        if theirs < ours:
-            out.add(s)
-    return out
-
-
 class UKernelTuner:
     name = "ukernel"
 
@@ -293,13 +260,18 @@ class UKernelTuner:
         # the tuned programs against the vendor as the SDK calls both; the vendor keeps every S it wins
         tuned_table = dispatch_table(programs, epilogue=epilogue)
         tuned = Dispatcher(tuned_table, kernels, N=N, K=K)
-        sweep: dict[int, tuple[float, float]] = {}
-        swept = vendor_sweep_shapes(tuned_table, task.validate) if task.vendor_routes else list(task.validate)
-        for S in swept:
+
+        def against_vendor(S: int) -> tuple[float, float]:
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            sweep[S] = time_against_vendor(tuned, N, K, S)
-        vendor = vendor_wins(sweep, task.s_max) if task.vendor_routes else set()
+            return time_against_vendor(tuned, N, K, S)
+
+        decided_by: dict[str, int] = {}
+        if task.vendor_routes:  # a geometric grid, crossings bisected, the calibrated DP cost in between
+            decision = decide(task.s_max, predicted, against_vendor, must=task.validate)
+            sweep, vendor, decided_by = decision.timed, set(decision.vendor), decision.decided_by
+        else:
+            sweep, vendor = {S: against_vendor(S) for S in task.validate}, set()
         table = dispatch_table(programs, vendor, epilogue=epilogue)
         measured_kernels = kernels  # the models' rankings are checked on every uKernel the DP used
         kernels = {uid: k for uid, k in kernels.items() if uid in table.mts}
@@ -308,11 +280,12 @@ class UKernelTuner:
         validation = self._validate(task, hw, measured_kernels, costs, dispatcher, predicted, sink, sweep)
         validation["piece_overhead_s"] = overhead
         validation["vendor_routes"] = {
-            "vendor": "numpy x @ w.T",
+            "vendor": "numpy x @ w.T" + ("" if epilogue.trivial else f", then {epilogue.describe()}"),
             "shapes_timed": len(sweep),
             "vendor_S": len(vendor),
             "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
-            "timed_s": {str(S): {"tuned": t, "vendor": v} for S, (t, v) in sweep.items()},
+            "timed_s": {str(S): {"tuned": t, "vendor": v} for S, (t, v) in sorted(sweep.items())},
+            "decided_by": decided_by,
         }
         measured = {int(s): v["chosen_measured_s"] for s, v in validation["shapes"].items()}
         return RangeOutcome(

@@ -54,7 +54,11 @@ class Backend(ABC):
 
 
 def layer_payload(hw: HwConfig, layer: Layer, m: Mapping) -> dict[str, Any]:
-    return {"hw": hw.to_dict(), "layer": asdict(layer), "tiles": m.to_dict()}
+    """What a child process scores: the config, the layer, its tiles and the dataflow it runs with (the
+    mapping's, else on a BOTH array the one the analytical model prefers for this layer)."""
+    from service.tuning.tuners.gemmini.model import resolve
+
+    return {"hw": hw.to_dict(), "layer": asdict(layer), "tiles": m.to_dict(), "flow": resolve(hw, layer, m).flow}
 
 
 def run_child(python: str, script: Path, payload: Any, timeout_s: float) -> Any:

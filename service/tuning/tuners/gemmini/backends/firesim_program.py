@@ -5,14 +5,19 @@ factors, `read_cycles()` around it, a CPU reference check, and one fixed-format 
 
 Calls follow gemmini-rocc-tests' include/gemmini.h (research note §2.1): `tiled_matmul` (L1104) with
 tile_I/J/K in DIM blocks, `tiled_conv` (L2168) with batches/porows/pocols/pochs/krows/kcols/kchs. It must be
-compiled against the `gemmini_params.h` of the bitstream's generator config. Nothing here compiles it: on
-a FireSim host the adapter's build command does (gemmini-rocc-tests' build flow).
+compiled against the `gemmini_params.h` of the bitstream's generator config: `baremetal_build_cmd` is
+gemmini-rocc-tests' bareMetalC/Makefile `%-baremetal` rule (its CFLAGS, riscv-tests' crt.S/syscalls.c/test.ld)
+with that header first on the include path; `--specs=picolibc.specs` lets Debian's bare-metal GCC
+(gcc-riscv64-unknown-elf + picolibc-riscv64-unknown-elf) find libc headers and libm. Checked against
+gemmini-rocc-tests@180c4684 (with rocc-software@fddb795a) by tests/tuning/gemmini/test_firesim_contract.py.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+from service.tuning.tuners.gemmini.model import resolve
 from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
 
 RESULT_RE = re.compile(r"^TUNE_RESULT id=(\d+) cycles=(\d+) correct=([01])\s*$")
@@ -22,7 +27,7 @@ CANDIDATE_RE = re.compile(r"^// KF_CANDIDATE (.*)$")  # a machine-readable manif
 def _matmul(i: int, hw: HwConfig, lay: Layer, m: Mapping) -> str:
     dI, dJ, dK = lay.N, lay.K, lay.C
     ti, tj, tk = m.t("N") // hw.dim, m.t("K") // hw.dim, m.t("C") // hw.dim
-    flow = "WS" if hw.dataflow == "WS" else "OS"
+    flow = resolve(hw, lay, m).flow  # the layer's tiled_matmul_type: the array's, or BOTH's per-layer pick
     return f"""
 // KF_CANDIDATE id={i} op=gemm I={dI} J={dJ} K={dK} tile_I={ti} tile_J={tj} tile_K={tk} dataflow={flow}
 static elem_t A{i}[{dI}][{dK}] row_align(1);
@@ -53,7 +58,7 @@ def _conv(i: int, hw: HwConfig, lay: Layer, m: Mapping) -> str:
     H = lay.in_rows(lay.P)
     n, c, k, r = lay.N, lay.C, lay.K, lay.R
     args = ", ".join(str(m.t(d)) for d in ("N", "P", "Q", "K", "R", "S", "C"))
-    flow = "WS" if hw.dataflow == "WS" else "OS"
+    flow = "WS"  # tiled_conv exits on OS (gemmini.h L2217); fit never lets an OS conv through
     return f"""
 // KF_CANDIDATE id={i} op=conv N={n} H={H} C={c} K={k} R={r} stride={lay.stride} P={lay.P} tiles={args}
 static elem_t In{i}[{n}][{H}][{H}][{c}] row_align(1);
@@ -65,7 +70,7 @@ static void run{i}(void) {{
   gemmini_flush(0);
   uint64_t start = read_cycles();
   tiled_conv({n}, {H}, {H}, {c}, {k}, {lay.P}, {lay.P}, {lay.stride}, 1, 1, 0, {r},
-             false, false, false, false, false, {args},
+             {c}, {k}, {k}, false, false, false, false, false, {args},
              (elem_t*)In{i}, (elem_t*)W{i}, NULL, (elem_t*)O{i}, NO_ACTIVATION, ACC_SCALE_IDENTITY, 0, 0, 0, {flow});
   gemmini_fence();
   uint64_t end = read_cycles();
@@ -76,6 +81,57 @@ static void run{i}(void) {{
          same((elem_t*)O{i}, (elem_t*)OR{i}, {n * lay.P * lay.P * k}));
 }}
 """
+
+
+# bareMetalC/Makefile's CFLAGS + CFLAGS_BAREMETAL (gemmini-rocc-tests@180c4684)
+MAKEFILE_CFLAGS = [
+    "-DPREALLOCATE=1",
+    "-DMULTITHREAD=1",
+    "-mcmodel=medany",
+    "-std=gnu99",
+    "-O2",
+    "-ffast-math",
+    "-fno-common",
+    "-fno-builtin-printf",
+    "-fno-tree-loop-distribute-patterns",
+    "-march=rv64gc",
+    "-Wa,-march=rv64gc",
+    "-DPRINT_TILE=0",
+    "-DBAREMETAL=1",
+]
+# what newer GCCs make errors anyway: a wrong call must not slip through as a warning
+STRICT_CFLAGS = [
+    "-Werror=implicit-function-declaration",
+    "-Werror=int-conversion",
+    "-Werror=incompatible-pointer-types",
+]
+
+
+def baremetal_build_cmd(
+    src: Path, out: Path, params_dir: Path, rocc_tests: Path, cc: str = "riscv64-unknown-elf-gcc", link: bool = True
+) -> list[str]:
+    """The compiler command building `src` into a bare-metal binary (or an object, link=False) against
+    gemmini-rocc-tests at `rocc_tests` and the generated `params_dir`/include/gemmini_params.h."""
+    common = rocc_tests / "riscv-tests" / "benchmarks" / "common"
+    inc = [params_dir, rocc_tests / "riscv-tests", rocc_tests / "riscv-tests" / "env", rocc_tests, common]
+    cmd = [cc, "--specs=picolibc.specs", *MAKEFILE_CFLAGS, *STRICT_CFLAGS, *(f"-I{p}" for p in inc)]
+    if not link:
+        return [*cmd, "-c", str(src), "-o", str(out)]
+    return [
+        *cmd,
+        "-nostdlib",
+        "-nostartfiles",
+        "-static",
+        "-T",
+        str(common / "test.ld"),
+        str(src),
+        "-o",
+        str(out),
+        str(common / "syscalls.c"),
+        str(common / "crt.S"),
+        "-lm",
+        "-lgcc",
+    ]
 
 
 def render_program(hw: HwConfig, candidates: list[tuple[Layer, Mapping]]) -> str:

@@ -23,7 +23,7 @@ def simulate(p):
     hw, lay = p["hw"], p["layer"]
     c = scale_config()
     c.array_rows = c.array_cols = hw["dim"]
-    c.df = hw["dataflow"].lower()
+    c.df = p.get("flow", hw["dataflow"]).lower()  # the layer's dataflow (a BOTH array picks per layer)
     c.ifmap_sz_kb = c.filter_sz_kb = max(1, hw["sp_kib"] // 2)
     c.ofmap_sz_kb = max(1, hw["acc_kib"] // 4)
     bw = hw["dma_buswidth"] // 8

@@ -1,0 +1,167 @@
+"""Area of a Gemmini configuration, resource budgets, and CACTI per-access SRAM energies (issue 23, item 1).
+
+area = scratchpad + accumulator (CACTI 7 at their real bank geometry, `sram.py`)
+     + PE array (DIM² × one PE: MAC + its registers, from cited standard-cell figures)
+     + controller/interconnect overhead (a cited fraction of the above).
+
+Every constant below names its source. Figures marked [recalled] are quoted from the cited paper from
+memory, not re-read in this change (the sandbox has no access to the PDFs): check them before publishing.
+
+Node: 45 nm by default. It is the node of the per-operation areas we cite (Horowitz, ISSCC 2014) and one
+CACTI has parameters for, so no logic scaling is involved at the default. At 22/32 nm the logic areas are
+scaled by (node/45)² (ideal Dennard area scaling, an approximation; CACTI models the SRAM at the node itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.tuning.tuners.gemmini.space import ACC_BANKS, DEFAULT_HW, SP_BANKS, HwConfig
+from service.tuning.tuners.gemmini.sram import SramCost, sram_cost
+
+TECH_NM = 45
+REF_NM = 45  # the node of the logic figures below
+
+# -- Gemmini datapath widths (GemminiConfigs.defaultConfig, which HwConfig.generator_config keeps) ---------
+INPUT_BITS = 8  # inputType = SInt(8.W): one scratchpad element
+ACC_BITS = 32  # accType = SInt(32.W): one accumulator element
+SPATIAL_OUT_BITS = 20  # spatialArrayOutputType = SInt(20.W): the partial sum travelling down a column
+
+# -- logic areas at 45 nm ------------------------------------------------------------------------------
+# M. Horowitz, "Computing's energy problem (and what we can do about it)", ISSCC 2014, the 45 nm
+# area table [recalled]: 8-bit multiply 282 µm², 32-bit add 137 µm² (8-bit add 36 µm², 32-bit multiply
+# 3495 µm²). An int8 × int8 MAC with an int32 accumulate = one 8-bit multiplier + one 32-bit adder.
+MULT8_UM2 = 282.0
+ADD32_UM2 = 137.0
+MAC_UM2 = MULT8_UM2 + ADD32_UM2
+# Nangate 45 nm Open Cell Library (the FreePDK45 standard cells), DFF_X1 cell area 4.522 µm² [recalled].
+DFF_UM2 = 4.522
+# Registers per PE, counted from Gemmini's RTL (ucb-bar/gemmini, src/main/scala/gemmini/):
+#  PE.scala: two stationary registers c1, c2 of cType = weightType (8 bits) in a WS-only build, accType
+#            (32 bits) otherwise (OS holds the partial sums in the PE);
+#  Mesh.scala: with tileRows = tileColumns = 1 every PE gets one pipeline stage (tile_latency + 1 = 1) on
+#            in_a (inputType, 8 b), in_b (outputType, 20 b), in_d (8 b) and the control/valid/id/last
+#            signals (shift 5 b + dataflow 1 + propagate 1 + valid 1 + last 1 + id ≈ 3 b = 12 b).
+PIPE_BITS = INPUT_BITS + SPATIAL_OUT_BITS + INPUT_BITS + 12
+
+
+def pe_registers(hw: HwConfig) -> int:
+    stationary = INPUT_BITS if hw.dataflow == "WS" else ACC_BITS
+    return 2 * stationary + PIPE_BITS
+
+
+def pe_area_um2(hw: HwConfig, tech_nm: int = TECH_NM) -> float:
+    """One PE (MAC + registers) at `tech_nm`."""
+    return (MAC_UM2 + pe_registers(hw) * DFF_UM2) * (tech_nm / REF_NM) ** 2
+
+
+# -- controller, DMA, TLB, ROB, im2col/transposer, interconnect -----------------------------------------
+# N. P. Jouppi et al., "In-Datacenter Performance Analysis of a Tensor Processing Unit", ISCA 2017, Fig. 2
+# (TPU v1 floor plan, share of die) [recalled]: Unified Buffer 29 %, Matrix Multiply Unit 24 %, Accumulators
+# 6 %, Activation Pipeline 6 %, Control 2 %, Host Interface 2 % (the rest: DRAM/PCIe PHYs and I/O, which a
+# Gemmini tile does not contain). Everything that is neither the array nor its SRAM but belongs to the
+# accelerator — control, activation pipeline, host interface: 10 % — relative to array + SRAM (59 %):
+OVERHEAD_FRACTION = (2 + 6 + 2) / (29 + 24 + 6)  # ≈ 0.17 of (PE array + scratchpad + accumulator)
+
+
+# -- SRAMs ---------------------------------------------------------------------------------------------
+def scratchpad_sram(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None = None) -> SramCost:
+    """sp_banks banks, each row DIM × inputType bits (gemmini_params.h: BANK_ROWS rows of DIM bytes)."""
+    return sram_cost(hw.sp_bytes, SP_BANKS, hw.dim * INPUT_BITS, tech_nm, cache_file)
+
+
+def accumulator_sram(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None = None) -> SramCost:
+    """acc_banks banks, each row DIM × accType bits."""
+    return sram_cost(hw.acc_bytes, ACC_BANKS, hw.dim * ACC_BITS, tech_nm, cache_file)
+
+
+def area_breakdown(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None = None) -> dict[str, float]:
+    """mm² per component and the total."""
+    sp = scratchpad_sram(hw, tech_nm, cache_file).area_mm2
+    acc = accumulator_sram(hw, tech_nm, cache_file).area_mm2
+    pes = hw.dim * hw.dim * pe_area_um2(hw, tech_nm) / 1e6
+    overhead = OVERHEAD_FRACTION * (sp + acc + pes)
+    return {
+        "scratchpad_mm2": sp,
+        "accumulator_mm2": acc,
+        "pe_array_mm2": pes,
+        "overhead_mm2": overhead,
+        "total_mm2": sp + acc + pes + overhead,
+    }
+
+
+def config_area_mm2(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None = None) -> float:
+    return area_breakdown(hw, tech_nm, cache_file)["total_mm2"]
+
+
+# -- per-access energies for the ZigZag backend ----------------------------------------------------------
+def sram_energies(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None = None) -> dict[str, Any]:
+    """pJ per row access (one bank, one row: DIM elements) for the scratchpad and the accumulator, from the
+    same CACTI runs as the area — what the zigzag backend puts in its accelerator instead of model.py's
+    Table 6.3 fits."""
+    sp = scratchpad_sram(hw, tech_nm, cache_file)
+    acc = accumulator_sram(hw, tech_nm, cache_file)
+    return {
+        "source": sp.source,
+        "tech_nm": tech_nm,
+        "scratchpad": {"row_bits": sp.row_width_bits, "read_pj": sp.read_pj, "write_pj": sp.write_pj},
+        "accumulator": {"row_bits": acc.row_width_bits, "read_pj": acc.read_pj, "write_pj": acc.write_pj},
+    }
+
+
+# -- budgets -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResourceBudget:
+    """What a configuration may use; None = unconstrained. `fits` is the search's filter."""
+
+    area_mm2: float | None = None
+    max_pes: int | None = None
+    max_sram_kib: int | None = None  # scratchpad + accumulator
+    max_buswidth: int | None = None
+    tech_nm: int = TECH_NM
+    label: str = "custom"
+
+    def why_not(self, hw: HwConfig) -> str | None:
+        if self.max_pes is not None and hw.dim * hw.dim > self.max_pes:
+            return f"{hw.dim * hw.dim} PEs > {self.max_pes}"
+        if self.max_sram_kib is not None and hw.sp_kib + hw.acc_kib > self.max_sram_kib:
+            return f"{hw.sp_kib + hw.acc_kib} KiB SRAM > {self.max_sram_kib} KiB"
+        if self.max_buswidth is not None and hw.dma_buswidth > self.max_buswidth:
+            return f"{hw.dma_buswidth}-bit bus > {self.max_buswidth}"
+        if self.area_mm2 is not None:
+            logic = (1 + OVERHEAD_FRACTION) * hw.dim * hw.dim * pe_area_um2(hw, self.tech_nm) / 1e6
+            if logic > self.area_mm2:  # already over without any SRAM: skip the CACTI runs
+                return f"PE array alone {logic:.3f} mm² > {self.area_mm2:.3f} mm² at {self.tech_nm} nm"
+            area = config_area_mm2(hw, self.tech_nm)
+            if area > self.area_mm2 * (1 + 1e-9):
+                return f"{area:.3f} mm² > {self.area_mm2:.3f} mm² at {self.tech_nm} nm"
+        return None
+
+    def fits(self, hw: HwConfig) -> bool:
+        return self.why_not(hw) is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "area_mm2": self.area_mm2,
+            "max_pes": self.max_pes,
+            "max_sram_kib": self.max_sram_kib,
+            "max_buswidth": self.max_buswidth,
+            "tech_nm": self.tech_nm,
+        }
+
+
+def default_budget(tech_nm: int = TECH_NM) -> ResourceBudget:
+    """Equal resources: no more area than Gemmini's default configuration, nor a wider DMA bus (the bus costs
+    no modelled area, but it is the SoC's, not the accelerator's, to widen)."""
+    return ResourceBudget(
+        area_mm2=config_area_mm2(DEFAULT_HW, tech_nm),
+        max_buswidth=DEFAULT_HW.dma_buswidth,
+        tech_nm=tech_nm,
+        label="default-area",
+    )
+
+
+UNCONSTRAINED = ResourceBudget(label="unconstrained")

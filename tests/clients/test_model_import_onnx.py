@@ -176,3 +176,33 @@ def test_bad_inputs_fail_with_clear_errors(tmp_path: Path) -> None:
         extract_onnx(tmp_path / "junk.onnx")
     with pytest.raises(ModelImportError, match="takes a path or an onnx.ModelProto"):
         extract_onnx(42)  # type: ignore[arg-type]
+
+
+def test_cli_model_inspect_prints_the_table_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelfleet import cli
+    from kernelfleet.cli import app
+
+    monkeypatch.setattr(cli.console, "width", 200)  # one row per op, whatever the terminal
+
+    path = tmp_path / "enc.onnx"
+    onnx.save(_encoder(layers=2), str(path))
+    runner = CliRunner()
+    out = runner.invoke(app, ["model", "inspect", str(path), "--at", "seq=128"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert "FLOPs share at batch=1, seq=128" in out.output and "M=batch*seq, N=256, K=64" in out.output
+    assert "bias=True, activation=gelu" in out.output and "Softmax ×2" in out.output
+    hist = tmp_path / "traffic.json"
+    hist.write_text(json.dumps({"batch": {"1": 1}, "seq": {"64": 1, "128": 1}}))
+    out = runner.invoke(app, ["model", "inspect", str(path), "--json", "--histogram", str(hist)], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.output)
+    assert body["inputs"] == {"batch": "x[0]", "seq": "x[1]"}
+    assert body["ops"][0]["occurrences"] == 2 and body["ops"][0]["workload"]["symbolic"] == ["M"]
+    assert body["ops"][0]["distribution"]["points"] == [{"shape": {"M": 64}, "weight": 0.5},
+                                                         {"shape": {"M": 128}, "weight": 0.5}]  # fmt: skip
+    bad = runner.invoke(app, ["model", "inspect", str(path), "--at", "tokens=3"])
+    assert bad.exit_code != 0 and "the model's inputs are batch, seq" in str(bad.exception)

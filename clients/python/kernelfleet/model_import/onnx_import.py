@@ -205,7 +205,7 @@ class _Reader:
         self.shape(name)
         return self.dtypes.get(name, "float32")
 
-    def dims(self, **values: Mono | None | Shape) -> dict[str, int | str]:
+    def dims(self, **values: Mono | Shape | None) -> dict[str, int | str]:
         out: dict[str, int | str] = {}
         for dim, value in values.items():
             m = _prod(value) if isinstance(value, list) else value
@@ -340,15 +340,16 @@ def _prod(dims: Sequence[Mono | None]) -> Mono | None:
 
 
 def _broadcast(shapes: list[Shape]) -> Shape:
+    """numpy broadcasting; an unknown dim next to a known one (not 1) is taken to be that one."""
     rank = max(len(s) for s in shapes)
     out: Shape = []
     for axis in range(rank):
         dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
-        known = [d for d in dims if d is not None and d != Mono.const(1)]
-        if any(d is None for d in dims):
-            out.append(known[0] if known and all(k == known[0] for k in known) and len(known) == len(dims) else None)
+        known = {d for d in dims if d is not None and d != Mono.const(1)}
+        if len(known) == 1:
+            out.append(known.pop())
         else:
-            out.append(known[0] if known and all(k == known[0] for k in known) else (Mono.const(1) if not known else None))
+            out.append(Mono.const(1) if not known and None not in dims else None)
     return out
 
 

@@ -11,6 +11,7 @@ batched operands → `batch_matmul`; `scaled_dot_product_attention` → two `bat
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ _HEAVY = {
 def _import_torch() -> Any:
     try:
         import torch
-        import torch.export  # noqa: F401
+        import torch.export
     except ImportError:
         raise ModelImportError("extract_torch needs PyTorch: pip install 'kernelfleet[models]'") from None
     return torch
@@ -58,13 +59,16 @@ def extract_torch(
             "no dynamic dims: pass dynamic_shapes with a torch.export.Dim for the batch and/or sequence axes, e.g. "
             '{"input_ids": {0: Dim("batch"), 1: Dim("seq")}}; without them every dim is a constant'
         )
-    args, kwargs = (tuple(example_inputs), {}) if not isinstance(example_inputs, Mapping) else ((), dict(example_inputs))
+    args, kwargs = (
+        (tuple(example_inputs), {}) if not isinstance(example_inputs, Mapping) else ((), dict(example_inputs))
+    )
     try:
         ep = torch.export.export(module, args, kwargs or None, dynamic_shapes=dynamic_shapes, strict=strict)
     except Exception as exc:  # export's own errors are long; keep their first lines, which say what to change
         text = str(exc).strip().splitlines()
         raise ModelImportError(
-            f"torch.export failed ({type(exc).__name__}): " + " ".join(text[:6])[:1500]
+            f"torch.export failed ({type(exc).__name__}): "
+            + " ".join(text[:6])[:1500]
             + " — check dynamic_shapes (dims that export proves equal must share one Dim; example sizes of "
             "dynamic dims must be >= 2; give Dim(..., max=...) where the model bounds a dim)"
         ) from exc
@@ -111,7 +115,9 @@ def _symbol_names(
     else:
         given = list(dynamic_shapes)
         specs = given + [None] * (len(bound) - len(given))
-    leaves = [leaf for (name, value), spec in zip(bound.items(), specs, strict=True) for leaf in _leaves(value, spec, name)]
+    leaves = [
+        leaf for (name, value), spec in zip(bound.items(), specs, strict=True) for leaf in _leaves(value, spec, name)
+    ]
     user = set(ep.graph_signature.user_inputs)
     placeholders = [
         n for n in ep.graph.nodes if n.op == "placeholder" and n.name in user and hasattr(n.meta.get("val"), "shape")
@@ -128,7 +134,8 @@ def _symbol_names(
                 continue
             dim = axis_specs.get(axis)
             name = getattr(dim, "__name__", None) if dim is not None else None
-            name = name if isinstance(name, str) and name.isidentifier() else f"{path.split('[')[0].split('.')[0]}_{axis}"
+            if not (isinstance(name, str) and name.isidentifier()):
+                name = f"{re.split(r'[.[]', path)[0]}_{axis}"
             while name in inputs:
                 name += "_"
             names[expr] = name

@@ -79,7 +79,7 @@ class Mono:
         missing = [name for name in self.symbols if name not in values]
         if missing:
             raise KeyError(f"no value for {', '.join(missing)} in {str(self)!r}")
-        return self.coef * math.prod(int(values[name]) ** p for name, p in self.powers)
+        return self.coef * math.prod(int(int(values[name]) ** p) for name, p in self.powers)
 
     def __str__(self) -> str:
         parts = [name if p == 1 else f"{name}**{p}" for name, p in self.powers]

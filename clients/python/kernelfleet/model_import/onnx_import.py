@@ -279,7 +279,7 @@ class _Reader:
         if activation:
             attrs["activation"] = activation
         self.add(node, "conv2d", self.dims(N=x[0], H=x[2], W=x[3], CI=x[1], CO=w[0], KH=kh, KW=kw), attrs)
-        out_hw = []
+        out_hw: Shape = []
         for size, k in ((x[2], kh.coef), (x[3], kw.coef)):
             if size is not None and size.is_const:
                 out_hw.append(Mono.const((size.coef + 2 * padding - k) // stride + 1))

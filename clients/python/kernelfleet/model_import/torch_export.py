@@ -86,13 +86,13 @@ def extract_torch(
 def _leaves(value: Any, spec: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
     """(path, tensor, its dynamic-shape spec) for every tensor leaf of an input."""
     if isinstance(value, list | tuple):
-        specs = spec if isinstance(spec, list | tuple) else [None] * len(value)
-        for i, (v, s) in enumerate(zip(value, specs, strict=False)):
+        items = list(spec) if isinstance(spec, list | tuple) else [None] * len(value)
+        for i, (v, s) in enumerate(zip(value, items, strict=False)):
             yield from _leaves(v, s, f"{path}[{i}]")
     elif isinstance(value, Mapping):
-        specs = spec if isinstance(spec, Mapping) else {}
+        named: Mapping[Any, Any] = spec if isinstance(spec, Mapping) else {}
         for k, v in value.items():
-            yield from _leaves(v, specs.get(k), f"{path}.{k}")
+            yield from _leaves(v, named.get(k), f"{path}.{k}")
     elif hasattr(value, "shape") and hasattr(value, "dtype"):
         yield path, value, spec
 
@@ -216,12 +216,10 @@ class _Walker:
         return True
 
     def dims(self, **values: Any) -> dict[str, int | str]:
-        out = {}
+        out: dict[str, int | str] = {}
         for dim, value in values.items():
             m = product([self.mono(v) or _fail(v) for v in value]) if isinstance(value, tuple) else self.mono(value)
-            if m is None:
-                _fail(value)
-            out[dim] = as_dim(m)
+            out[dim] = as_dim(m if m is not None else _fail(value))
         return out
 
     def dtype(self, node: Any) -> str:

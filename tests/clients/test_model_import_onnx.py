@@ -206,3 +206,33 @@ def test_cli_model_inspect_prints_the_table_and_json(tmp_path: Path, monkeypatch
                                                          {"shape": {"M": 128}, "weight": 0.5}]  # fmt: skip
     bad = runner.invoke(app, ["model", "inspect", str(path), "--at", "tokens=3"])
     assert bad.exit_code != 0 and "the model's inputs are batch, seq" in str(bad.exception)
+
+
+def test_workloads_and_distributions_are_what_the_service_accepts() -> None:
+    from pydantic import TypeAdapter
+
+    from service.models.distribution import ShapeDistribution, dims_of
+    from service.models.workload import WorkloadSpec
+
+    g = extract_onnx(_encoder(layers=1))
+    traffic = {"batch": {1: 5, 4: 1}, "seq": {16: 2, 128: 1, 512: 1}}
+    for op, body in zip(g.ops, g.to_workloads(), strict=True):
+        attrs = {k: v for k, v in body["attrs"].items() if k != "activation"}  # the service adds it separately
+        spec = WorkloadSpec.model_validate({**body, "attrs": attrs})
+        dist = TypeAdapter(ShapeDistribution).validate_python(g.distribution_for(op, histogram=traffic))
+        assert dims_of(dist) == set(spec.symbolic)
+        for shape, _ in dist.support():
+            spec.bind(shape)
+
+
+def test_the_sdk_and_its_cli_load_neither_torch_nor_onnx_until_an_extractor_runs() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kernelfleet.cli, kernelfleet.model_import as m; "
+        "assert not {'torch', 'onnx', 'transformers'} & set(sys.modules), sorted(sys.modules); "
+        "assert callable(m.extract_onnx) and 'onnx' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -154,3 +154,29 @@ def test_gpt2_small_from_its_config() -> None:
     assert found[("dense", (("M", "batch*seq"), ("N", 50257), ("K", 768)), (("bias", False),))] == 1  # LM head
     assert found[("batch_matmul", (("B", "12*batch"), ("M", "seq"), ("N", "seq"), ("K", 64)), ())] == 2
     assert sum(found.values()) == 2 * 6 + 1
+
+
+class Cnn(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.body = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.body(self.stem(x)).mean((2, 3)))
+
+
+def test_a_cnn_with_dynamic_image_size_lists_the_conv_whose_size_is_no_product() -> None:
+    dims = {0: Dim("batch"), 2: Dim("h", min=4, max=1024), 3: Dim("w", min=4, max=1024)}
+    g = extract_torch(Cnn(), (torch.randn(2, 3, 32, 32),), (dims,))
+    assert g.inputs == {"batch": "x[0]", "h": "x[2]", "w": "x[3]"}
+    assert [o.describe() for o in g.ops] == [
+        "conv2d(N=batch, H=h, W=w, CI=3, CO=8, KH=3, KW=3; stride=2, padding=1)",
+        "dense(M=batch, N=4, K=8; bias=True)",
+    ]
+    [body] = g.unsupported
+    assert (body.name, body.count, body.sources) == ("conv2d", 1, ["conv2d_1"])
+    assert body.reason.startswith("dim H = ") and "h" in body.reason and "not a product" in body.reason
+    static = extract_torch(Cnn(), (torch.randn(2, 3, 32, 32),), ({0: Dim.AUTO},))  # unnamed: <input>_<axis>
+    assert static.inputs == {"x_0": "x[0]"} and [o.dims["H"] for o in static.ops if o.op == "conv2d"] == [32, 16]

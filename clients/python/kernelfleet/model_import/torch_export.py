@@ -165,6 +165,15 @@ class _Walker:
                 return None
         return product(factors)
 
+    def render(self, size: Any) -> str:
+        """A symbolic size in the inputs' names, e.g. ((h - 1)//2) + 1."""
+        if isinstance(size, int):
+            return str(size)
+        import sympy
+
+        expr = size.node.expr
+        return str(expr.xreplace({sym: sympy.Symbol(name) for sym, name in self.names.items()}))
+
     @staticmethod
     def shape(node: Any) -> tuple[Any, ...]:
         return tuple(node.meta["val"].shape)
@@ -218,8 +227,14 @@ class _Walker:
     def dims(self, **values: Any) -> dict[str, int | str]:
         out: dict[str, int | str] = {}
         for dim, value in values.items():
-            m = product([self.mono(v) or _fail(v) for v in value]) if isinstance(value, tuple) else self.mono(value)
-            out[dim] = as_dim(m if m is not None else _fail(value))
+            sizes = value if isinstance(value, tuple) else (value,)
+            monos = [self.mono(v) for v in sizes]
+            for size, m in zip(sizes, monos, strict=True):
+                if m is None:
+                    raise _Unsupported(
+                        f"dim {dim} = {self.render(size)} is not a product of the model's dynamic inputs"
+                    )
+            out[dim] = as_dim(product([m for m in monos if m is not None]))
         return out
 
     def dtype(self, node: Any) -> str:
@@ -315,10 +330,6 @@ class _Walker:
 
 class _Unsupported(Exception):
     pass
-
-
-def _fail(value: Any) -> Mono:
-    raise _Unsupported(f"a dim ({value}) is not a product of the model's dynamic inputs")
 
 
 def _pair(value: Any) -> list[int]:

@@ -109,12 +109,15 @@ def _symbol_names(
     torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, ep: Any
 ) -> tuple[dict[Any, str], dict[str, str]]:
     """sympy symbol of each dynamic input dim → its name (the Dim's, else `<input>_<axis>`), and name → where."""
-    bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+    try:
+        bound = dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):  # a forward inspect cannot bind: inputs are named after export's placeholders
+        bound = {}
     if isinstance(dynamic_shapes, Mapping):
         specs = [dynamic_shapes.get(name) for name in bound]
     else:
         given = list(dynamic_shapes)
-        specs = given + [None] * (len(bound) - len(given))
+        specs = (given + [None] * len(bound))[: len(bound)]
     leaves = [
         leaf for (name, value), spec in zip(bound.items(), specs, strict=True) for leaf in _leaves(value, spec, name)
     ]

@@ -340,6 +340,73 @@ def fleet_run(
     console.print(client_from_env(url).run_fleet(day))
 
 
+model_app = typer.Typer(no_args_is_help=True, help="Onboard a model: its GEMM-like operators as workloads.")
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("inspect")
+def model_inspect(
+    path: Annotated[Path, typer.Argument(help="an ONNX file (dynamic axes as dim_params)")],
+    at: Annotated[
+        str | None, typer.Option(help="input sizes for the FLOPs share, e.g. seq=128,batch=1 (others: 1)")
+    ] = None,
+    histogram: Annotated[
+        Path | None,
+        typer.Option(help='JSON traffic histogram per input, e.g. {"seq": {"128": 70, "512": 30}}: adds distributions'),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print workloads (and distributions) as JSON")] = False,
+) -> None:
+    """List the model's workloads: op, dims, occurrences, FLOPs share; and what could not be expressed."""
+    from kernelfleet.model_import import ModelImportError, extract_onnx
+
+    try:
+        graph = extract_onnx(path)
+        values = {**dict.fromkeys(graph.inputs, 1), **(_parse_kv(at, "--at") if at else {})}
+        unknown = sorted(set(values) - set(graph.inputs))
+        if unknown:
+            raise UsageProblem(f"--at names {', '.join(unknown)}; the model's inputs are {', '.join(graph.inputs)}")
+        shares = graph.flops_shares(values)
+        traffic = None
+        if histogram is not None:
+            try:
+                traffic = json.loads(histogram.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise UsageProblem(f"cannot read the histogram {histogram}: {exc}") from None
+            if not isinstance(traffic, dict):
+                raise UsageProblem(f'{histogram} must hold a JSON object such as {{"seq": {{"128": 1}}}}')
+        if as_json:
+            rows = []
+            for op, share in zip(graph.ops, shares, strict=True):
+                row: dict[str, Any] = {"workload": op.to_workload(), "dims": op.dims, "occurrences": op.occurrences,
+                                       "flops_share": share, "sources": op.sources}  # fmt: skip
+                if traffic is not None and op.inputs:
+                    row["distribution"] = graph.distribution_for(op, histogram=traffic)
+                rows.append(row)
+            unsupported = [{"op": u.name, "reason": u.reason, "count": u.count} for u in graph.unsupported]
+            console.print_json(json.dumps({"inputs": graph.inputs, "ops": rows, "unsupported": unsupported}))
+            return
+    except ModelImportError as exc:
+        raise UsageProblem(str(exc)) from None
+    where = ", ".join(f"{k}={v}" for k, v in values.items())
+    table = Table(title=f"{graph.source}: inputs {', '.join(f'{k} ({v})' for k, v in graph.inputs.items())}")
+    for col in ("op", "dims", "attrs", "dtype", "occurrences", f"FLOPs share at {where}"):
+        table.add_column(col)
+    for op, share in sorted(zip(graph.ops, shares, strict=True), key=lambda r: -r[1]):
+        table.add_row(
+            op.op,
+            ", ".join(f"{k}={v}" for k, v in op.dims.items()),
+            ", ".join(f"{k}={v}" for k, v in op.attrs.items()),
+            op.dtype,
+            str(op.occurrences),
+            f"{share:.1%}",
+        )
+    console.print(table)
+    for u in graph.unsupported:
+        console.print(f"[yellow]unsupported[/] {u.name} ×{u.count}: {u.reason} ({', '.join(u.sources[:3])})")
+    if graph.other_ops:
+        console.print("other operators: " + ", ".join(f"{k} ×{v}" for k, v in sorted(graph.other_ops.items())))
+
+
 EXTENSION_GROUP = "kernelfleet.cli"
 
 

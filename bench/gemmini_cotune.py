@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 from service.tuning.tuners.gemmini.area import UNCONSTRAINED, config_area_mm2, default_budget
@@ -57,12 +58,13 @@ def _geo(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def compare(budget: int, seeds: int) -> dict[str, Any]:
-    """Co-exploration vs random search vs grid at `budget` model calls, per layer and network, `seeds` seeds."""
+def compare(budget: int, seeds: int, limits: Limits = Limits(), label: str = "unconstrained") -> dict[str, Any]:
+    """Co-exploration vs random search vs grid at `budget` model calls, per layer and network, `seeds` seeds,
+    all three within the same `limits` (e.g. the default's area)."""
     cases: list[tuple[str, list[Layer]]] = [(lay.name, [lay]) for lay in SINGLE_OPS]
     cases += [("net:ResNet-50", RESNET50), ("net:BERT-base", BERT)]
     print(
-        f"search comparison at {budget} analytical-model calls, {seeds} seeds (legal configs only); "
+        f"search comparison at {budget} analytical-model calls, {seeds} seeds (legal configs, {label}); "
         "ratio = baseline best EDP / co-exploration best EDP (>1: co-exploration lower)"
     )
     print(
@@ -76,11 +78,11 @@ def compare(budget: int, seeds: int) -> dict[str, Any]:
         co, rnd, grd = [], [], []
         hw0 = None
         for seed in range(seeds):
-            c = co_explore(layers, budget, seed=seed)
+            c = co_explore(layers, budget, seed=seed, limits=limits)
             hw0 = hw0 or c.hw
             co.append(c.cost.edp)
-            rnd.append(random_search(layers, budget, seed=seed).cost.edp)
-            grd.append(grid_search(layers, budget, seed=seed).cost.edp)
+            rnd.append(random_search(layers, budget, seed=seed, limits=limits).cost.edp)
+            grd.append(grid_search(layers, budget, seed=seed, limits=limits).cost.edp)
         r_ratio = [r / c for r, c in zip(rnd, co, strict=True)]
         g_ratio = [g / c for g, c in zip(grd, co, strict=True)]
         d_ratio = [default.edp / c for c in co]
@@ -107,7 +109,7 @@ def compare(budget: int, seeds: int) -> dict[str, Any]:
         f"over all cases and seeds: random/co geomean {_geo(all_r):.2f} (worst {min(all_r):.2f}), "
         f"grid/co geomean {_geo(all_g):.2f} (worst {min(all_g):.2f}); {time.perf_counter() - t0:.0f} s"
     )
-    return {"budget": budget, "seeds": seeds, "cases": rows}
+    return {"budget": budget, "seeds": seeds, "limits": label, "cases": rows}
 
 
 def main() -> None:
@@ -118,14 +120,16 @@ def main() -> None:
     ap.add_argument("--compare-only", action="store_true", help="only the co-explore/random/grid comparison")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    res_budget = default_budget() if args.area_budget == "default" else UNCONSTRAINED
+    accept = res_budget.fits if args.area_budget == "default" else None
+    # every search of one run shares these limits: the default's area and bus, or none (labelled unconstrained)
+    budget_limits = Limits(buses=(128,), accept=accept) if accept else Limits()
     if args.compare_only:
-        res = compare(args.budget, args.seeds)
+        res = compare(args.budget, args.seeds, budget_limits, res_budget.label)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(res, f, indent=1)
         return
-    res_budget = default_budget() if args.area_budget == "default" else UNCONSTRAINED
-    accept = res_budget.fits if args.area_budget == "default" else None
     base_area = config_area_mm2(DEFAULT_HW)
     print(
         f"resource budget: {res_budget.label}"
@@ -193,8 +197,8 @@ def main() -> None:
 
     # networks: co-tuned vs the best hardware tuned for one of its layers (mappings then tuned per layer)
     for net_name, net, budget, limits in (
-        ("ResNet-50", RESNET50, args.budget * 4, Limits(buses=(128,), accept=accept) if accept else Limits()),
-        ("BERT-base", BERT, args.budget * 2, Limits(buses=(128,), accept=accept) if accept else Limits()),
+        ("ResNet-50", RESNET50, args.budget * 4, budget_limits),
+        ("BERT-base", BERT, args.budget * 2, budget_limits),
         # what the zigzag backend's array model and the public FireSim bitstreams (leanConfig) cover
         (
             "BERT-base, WS only",
@@ -204,11 +208,13 @@ def main() -> None:
         ),
     ):
         t0 = time.perf_counter()
-        co = co_explore(net, budget, seed=0, limits=limits)
+        # BACO starts from the default; where the limits exclude its BOTH dataflow, from the default array on WS
+        start = DEFAULT_HW if DEFAULT_HW.dataflow in limits.dataflows else replace(DEFAULT_HW, dataflow="WS")
+        co = co_explore(net, budget, seed=0, limits=limits, start_hw=start)
         co_s = time.perf_counter() - t0
         singles: list[tuple[float, str, HwConfig, list[Mapping]]] = []
         for lay in net:
-            hw = co_explore([lay], args.budget, seed=0, limits=limits).hw
+            hw = co_explore([lay], args.budget, seed=0, limits=limits, start_hw=start).hw
             try:
                 fixed = tune_fixed_hw(net, hw, args.budget, seed=0)
             except RuntimeError:
@@ -247,7 +253,7 @@ def main() -> None:
         out["network"][net_name] = res
 
     print()
-    out["search_comparison"] = compare(args.budget, args.seeds)
+    out["search_comparison"] = compare(args.budget, args.seeds, budget_limits, res_budget.label)
 
     cal = correlate([a for a, _ in pairs], [b for _, b in pairs], zz.version())
     print(

@@ -403,7 +403,7 @@ def default_point(layers: list[Layer], hw: HwConfig = DEFAULT_HW) -> tuple[list[
 
 def hw_grid(limits: Limits = Limits()) -> list[HwConfig]:
     """A regular grid over the hardware: every array dim, every other legal capacity (×4 steps), every
-    dataflow and bus width the limits allow; legal points only."""
+    dataflow and bus width the limits allow; legal points within the limits only."""
     out = []
     for dim in ARRAY_DIMS:
         for sp in legal_sp_kibs(dim)[::2]:
@@ -411,7 +411,7 @@ def hw_grid(limits: Limits = Limits()) -> list[HwConfig]:
                 for flow in limits.dataflows:
                     for bus in limits.buses:
                         hw = HwConfig(dim=dim, sp_kib=sp, acc_kib=acc, dataflow=flow, dma_buswidth=bus)
-                        if hw.problem() is None:
+                        if hw.problem() is None and limits.allows(hw):
                             out.append(hw)
     return out
 

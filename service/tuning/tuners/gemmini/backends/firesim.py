@@ -70,7 +70,7 @@ class BitstreamRegistry:
         from service.tuning.tuners.gemmini.space import generator_violations
 
         gens = [e["generator_config"] for e in self._load().values()]
-        return [HwConfig.from_generator_config(g) for g in gens if not generator_violations(g)]  # type: ignore[arg-type]
+        return [HwConfig.from_generator_config(g) for g in gens if not generator_violations(g)]
 
     def lookup(self, hw: HwConfig) -> dict[str, Any]:
         entry = self._load().get(hw.key())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernelfleet.models import field_errors
 from service.models.distribution import ShapeDistribution
@@ -48,6 +48,16 @@ class ModelBudget(BaseModel):
     min_trials: int = Field(default=8, ge=1, le=100_000, description="the floor every tunable op's job gets")
     max_shapes: int = Field(default=4, ge=1, le=128, description="each job's hot shapes (as Budget.max_shapes)")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    seconds: float | None = Field(
+        default=None, description="not supported yet: jobs are budgeted in trials, so give budget.trials"
+    )
+
+    @field_validator("seconds")
+    @classmethod
+    def _no_seconds(cls, seconds: float | None) -> None:
+        if seconds is not None:
+            raise ValueError("a time budget is not supported yet: jobs are budgeted in trials; give budget.trials")
+        return None
 
 
 class ModelSpec(BaseModel):

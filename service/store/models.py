@@ -88,8 +88,10 @@ def view(session: Session, row: ModelRow) -> ModelView:
     ids = [o.job_id for o in ops if o.job_id]
     job_rows = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
     hashes = {o.workload_hash for o in ops}
-    op_names = dict(session.execute(select(WorkloadRow.workload_hash, WorkloadRow.op).where(
-        WorkloadRow.workload_hash.in_(hashes))).tuples().all())  # fmt: skip
+    names = session.execute(
+        select(WorkloadRow.workload_hash, WorkloadRow.op).where(WorkloadRow.workload_hash.in_(hashes))
+    )
+    op_names = {h: op for h, op in names}
     shares = row.split.get("ops", [])
     views, states, done, total = [], [], 0, 0
     for o in ops:

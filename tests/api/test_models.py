@@ -182,3 +182,33 @@ def test_progress_aggregates_over_the_jobs_and_cancel_stops_every_unfinished_one
         jobs.confirm_cancelled(s, ids[1])
     final = api.get(f"/v1/models/{model['id']}").json()
     assert final["state"] == "cancelled" and final["jobs_done"] == 3
+
+
+def test_the_dashboard_lists_models_and_shows_a_models_ops_jobs_and_progress(api: TestClient) -> None:
+    from service.models.auth import Scope
+    from service.store import keys
+
+    conv = {"op": "conv2d", "dims": {"H": 8, "W": 8, "CI": 4, "CO": 8, "KH": 3, "KW": 3}, "symbolic": ["N"]}
+    ops = [_op("fc<1>", _dense(64, 32)), _op("conv", conv, 2, _explicit((1, 1.0), dim="N"))]
+    model = api.post("/v1/models", json=model_body(kind="ukernel", ops=ops)).json()
+    with session_scope() as s:
+        secret = keys.create(s, "dash", [Scope.admin]).key
+    origin = {"Origin": "http://testserver"}
+    with TestClient(api.app, base_url="http://testserver", follow_redirects=False) as browser:
+        signed = browser.post("/dashboard/login", data={"key": secret, "next": "/dashboard/models"}, headers=origin)
+        assert signed.status_code == 303
+        listing = browser.get("/dashboard/models")
+        assert listing.status_code == 200 and f"/dashboard/models/{model['id']}" in listing.text
+        assert 'href="/dashboard/models"' in listing.text  # in the navigation
+        page = browser.get(f"/dashboard/models/{model['id']}")
+        assert page.status_code == 200, page.text
+        job_id = model["ops"][0]["job_id"]
+        assert f"/dashboard/jobs/{job_id}" in page.text and "fc&lt;1&gt;" in page.text  # escaped
+        assert "skipped: ukernel jobs cannot tune this op" in page.text and "M=batch*seq" in page.text
+        assert 'id="cancel-form"' in page.text
+        assert browser.get("/dashboard/models/nope").status_code == 404
+        assert browser.post(f"/dashboard/models/{model['id']}/cancel").status_code == 403  # no Origin
+        done = browser.post(f"/dashboard/models/{model['id']}/cancel", headers=origin)
+        assert done.status_code == 303 and done.headers["location"] == f"/dashboard/models/{model['id']}"
+        assert api.get(f"/v1/models/{model['id']}").json()["state"] == "cancelled"
+        assert 'id="cancel-form"' not in browser.get(f"/dashboard/models/{model['id']}").text

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
+from sqlalchemy.orm import Session
 
 from kernelfleet.models import ModelList, ModelView
 from service.api.auth import ReadKey, SubmitKey
@@ -20,11 +21,12 @@ from service.api.limits import enforce
 from service.api.routers.jobs import cancel as cancel_job
 from service.api.state import submit_bucket
 from service.models import Budget, JobSpec, JobState, WorkloadSpec
-from service.models.auth import Scope
+from service.models.auth import ApiKeyView, Scope
 from service.models.model import ModelOp, ModelSpec, op_priority, split_budget
 from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store import models as store
+from service.store.tables import ModelRow
 from service.tuning.admission import check_job, check_kind, check_target
 from service.workers.submission import create, publish
 
@@ -180,6 +182,11 @@ def get_model(model_id: str, session: SessionDep, _: ReadKey) -> ModelView:
 
 @router.post("/{model_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel every unfinished job")
 def cancel_model(model_id: str, session: SessionDep, who: SubmitKey) -> ModelView:
+    return store.view(session, cancel(session, model_id, who))
+
+
+def cancel(session: Session, model_id: str, who: ApiKeyView) -> ModelRow:
+    """Cancel as `who` (the key that added the model, or an admin key) every job of the model not yet ended."""
     row = store.get_row(session, model_id) or not_found(f"model {model_id} not found")
     if row.owner_key_id != who.id and Scope.admin not in who.scopes:
         raise HTTPException(403, "only the key that added a model, or an admin key, can cancel it")
@@ -187,4 +194,4 @@ def cancel_model(model_id: str, session: SessionDep, who: SubmitKey) -> ModelVie
         job = jobs.get_row(session, job_id)
         if job is not None and not JobState(job.state).terminal:
             cancel_job(session, job_id, who)  # the jobs' own cancel path: queued at once, running at a heartbeat
-    return store.view(session, row)
+    return row

@@ -471,6 +471,7 @@ def model_add(
     ] = None,
     trials: Annotated[int, typer.Option(help="the model's total trial budget, split between its jobs")] = 256,
     min_trials: Annotated[int, typer.Option(help="the floor every tunable op's job gets")] = 8,
+    max_shapes: Annotated[int, typer.Option(help="hot shapes each job tunes")] = 4,
     kind: Annotated[str, typer.Option(help="the job kind (GET /v1/kinds)")] = "sketch",
     name: Annotated[str | None, typer.Option(help="the model's name (default: the file's)")] = None,
     wait: Annotated[bool, typer.Option(help="wait until every job ended")] = False,
@@ -495,7 +496,7 @@ def model_add(
         with client_from_env(url) as client:
             model = client.add_model(
                 graph, body, histogram=traffic, ranges=declared or None,
-                budget={"trials": trials, "min_trials": min_trials}, name=name, kind=kind,
+                budget={"trials": trials, "min_trials": min_trials, "max_shapes": max_shapes}, name=name, kind=kind,
             )  # fmt: skip
             if wait:
                 model = client.wait_model(model.id, poll_s=1.0)

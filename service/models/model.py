@@ -105,7 +105,7 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _distinct_names(self) -> ModelSpec:
         seen: dict[str, int] = {}
-        errors = []
+        errors: list[tuple[tuple[str | int, ...], str, object]] = []
         for i, op in enumerate(self.ops):
             if op.name in seen:
                 errors.append((("ops", i, "name"), f"op name {op.name!r} is also ops.{seen[op.name]}'s", op.name))

@@ -13,7 +13,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from service import __version__
 from service.api import body, dashboard, errors
 from service.api.limits import BodySizeLimit
-from service.api.routers import catalog, configs, dispatch, fleet, health, jobs, keys, ops, telemetry
+from service.api.routers import catalog, configs, dispatch, fleet, health, jobs, keys, models, ops, telemetry
 from service.settings import get_settings
 from service.store.db import migrate
 
@@ -36,7 +36,7 @@ def create_app(run_migrations: bool = True) -> FastAPI:
     errors.install(app)
     body.document(app)
     # Routes are matched in order, one regex each: the lookups inference hosts make come first.
-    for module in (configs, dispatch, health, ops, catalog, jobs, telemetry, fleet, keys):
+    for module in (configs, dispatch, health, ops, catalog, jobs, models, telemetry, fleet, keys):
         app.include_router(module.router)
     dashboard.install(app)
 

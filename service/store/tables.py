@@ -1,5 +1,5 @@
-"""SQLAlchemy 2 tables: workloads, targets, jobs, per-shape job progress, candidates, best configs, dispatch
-tables, artifacts, workers, API keys."""
+"""SQLAlchemy 2 tables: workloads, targets, models and their ops, jobs, per-shape job progress, candidates, best
+configs, dispatch tables, artifacts, workers, API keys."""
 
 from __future__ import annotations
 
@@ -94,6 +94,39 @@ class JobRow(Base):
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
     heartbeat_at: Mapped[dt.datetime | None]
+
+
+class ModelRow(Base):
+    """A model onboarded in one request: its ops (ModelOpRow) link it to their workloads and jobs."""
+
+    __tablename__ = "models"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    target: Mapped[dict[str, Any]]
+    budget: Mapped[dict[str, Any]]
+    split: Mapped[dict[str, Any]]  # how the budget was split between the ops' jobs, as the response says
+    tags: Mapped[dict[str, Any]]
+    owner_key_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
+
+
+class ModelOpRow(Base):
+    """One op of a model: its workload, its job (None when the op was skipped, with why) and its budget share."""
+
+    __tablename__ = "model_ops"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    workload_hash: Mapped[str] = mapped_column(ForeignKey("workloads.workload_hash"))
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+    occurrences: Mapped[int]
+    distribution: Mapped[dict[str, Any]]
+    dims: Mapped[dict[str, Any]]  # provenance: int or expression of the model's inputs per dim
+    sources: Mapped[list[Any]]
+    priority: Mapped[float] = mapped_column(Float)
+    trials: Mapped[int] = mapped_column(default=0)
+    skipped: Mapped[str | None] = mapped_column(Text)
 
 
 class JobShapeRow(Base):

@@ -17,12 +17,20 @@ log = logging.getLogger(__name__)
 
 
 def submit(session: Session, spec: JobSpec, workload_hash: str, owner_key_id: str | None = None) -> JobRow:
+    row = create(session, spec, workload_hash, owner_key_id)
+    session.commit()  # the job is durable before its message exists: the reaper re-sends undispatched jobs
+    publish(session, [row])
+    return row
+
+
+def create(session: Session, spec: JobSpec, workload_hash: str, owner_key_id: str | None = None) -> JobRow:
+    """The queued job row, not committed: commit (with whatever belongs with it), then `publish`."""
     workload = catalog.get_workload(session, workload_hash)
     if workload is None:
         raise ValueError(f"workload {workload_hash} is not registered")
     # progress counts to what the kind plans, from the first poll on (the worker plans the same way)
     planned = KINDS.get(spec.kind).plan(workload, spec.distribution, spec.budget)
-    row = jobs.create_job(
+    return jobs.create_job(
         session,
         spec,
         workload_hash,
@@ -30,10 +38,13 @@ def submit(session: Session, spec: JobSpec, workload_hash: str, owner_key_id: st
         queue=queue_for(spec.target),
         trials_total=planned.trials_total,
     )
-    session.commit()  # the job is durable before its message exists: the reaper re-sends undispatched jobs
-    try:
-        dispatch(row.id, row.queue)
-        jobs.mark_dispatched(session, row.id)
-    except Exception:
-        log.exception("broker unavailable; job %s stays queued and the reaper will dispatch it", row.id)
-    return row
+
+
+def publish(session: Session, rows: list[JobRow]) -> None:
+    """Send committed jobs' messages; a job whose message cannot be sent stays queued for the reaper."""
+    for row in rows:
+        try:
+            dispatch(row.id, row.queue)
+            jobs.mark_dispatched(session, row.id)
+        except Exception:
+            log.exception("broker unavailable; job %s stays queued and the reaper will dispatch it", row.id)

@@ -407,6 +407,128 @@ def model_inspect(
         console.print("other operators: " + ", ".join(f"{k} ×{v}" for k, v in sorted(graph.other_ops.items())))
 
 
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageProblem(f"cannot read the {what} {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageProblem(f"{path} ({what}) is not JSON: {exc}") from None
+
+
+def _target_option(text: str) -> dict[str, Any]:
+    """A target as JSON text, or a file holding it."""
+    candidate = Path(text)
+    try:
+        body = _read_json(candidate, "target") if candidate.is_file() else json.loads(text)
+    except json.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        raise UsageProblem(
+            f'--target {text!r}: expected a JSON object (or a file), e.g. {{"kind": "llvm", "mcpu": "host"}}'
+        )
+    return body
+
+
+def _print_model(model: Any) -> None:
+    console.print(
+        f"model {model.id} [bold]{model.name}[/] {model.state}: {model.jobs_done}/{model.jobs_total} jobs done, "
+        f"{model.trials_done}/{model.trials_total} trials ({model.progress:.0%}); "
+        + ", ".join(f"{k} {v}" for k, v in sorted(model.states.items()))
+    )
+    table = Table()
+    for col in ("op", "occurrences", "share", "trials", "job", "state", "progress"):
+        table.add_column(col)
+    for op in model.ops:
+        table.add_row(
+            op.name,
+            str(op.occurrences),
+            f"{op.share:.1%}",
+            str(op.trials),
+            op.job_id or "-",
+            op.state or ("skipped" if op.skipped else "-"),
+            f"{op.progress:.0%}" if op.job_id else "-",
+        )
+    console.print(table)
+    for op in model.skipped:
+        console.print(f"[yellow]skipped[/] {op.name}: {op.skipped}")
+    for op in model.ops:
+        if op.error:
+            console.print(f"[red]{op.name}[/]: {op.error}")
+
+
+@model_app.command("add")
+def model_add(
+    path: Annotated[Path, typer.Argument(help="an ONNX file (dynamic axes as dim_params)")],
+    target: Annotated[
+        str, typer.Option(help='the target as JSON or a JSON file, e.g. {"kind": "llvm", "mcpu": "host"}')
+    ] = '{"kind": "llvm", "mcpu": "host"}',
+    histogram: Annotated[
+        Path | None, typer.Option(help='JSON traffic histogram per input, e.g. {"seq": {"128": 70, "512": 30}}')
+    ] = None,
+    ranges: Annotated[
+        str | None, typer.Option(help="inputs without a histogram, every value equally likely: seq=1..512,batch=1..4")
+    ] = None,
+    trials: Annotated[int, typer.Option(help="the model's total trial budget, split between its jobs")] = 256,
+    min_trials: Annotated[int, typer.Option(help="the floor every tunable op's job gets")] = 8,
+    max_shapes: Annotated[int, typer.Option(help="hot shapes each job tunes")] = 4,
+    kind: Annotated[str, typer.Option(help="the job kind (GET /v1/kinds)")] = "sketch",
+    name: Annotated[str | None, typer.Option(help="the model's name (default: the file's)")] = None,
+    wait: Annotated[bool, typer.Option(help="wait until every job ended")] = False,
+    url: UrlOpt = None,
+) -> None:
+    """Onboard a model: parse it here, send its ops, start one job per tunable op with the budget split by FLOPs."""
+    from kernelfleet.model_import import ModelImportError, extract_onnx
+
+    traffic = _read_json(histogram, "histogram") if histogram is not None else None
+    if traffic is not None and not isinstance(traffic, dict):
+        raise UsageProblem(f'{histogram} must hold a JSON object such as {{"seq": {{"128": 1}}}}')
+    declared: dict[str, tuple[int, int]] = {}
+    for part in filter(None, (ranges or "").split(",")):
+        key, _, span = part.partition("=")
+        low, _, high = span.partition("..")
+        if not (low.isdigit() and high.isdigit()):
+            raise UsageProblem(f"--ranges {ranges!r}: expected NAME=LOW..HIGH[,...], e.g. seq=1..512")
+        declared[key.strip()] = (int(low), int(high))
+    body = _target_option(target)
+    try:
+        graph = extract_onnx(path)
+        with client_from_env(url) as client:
+            model = client.add_model(
+                graph, body, histogram=traffic, ranges=declared or None,
+                budget={"trials": trials, "min_trials": min_trials, "max_shapes": max_shapes}, name=name, kind=kind,
+            )  # fmt: skip
+            if wait:
+                model = client.wait_model(model.id, poll_s=1.0)
+    except ModelImportError as exc:
+        raise UsageProblem(str(exc)) from None
+    _print_model(model)
+    split = model.budget_split
+    console.print(f"budget: {split.get('total_trials')} trials; {split.get('rule', '')}")
+
+
+@model_app.command("status")
+def model_status(model_id: str, url: UrlOpt = None) -> None:
+    """A model's progress: its jobs' states, done/total, and each op's job."""
+    with client_from_env(url) as client:
+        _print_model(client.model(model_id))
+
+
+@model_app.command("cancel")
+def model_cancel(model_id: str, url: UrlOpt = None) -> None:
+    """Cancel every unfinished job of a model."""
+    with client_from_env(url) as client:
+        _print_model(client.cancel_model(model_id))
+
+
+@model_app.command("list")
+def model_list(url: UrlOpt = None, limit: int = 20) -> None:
+    """Models, newest first."""
+    with client_from_env(url) as client:
+        for m in client.models(limit=limit):
+            console.print(f"{m.id} {m.name} {m.state} {m.jobs_done}/{m.jobs_total} jobs ({m.progress:.0%})")
+
+
 EXTENSION_GROUP = "kernelfleet.cli"
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from kernelfleet.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from kernelfleet.models import BestConfig, DispatchDoc, Job, Target, Workload, non_finite
+from kernelfleet.models import BestConfig, DispatchDoc, Job, Model, Target, Workload, non_finite
 
 log = logging.getLogger("kernelfleet")
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from kernelfleet.cuda_ukernel import CudaDispatcher
     from kernelfleet.dispatcher import Dispatcher
     from kernelfleet.epilogue import Epilogue
+    from kernelfleet.model_import import ModelGraph
     from kernelfleet.telemetry import TelemetryReporter
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -46,6 +48,38 @@ def local_toolchain() -> dict[str, str]:
     except ImportError as exc:
         raise KernelFleetError("target.toolchain is required when TVM is not installed here") from exc
     return {"tvm": tvm.__version__, "tuner_abi": "1"}
+
+
+def model_ops(
+    graph: ModelGraph,
+    *,
+    histogram: Mapping[str, Mapping[int | str, float]] | None = None,
+    ranges: Mapping[str, tuple[int, int]] | None = None,
+) -> list[dict[str, Any]]:
+    """The op bodies of POST /v1/models for a `ModelGraph`: each op's workload, occurrences, distribution (from the
+    inputs' histogram or ranges; a single empty shape for an op with no dynamic dim), dims and sources."""
+    ops = []
+    for op in graph.ops:
+        if op.inputs:
+            distribution = graph.distribution_for(op, histogram=histogram, ranges=ranges)
+        else:
+            distribution = {"kind": "explicit", "points": [{"shape": {}, "weight": 1.0}]}
+        ops.append(
+            {
+                "name": op.describe()[:200],
+                "workload": op.to_workload(),
+                "occurrences": op.occurrences,
+                "distribution": distribution,
+                "dims": dict(op.dims),
+                "sources": [s[:200] for s in op.sources[:64]],
+            }
+        )
+    return ops
+
+
+def _model_name(source: str) -> str:
+    stem = Path(source).stem if source else "model"
+    return re.sub(r"[^\w.:+/ -]", "_", stem)[:100] or "model"
 
 
 class Client:
@@ -251,6 +285,72 @@ class Client:
             # succeeded, yet lookups will miss: say why instead of leaving a bare "succeeded"
             log.warning("job %s succeeded but published nothing: %s", job_id, job.publish_reason)
         return job
+
+    # -- models ---------------------------------------------------------------------------------------
+    def add_model(
+        self,
+        graph_or_ops: ModelGraph | Sequence[Mapping[str, Any]],
+        target: Mapping[str, Any],
+        *,
+        histogram: Mapping[str, Mapping[int | str, float]] | None = None,
+        ranges: Mapping[str, tuple[int, int]] | None = None,
+        budget: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        kind: str = "sketch",
+        tags: Mapping[str, str] | None = None,
+    ) -> Model:
+        """Onboard a model: one job per tunable op, the budget (`{"trials": total, "min_trials": floor}`) split by
+        expected FLOPs × occurrences. `graph_or_ops` is a `ModelGraph` (`kernelfleet.model_import`: each op's
+        distribution comes from `histogram`/`ranges` over the model's dynamic inputs) or the request's op bodies
+        (name, workload, occurrences, distribution). Ops the kind cannot tune on `target` come back `skipped`."""
+        from kernelfleet.model_import import ModelGraph
+
+        if isinstance(graph_or_ops, ModelGraph):
+            ops = model_ops(graph_or_ops, histogram=histogram, ranges=ranges)
+            name = name or _model_name(graph_or_ops.source)
+        else:
+            ops = [dict(op) for op in graph_or_ops]
+        body = {
+            "name": name or "model",
+            "kind": kind,
+            "target": dict(target),
+            "ops": ops,
+            "budget": dict(budget or {}),
+            "tags": dict(tags or {}),
+        }
+        return Model.model_validate(self._request("POST", "/v1/models", json=body).json())
+
+    def model(self, model_id: str) -> Model:
+        """A model's progress over its jobs: state, jobs done/total, trials, each op's job."""
+        return Model.model_validate(self._request("GET", f"/v1/models/{model_id}").json())
+
+    def models(self, *, name: str | None = None, limit: int = 50) -> list[Model]:
+        params = {k: v for k, v in {"name": name, "limit": limit}.items() if v is not None}
+        return [Model.model_validate(m) for m in self._request("GET", "/v1/models", params=params).json()["models"]]
+
+    def cancel_model(self, model_id: str) -> Model:
+        """Cancel every job of the model that has not finished."""
+        return Model.model_validate(self._request("POST", f"/v1/models/{model_id}/cancel").json())
+
+    def wait_model(
+        self,
+        model_id: str,
+        *,
+        timeout_s: float | None = None,
+        poll_s: float = 1.0,
+        on_update: Callable[[Model], None] | None = None,
+    ) -> Model:
+        """Poll until every job of the model ended; returns the model (its `state` says how it ended)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            model = self.model(model_id)
+            if on_update:
+                on_update(model)
+            if model.done:
+                return model
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"model {model_id} still {model.state} after {timeout_s} s")
+            time.sleep(poll_s)
 
     # -- configs ------------------------------------------------------------------------------------
     def best(self, workload: str, target: str, shape: Mapping[str, int]) -> BestConfig | None:

@@ -223,6 +223,65 @@ class PlatformInfo(_Wire):
     summary: str
 
 
+class ModelOpView(_Wire):
+    """One op of a model: its workload, its budget share and its job (none when the op was skipped, with why)."""
+
+    name: str
+    op: str
+    workload_hash: str
+    occurrences: int
+    dims: dict[str, int | str] = Field(default_factory=dict, description="provenance: expressions of the inputs")
+    priority: float = Field(description="expected FLOPs per call (the distribution's weights) × occurrences")
+    share: float = Field(description="the op's share of the model's priority")
+    trials: int = Field(description="the job's budget: the floor plus its share of the rest")
+    skipped: str | None = Field(default=None, description="why the op was not tuned (the kind cannot on the target)")
+    job_id: str | None = None
+    state: str | None = None
+    progress: float = 0.0
+    trials_done: int = 0
+    trials_total: int = 0
+    error: str | None = None
+
+
+class ModelView(_Wire):
+    """A model onboarded in one request: its ops' jobs and their progress, aggregated."""
+
+    id: str
+    name: str
+    kind: str
+    target: dict[str, Any]
+    state: str = Field(description="queued, running, or once every job ended: succeeded, failed or cancelled")
+    progress: float = Field(ge=0, le=1, description="trials done over trials planned, over every job")
+    jobs_total: int
+    jobs_done: int = Field(description="jobs that ended (succeeded, failed or cancelled)")
+    states: dict[str, int] = Field(description="jobs per state")
+    trials_done: int
+    trials_total: int
+    budget: dict[str, Any] = Field(default_factory=dict)
+    budget_split: dict[str, Any] = Field(default_factory=dict, description="how the budget was split, and the rule")
+    tags: dict[str, str] = Field(default_factory=dict)
+    ops: list[ModelOpView] = Field(default_factory=list)
+    created_at: dt.datetime
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [op.job_id for op in self.ops if op.job_id]
+
+    @property
+    def skipped(self) -> list[ModelOpView]:
+        return [op for op in self.ops if op.skipped]
+
+
+class ModelList(_Wire):
+    models: list[ModelView]
+    total: int
+
+
 # Names the SDK has always exported.
 Job = JobView
 BestConfig = ConfigRecord
+Model = ModelView

@@ -1,4 +1,5 @@
-"""The dashboard's pages and forms: jobs, a job, the config store, the fleet, Gemmini, API keys, signing in."""
+"""The dashboard's pages and forms: jobs, a job, models, a model, the config store, the fleet, Gemmini, API keys,
+signing in."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from service.api.dashboard.session import (
 )
 from service.api.deps import SessionDep
 from service.api.routers.jobs import cancel
+from service.api.routers.models import cancel as cancel_model
 from service.models import JobState
 from service.models.auth import ApiKeyCreate, Scope
 from service.settings import get_settings
-from service.store import jobs, keys
+from service.store import jobs, keys, models
 
 router = APIRouter(prefix=PATH, include_in_schema=False)
 
@@ -143,6 +145,33 @@ def cancel_from_page(job_id: str, session: SessionDep, who: Submitter) -> Respon
     except HTTPException as exc:
         raise DashboardError(exc.status_code, str(exc.detail)) from exc
     return see_other(f"{PATH}/jobs/{job_id}")
+
+
+# -- models ---------------------------------------------------------------------------------------------------
+
+
+@router.get("/models")
+def models_page(request: Request, session: SessionDep, who: Reader) -> HTMLResponse:
+    return render.page(request, "models.html", who, active="models", listing=views.model_list(session))
+
+
+@router.get("/models/{model_id}")
+def model_page(model_id: str, request: Request, session: SessionDep, who: Reader) -> HTMLResponse:
+    row = models.get_row(session, model_id)
+    if row is None:
+        raise DashboardError(404, f"model {model_id} not found")
+    may_cancel = (row.owner_key_id == who.id or allows(who, Scope.admin)) and allows(who, Scope.submit)
+    view = views.model_page(session, row)
+    return render.page(request, "model.html", who, active="models", model=view, may_cancel=may_cancel)
+
+
+@router.post("/models/{model_id}/cancel", dependencies=[SameOrigin])
+def cancel_model_from_page(model_id: str, session: SessionDep, who: Submitter) -> Response:
+    try:
+        cancel_model(session, model_id, who)  # the API's own rule: the adding key, or an admin key
+    except HTTPException as exc:
+        raise DashboardError(exc.status_code, str(exc.detail)) from exc
+    return see_other(f"{PATH}/models/{model_id}")
 
 
 # -- the config store, the fleet, Gemmini -----------------------------------------------------------------------

@@ -37,7 +37,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 
-NAV = [("jobs", "Jobs"), ("configs", "Config store"), ("fleet", "Fleet"), ("gemmini", "Gemmini")]
+NAV = [("jobs", "Jobs"), ("models", "Models"), ("configs", "Config store"), ("fleet", "Fleet"), ("gemmini", "Gemmini")]
 
 
 def seconds(value: float | None) -> str:

@@ -9,12 +9,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from kernelfleet.models import ModelView
 from service.api.dashboard import job_pages
 from service.api.dashboard import panels as ui
 from service.models import JobState, JobView
 from service.settings import get_settings
-from service.store import catalog, configs, dispatch, fleet, jobs
-from service.store.tables import CandidateRow, JobRow
+from service.store import catalog, configs, dispatch, fleet, jobs, models
+from service.store.tables import CandidateRow, JobRow, ModelRow
 from service.tuning.kinds import KINDS
 from service.tuning.platforms.gemmini import GemminiPlatform
 
@@ -106,6 +107,49 @@ def workload_choices(session: Session) -> list[dict[str, str]]:
         {"hash": w.workload_hash, "label": labels.workload(w.workload_hash)}
         for w in catalog.list_workloads(session, 500)
     ]
+
+
+def model_summary(view: ModelView) -> dict[str, Any]:
+    return {
+        "id": view.id,
+        "name": view.name,
+        "kind": view.kind,
+        "state": view.state,
+        "progress": view.progress,
+        "jobs_done": view.jobs_done,
+        "jobs_total": view.jobs_total,
+        "skipped": len(view.skipped),
+        "trials_done": view.trials_done,
+        "trials_total": view.trials_total,
+        "created_at": view.created_at.isoformat(),
+        "done": view.done,
+    }
+
+
+def model_list(session: Session, limit: int = 100) -> dict[str, Any]:
+    rows, total = models.list_rows(session, None, limit, 0)
+    return {"models": [model_summary(models.view(session, r)) for r in rows], "total": total}
+
+
+def model_page(session: Session, row: ModelRow) -> dict[str, Any]:
+    """A model: its progress, states, and per op the workload, occurrences, budget share and job."""
+    view = models.view(session, row)
+    labels = Labels(session)
+    return {
+        **model_summary(view),
+        "target": labels.target(None, view.target)["label"],
+        "states": view.states,
+        "rule": view.budget_split.get("rule", ""),
+        "total_trials": view.budget_split.get("total_trials"),
+        "ops": [
+            {
+                **op.model_dump(),
+                "workload": labels.workload(op.workload_hash),
+                "dims_text": ", ".join(f"{k}={v}" for k, v in op.dims.items()),
+            }
+            for op in view.ops
+        ],
+    }
 
 
 def _point(row: CandidateRow) -> ui.CandidatePoint:

@@ -277,7 +277,7 @@ class AcceleratedLinear(nn.Module):
             return self._fallback(x, "empty", S)
         if not self._on:
             return self._fallback(x, "no_table", S)
-        if S > self.max_rows:
+        if self.max_rows < S:
             return self._fallback(x, "range", S)
         x2 = x.reshape(S, K)
         if not x2.is_contiguous():

@@ -36,14 +36,14 @@ from service.tuning.platforms import tvm_target
 from service.tuning.tuners.ukernel.kernel import build_ukernel
 
 TARGET = "ab" * 16  # a target fingerprint (the tables are built for this host)
-H, I = 64, 256  # BERT hidden and intermediate sizes
+H, INTER = 64, 256  # BERT hidden and intermediate sizes
 S_MAX = 64
 # (N, K, epilogue, vendor interval): the workloads a 2-layer BERT(64, 256) and the MLPs below run
 TABLES = [
     (H, H, Epilogue(True), (9, 16)),  # Q, K, V, attention output, pooler; S 9..16 routed to numpy
-    (I, H, Epilogue(True, "gelu"), None),  # intermediate dense + GELU, fused
-    (H, I, Epilogue(True), None),  # output dense
-    (I, H, Epilogue(True), None),  # the same layer unfused: for a ReLU that has no fused table
+    (INTER, H, Epilogue(True, "gelu"), None),  # intermediate dense + GELU, fused
+    (H, INTER, Epilogue(True), None),  # output dense
+    (INTER, H, Epilogue(True), None),  # the same layer unfused: for a ReLU that has no fused table
 ]
 ATOL = 2e-4
 
@@ -115,7 +115,7 @@ def _bert(layers: int = 2) -> nn.Module:
         hidden_size=H,
         num_hidden_layers=layers,
         num_attention_heads=4,
-        intermediate_size=I,
+        intermediate_size=INTER,
         max_position_embeddings=128,
         attn_implementation="eager",
     )
@@ -125,7 +125,7 @@ def _bert(layers: int = 2) -> nn.Module:
 
 def _mlp(act: nn.Module) -> nn.Module:
     torch.manual_seed(1)
-    return nn.Sequential(nn.Linear(H, I), act, nn.Linear(I, H)).eval()
+    return nn.Sequential(nn.Linear(H, INTER), act, nn.Linear(INTER, H)).eval()
 
 
 def test_the_sdk_hashes_dense_workloads_as_the_service_does() -> None:
@@ -210,7 +210,7 @@ def test_weights_changed_in_place_are_packed_again(fleet: Fleet) -> None:
                                          model[2].weight, model[2].bias)  # fmt: skip
         torch.testing.assert_close(fast(x), reference, atol=ATOL, rtol=1e-4)
         assert not torch.allclose(first, reference, atol=1e-3)
-        model[0].load_state_dict({"weight": torch.randn(I, H), "bias": torch.randn(I)})
+        model[0].load_state_dict({"weight": torch.randn(INTER, H), "bias": torch.randn(INTER)})
         reference = nn.functional.linear(nn.functional.gelu(nn.functional.linear(x, model[0].weight, model[0].bias)),
                                          model[2].weight, model[2].bias)  # fmt: skip
         torch.testing.assert_close(fast(x), reference, atol=ATOL, rtol=1e-4)
@@ -225,7 +225,7 @@ def test_gpt2_conv1d_layers_run_transposed_weights_without_copies(fleet: Fleet) 
     class GPT2MLP(nn.Module):  # transformers' GPT2MLP shape: c_fc, act, c_proj (the fuse pattern matches by name)
         def __init__(self) -> None:
             super().__init__()
-            self.c_fc, self.act, self.c_proj = Conv1D(I, H), nn.GELU(), Conv1D(H, I)
+            self.c_fc, self.act, self.c_proj = Conv1D(INTER, H), nn.GELU(), Conv1D(H, INTER)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.c_proj(self.act(self.c_fc(x)))
@@ -293,7 +293,7 @@ def test_a_client_fetches_reports_shapes_and_keeps_running_when_the_service_goes
     assert fast.reporter is not None and fast.reporter.flush()
     records = [r for b in service.batches for r in b["records"]]
     shapes = {(r["workload_hash"], r["shape"]["M"]): (r["calls"], r["fallbacks"]) for r in records}
-    fused = workload_hash(dense_workload(I, H, Epilogue(True, "gelu")))
+    fused = workload_hash(dense_workload(INTER, H, Epilogue(True, "gelu")))
     assert shapes[(fused, 6)] == (1, 0) and shapes[(fused, 70)] == (1, 1)
     fast.close()
 

@@ -160,6 +160,10 @@ class AcceleratedLinear(nn.Module):
     keys) and packs the weight for the dispatcher once, again only when the parameter's storage or version
     changes (an in-place update under no_grad, `load_state_dict`)."""
 
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    activation: nn.Module | None
+
     def __init__(
         self,
         name: str,
@@ -174,8 +178,9 @@ class AcceleratedLinear(nn.Module):
     ) -> None:
         super().__init__()
         self.name = name
-        self.weight = layer.weight
-        self.bias = layer.bias if dense.bias else None
+        weight, bias = layer.weight, layer.bias if dense.bias else None
+        assert isinstance(weight, torch.Tensor) and (bias is None or isinstance(bias, torch.Tensor))
+        self.weight, self.bias = weight, bias
         self.N, self.K, self.transposed = dense.N, dense.K, dense.transposed
         for attr in ("in_features", "out_features", "nf", "nx"):  # code that reads them keeps working
             if hasattr(layer, attr):
@@ -283,15 +288,17 @@ class AcceleratedLinear(nn.Module):
         if not x2.is_contiguous():
             x2 = x2.contiguous()
         d = self.dispatcher
-        if self._cuda:
-            y = d(x2.detach(), self._weight_view())  # type: ignore[misc]
-            if self.bias is not None:
-                y += self.bias.detach()
-        else:
+        y: torch.Tensor
+        if isinstance(d, Dispatcher):
             xa = (x2.detach() if x2.requires_grad else x2).numpy()
             b = self._bias_view() if self.fused_bias else None
-            y = torch.from_numpy(d(xa, self._weight_view(), bias=b))  # type: ignore[misc, call-arg]
+            y = torch.from_numpy(d(xa, self._weight_view(), bias=b))
             if self.bias is not None and not self.fused_bias:
+                y += self.bias.detach()
+        else:  # the CudaDispatcher: torch CUDA tensors in and out (DLPack), no epilogue fused
+            assert d is not None
+            y = d(x2.detach(), self._weight_view())
+            if self.bias is not None:
                 y += self.bias.detach()
         st = self.stats
         st.calls += 1
@@ -351,7 +358,7 @@ def _resolve_target(target: str | None, cache: DispatchCache, hashes: set[str], 
             log.warning("cannot list the service's targets (%s)", exc)
             live = []
         if len(live) == 1:
-            return live[0]
+            return str(live[0])
         cached = set(live)
     raise ValueError(
         f"cannot tell which target's tables to use ({len(cached)} candidates: {sorted(cached)[:4]}): pass target= "

@@ -65,6 +65,7 @@ FUSE_PATTERNS: dict[str, tuple[str, str]] = {
     "GPT2MLP": ("c_fc", "act"),
 }
 
+_F32 = torch.float32
 FALLBACK_REASONS = ("dtype", "device", "autograd", "range", "no_table", "empty")
 
 
@@ -126,6 +127,9 @@ class _Dense:
 
 
 def _dense_of(module: nn.Module) -> _Dense | None:
+    params = module._parameters
+    if not isinstance(params.get("weight"), nn.Parameter) or not isinstance(params.get("bias"), nn.Parameter | None):
+        return None  # weights that are not parameters (e.g. computed): left to PyTorch
     if isinstance(module, nn.Linear):
         return _Dense(module.out_features, module.in_features, module.bias is not None, False)
     weight = getattr(module, "weight", None)
@@ -179,8 +183,9 @@ class AcceleratedLinear(nn.Module):
         super().__init__()
         self.name = name
         weight, bias = layer.weight, layer.bias if dense.bias else None
-        assert isinstance(weight, torch.Tensor) and (bias is None or isinstance(bias, torch.Tensor))
-        self.weight, self.bias = weight, bias
+        assert isinstance(weight, nn.Parameter) and (bias is None or isinstance(bias, nn.Parameter))
+        self.weight = weight
+        self.register_parameter("bias", bias)  # None too: forward reads both from _parameters
         self.N, self.K, self.transposed = dense.N, dense.K, dense.transposed
         for attr in ("in_features", "out_features", "nf", "nx"):  # code that reads them keeps working
             if hasattr(layer, attr):
@@ -239,13 +244,13 @@ class AcceleratedLinear(nn.Module):
         except RuntimeError:  # an inference tensor has no version counter (and cannot change in place)
             return t.data_ptr(), -1
 
-    def _weight_view(self) -> Any:
+    def _weight_view(self, weight: torch.Tensor) -> Any:
         """W[N, K] as the dispatcher takes it: a numpy view of the parameter (CPU), the CUDA tensor itself; packed
         (CPU) once per storage and version of the parameter."""
-        key = self._key(self.weight)
+        key = self._key(weight)
         if key != self._w_key:
             with self._lock:
-                w = self.weight.detach()
+                w = weight.detach()
                 if self._cuda:
                     view: Any = w.t().contiguous() if self.transposed else w.contiguous()
                 else:
@@ -255,27 +260,32 @@ class AcceleratedLinear(nn.Module):
                 self._w, self._w_key = view, key
         return self._w
 
-    def _bias_view(self) -> np.ndarray:
-        assert self.bias is not None
-        key = self._key(self.bias)
+    def _bias_view(self, bias: torch.Tensor | None) -> np.ndarray:
+        assert bias is not None
+        key = self._key(bias)
         if key != self._b_key:
-            self._b, self._b_key = self.bias.detach().numpy(), key
+            self._b, self._b_key = bias.detach().numpy(), key
         return self._b  # type: ignore[no-any-return]
 
     def prepare(self) -> None:
         """Pack the weight now (accelerate does) rather than on the first call."""
         if self._on and self.weight.device.type == self._device and self.weight.dtype is torch.float32:
-            self._weight_view()
+            self._weight_view(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # the hot path: parameters read from the dict (not Module.__getattr__), no device objects built
+        params = self._parameters
+        w, bias = params["weight"], params["bias"]
+        assert w is not None
         K = self.K
-        S = x.numel() // K if x.ndim and x.shape[-1] == K else 0
-        if x.dtype is not torch.float32 or self.weight.dtype is not torch.float32:
+        shape = x.shape
+        S = x.numel() // K if shape and shape[-1] == K else 0
+        if x.dtype is not _F32 or w.dtype is not _F32:
             return self._fallback(x, "dtype", S)
-        if x.device.type != self._device or self.weight.device.type != self._device:
+        if not ((x.is_cuda and w.is_cuda) if self._cuda else (x.is_cpu and w.is_cpu)):
             return self._fallback(x, "device", S)
         if torch.is_grad_enabled() and (
-            x.requires_grad or self.weight.requires_grad or (self.bias is not None and self.bias.requires_grad)
+            x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad)
         ):
             return self._fallback(x, "autograd", S)
         if S == 0:  # empty, or not [..., K]: PyTorch gives the empty result or the error
@@ -284,27 +294,27 @@ class AcceleratedLinear(nn.Module):
             return self._fallback(x, "no_table", S)
         if self.max_rows < S:
             return self._fallback(x, "range", S)
-        x2 = x.reshape(S, K)
+        x2 = x if len(shape) == 2 else x.reshape(S, K)
         if not x2.is_contiguous():
             x2 = x2.contiguous()
         d = self.dispatcher
         y: torch.Tensor
         if isinstance(d, Dispatcher):
             xa = (x2.detach() if x2.requires_grad else x2).numpy()
-            b = self._bias_view() if self.fused_bias else None
-            y = torch.from_numpy(d(xa, self._weight_view(), bias=b))
-            if self.bias is not None and not self.fused_bias:
-                y += self.bias.detach()
+            fused = self.fused_bias
+            y = torch.from_numpy(d(xa, self._weight_view(w), bias=self._bias_view(bias) if fused else None))
+            if bias is not None and not fused:
+                y += bias.detach()
         else:  # the CudaDispatcher: torch CUDA tensors in and out (DLPack), no epilogue fused
             assert d is not None
-            y = d(x2.detach(), self._weight_view())
-            if self.bias is not None:
-                y += self.bias.detach()
+            y = d(x2.detach(), self._weight_view(w))
+            if bias is not None:
+                y += bias.detach()
         st = self.stats
         st.calls += 1
         if S in st.shapes or len(st.shapes) < MAX_TRACKED_SHAPES:
             st.shapes[S] += 1
-        return y.view(*x.shape[:-1], self.N)
+        return y if len(shape) == 2 else y.view((*shape[:-1], self.N))
 
 
 # -- accelerate -----------------------------------------------------------------------------------------------------

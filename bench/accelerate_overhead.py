@@ -7,7 +7,8 @@ under torch.inference_mode() on the same input:
 - `dispatcher`: the same Dispatcher called directly with the numpy views (x, the weight view it packed, the bias);
 - `stub`: the wrapper around a dispatcher that returns a preallocated output at once: the wrapper's own cost alone;
 - `torch`: F.linear(x, W, b), PyTorch's CPU path (oneDNN/MKL).
-`wrapper − dispatcher` and `stub` both estimate the overhead; the stub's is the precise one (no kernel noise).
+The overhead is estimated twice: `paired` calls the wrapper and the dispatcher alternately, call by call, and takes
+the median of the per-pair differences (robust on a loaded machine); `stub` times the wrapper's own work alone.
 
 The uKernel is one tile chosen by the rules (as a ukernel job's first candidate), with the bias fused; the table
 runs every S on it (no vendor routes), so `dispatcher` is uKernel time.
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,11 +33,40 @@ BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "accelerate_overhead.json"
 
 
+def paired(a: Callable[[], object], b: Callable[[], object], seconds: float) -> dict[str, float]:
+    """Medians of per-call times of `a` and `b` called alternately (a, b, b, a, a, b, ...) for about `seconds`, and the
+    median of the per-pair differences: both see the same machine at almost the same moment, so a loaded host's
+    swings cancel far better than in back-to-back samples minutes apart."""
+    clock = time.perf_counter
+    ta: list[float] = []
+    tb: list[float] = []
+    end = clock() + seconds
+    flip = False
+    while clock() < end or len(ta) < 50:
+        first, second = (b, a) if flip else (a, b)  # each goes first half the time: no order bias
+        t0 = clock()
+        first()
+        t1 = clock()
+        second()
+        t2 = clock()
+        ta.append(t2 - t1 if flip else t1 - t0)
+        tb.append(t1 - t0 if flip else t2 - t1)
+        flip = not flip
+    diffs = [x - y for x, y in zip(ta, tb, strict=True)]
+    return {
+        "wrapper": statistics.median(ta),
+        "dispatcher": statistics.median(tb),
+        "difference": statistics.median(diffs),
+        "pairs": len(ta),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ms", default="1,8,32,128", help="rows S = M per call (comma-separated)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--min-sample-ms", type=float, default=20.0)
+    parser.add_argument("--paired-s", type=float, default=2.0, help="seconds of alternating calls per M")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     ms = [int(m) for m in args.ms.split(",")]
@@ -116,12 +148,14 @@ def main(argv: list[str] | None = None) -> None:
             ]
             for c in contenders:
                 c.number = calibrate(c.sample, args.min_sample_ms / 1e3)
-            run_rounds(contenders, args.rounds, pause_s=0.05)
+            run_rounds(contenders, args.rounds, pause_s=0.05, settle=True)  # torch's OpenMP threads spin after F.linear
             med = {c.name: statistics.median(c.samples_s) for c in contenders}
-            results.append({"M": m, "median_s": med, "max_abs_error": err})
+            pair = paired(call_wrapper, call_dispatcher, args.paired_s)
+            results.append({"M": m, "median_s": med, "paired_s": pair, "max_abs_error": err})
             print(
                 f"M={m:4d}  wrapper {us(med['wrapper']):>8} µs  dispatcher {us(med['dispatcher']):>8} µs  "
-                f"wrapper−dispatcher {us(med['wrapper'] - med['dispatcher']):>6} µs  stub {us(med['stub']):>6} µs  "
+                f"paired: wrapper {us(pair['wrapper']):>8} dispatcher {us(pair['dispatcher']):>8} "
+                f"difference {us(pair['difference']):>6} µs  stub {us(med['stub']):>6} µs  "
                 f"torch F.linear {us(med['torch']):>8} µs",
                 flush=True,
             )

@@ -324,3 +324,21 @@ def test_layers_without_a_table_run_pytorch_and_count_every_call(tmp_path: Path)
         torch.testing.assert_close(fast(x), model(x))
     assert fast.stats()["0"]["reasons"] == {"no_table": 1} and fast.fallbacks() == 2
     assert isinstance(fast.module[1], nn.SiLU)  # nothing fused without a table
+
+
+def test_workloads_name_a_layers_table_and_a_table_for_another_epilogue_is_not_used(fleet: Fleet) -> None:
+    unfused = workload_hash(dense_workload(INTER, H, Epilogue(True)))
+    output = workload_hash(dense_workload(H, INTER, Epilogue(True)))
+    model = _mlp(nn.GELU())
+    fast = accelerate(model, fleet.cache, workloads={"0": unfused})
+    assert fast.stats()["0"]["fused"] == "+ bias" and isinstance(fast.module[1], nn.GELU)  # GELU stays in PyTorch
+    # the last layer has no GELU after it: a fused table named for it computes another layer, so PyTorch runs it
+    gelu = workload_hash(dense_workload(INTER, H, Epilogue(True, "gelu")))
+    odd = accelerate(nn.Sequential(nn.Linear(H, INTER)).eval(), fleet.cache, workloads={"0": gelu})
+    assert odd.stats()["0"]["fused"] == "none" and odd.layers["0"].dispatcher is None
+    x = torch.randn(4, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+        torch.testing.assert_close(odd(x), nn.functional.linear(x, odd.module[0].weight, odd.module[0].bias))
+    assert fast.fallbacks() == 0 and odd.stats()["0"]["reasons"] == {"no_table": 1}
+    assert fast.stats()["2"]["workload"] == output

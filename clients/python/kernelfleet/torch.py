@@ -563,11 +563,15 @@ def accelerate(
                 continue
             chosen = (h, d)
             break
-        if chosen is None:  # PyTorch runs it; misses are reported on the most specific workload's dispatcher
+        on = chosen is not None
+        if chosen is None:  # PyTorch runs it; misses are reported on the most specific workload's table-less dispatcher
             h = plans[site.name][0]
-            chosen = (h, dispatcher_for(h))
+            first = dispatcher_for(h)
+            chosen = (
+                h,
+                first if first is not None and first.table is None else None,
+            )  # (not a table for another layer)
         h, d = chosen
-        on = d is not None and d.table is not None
         epilogue = getattr(d, "epilogue", NO_EPILOGUE) if on else NO_EPILOGUE
         fused_act = epilogue.activation != "none"  # (CUDA tables fuse nothing: their activation stays in place)
         table = d.table if on and d is not None else None

@@ -233,6 +233,11 @@ class Dispatcher:
             usage.seconds += seconds
             usage.fallbacks += fell_back
 
+    def record_fallback(self, S: int, seconds: float = 0.0) -> None:
+        """Count a call for S that the caller ran elsewhere (e.g. kernelfleet.torch runs PyTorch for an S past the
+        table, or with no table): telemetry then reports it as a miss, like the numpy fallback's calls."""
+        self._record(S, seconds, True)
+
     def usage(self, reset: bool = False) -> dict[int, ShapeUsage]:
         """Calls, kernel seconds and fallbacks per S since the last reset."""
         with self._lock:

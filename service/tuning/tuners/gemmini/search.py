@@ -309,7 +309,9 @@ def co_explore(
     try:
         # Without the screen, a network of many layers spends its budget climbing from the default and a few
         # random points: on ResNet-50 at the default's area it lost to a plain grid (0.41x worst of 5 seeds).
-        starts = [start_hw, *_screen(layers, ev, rng, limits, int(budget * SCREEN_SHARE))]
+        grid_cost = len(hw_grid(limits)) * len(layers)  # the whole grid, one gemmini.h-tiled call per layer
+        share = budget * (SCREEN_FULL_SHARE if grid_cost <= budget * SCREEN_FULL_SHARE else SCREEN_SHARE)
+        starts = [start_hw, *_screen(layers, ev, rng, limits, int(share))]
         hw0 = starts.pop(0)
         while ev.calls < budget:
             seen.add(hw0)
@@ -347,7 +349,8 @@ def co_explore(
     return _result(ev, layers, alloc)
 
 
-SCREEN_SHARE = 0.25  # of co_explore's budget, for scoring grid points with gemmini.h's tiling
+SCREEN_SHARE = 0.25  # of co_explore's budget, for scoring a strided sample of the grid with gemmini.h's tiling
+SCREEN_FULL_SHARE = 0.7  # ...or the whole grid when it costs at most this share; the climb starts from its best
 SCREEN_STARTS = 3  # the best screened configs the local search starts from
 
 

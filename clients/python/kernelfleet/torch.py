@@ -1,0 +1,614 @@
+"""A PyTorch module whose GEMM-like layers run on KernelFleet dispatchers: `accelerate(module, source)`.
+
+`accelerate` walks the module and replaces every `nn.Linear` (and transformers' GPT-2 `Conv1D`, which computes
+x·W + b with W stored [in, out]) with an `AcceleratedLinear` that runs the layer's dense workload
+(N = out, K = in, its bias, and the activation that follows it where that is fused) on the dispatcher the
+fleet tuned for it. A call flattens the leading dims to S rows (x.reshape(-1, K), contiguous fp32), hands numpy
+views of the torch tensors to the dispatcher (no copy: `Tensor.numpy()` shares the memory) and wraps the result
+with `torch.from_numpy` (no copy either). On a CUDA target the `CudaDispatcher` takes the torch CUDA tensors
+themselves (DLPack).
+
+Fused activations: where a layer is followed by a known activation in a known pattern (transformers'
+`BertIntermediate`-like blocks: `dense` then `intermediate_act_fn`; GPT-2's `GPT2MLP`: `c_fc` then `act`; and
+`nn.Sequential(..., Linear, GELU/ReLU/SiLU, ...)`) the fused workload's table is asked for first; only when it
+exists does the layer compute the activation in its uKernels' epilogue (the activation module is then replaced
+by `nn.Identity`). Otherwise the unfused workload (bias only), then the bare one (the bias added in torch).
+
+Everything a table does not cover runs the original PyTorch computation (the same parameters) and is counted
+per layer with its reason: another dtype than float32, another device than the dispatcher's, a call that
+autograd must record (grad enabled and anything requiring grad: run under `torch.inference_mode()` or
+`torch.no_grad()`), S beyond the table's last tuned S (unless `extend_range=True`: the table's last interval
+then extends, as `Dispatcher` does), no table at all. `stats()` reports calls, fallbacks and the shapes run per
+layer; fallbacks for a shape the table lacks (past its range, no table) are also recorded on the dispatcher, so
+telemetry reports them as misses.
+
+`source` is a `kernelfleet.Client` (dispatchers fetched and verified through the signed disk cache, which serves
+them when the service is down: `kernelfleet.dispatch_cache.load_dispatcher`) or a cache directory (offline: only
+the documents cached there that verify with the trusted key). This module imports torch: it is the SDK's only
+module that does at import time (kernelfleet.model_import imports it when an extractor runs).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch  # absolute: the real torch, never this module
+from torch import nn
+
+from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_cache_dir, load_dispatcher
+from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
+from kernelfleet.errors import KernelFleetError, ServiceUnavailable
+
+if TYPE_CHECKING:
+    from kernelfleet.cuda_ukernel import CudaDispatcher
+    from kernelfleet.telemetry import TelemetryReporter
+
+log = logging.getLogger(__name__)
+
+# Parent modules whose forward is `act(linear(x))` for these attributes: the activation may be fused.
+FUSE_PATTERNS: dict[str, tuple[str, str]] = {
+    "BertIntermediate": ("dense", "intermediate_act_fn"),
+    "RobertaIntermediate": ("dense", "intermediate_act_fn"),
+    "GPT2MLP": ("c_fc", "act"),
+}
+
+_F32 = torch.float32
+FALLBACK_REASONS = ("dtype", "device", "autograd", "range", "no_table", "empty")
+
+
+# -- workloads ------------------------------------------------------------------------------------------------------
+def dense_workload(N: int, K: int, epilogue: Epilogue = NO_EPILOGUE) -> dict[str, Any]:
+    """The dense workload body (POST /v1/workloads) of a layer X[M, K] → [M, N] with this epilogue."""
+    return {
+        "op": "dense",
+        "dtype": "float32",
+        "dims": {"N": int(N), "K": int(K)},
+        "symbolic": ["M"],
+        "attrs": {"bias": epilogue.bias, "activation": epilogue.activation},
+    }
+
+
+def workload_hash(spec: Mapping[str, Any]) -> str:
+    """The service's hash of a dense workload (its canonical form: defaults filled in, `activation` left out while
+    "none" so workloads registered before activations keep theirs). Dense only; tests hold it to the service's."""
+    if spec.get("op") != "dense":
+        raise ValueError(f"only dense workloads are hashed here, got {spec.get('op')!r}")
+    attrs: dict[str, Any] = {"bias": False, "activation": "none", **dict(spec.get("attrs") or {})}
+    if attrs["activation"] == "none":
+        del attrs["activation"]
+    canonical = {
+        "op": "dense",
+        "dtype": spec.get("dtype", "float32"),
+        "dims": dict(sorted(dict(spec["dims"]).items())),
+        "symbolic": sorted(spec.get("symbolic") or []),
+        "attrs": dict(sorted(attrs.items())),
+    }
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def activation_of(module: Any) -> str | None:
+    """The kernelfleet.epilogue activation a module computes, or None when it is not one known to match exactly."""
+    if isinstance(module, nn.ReLU):
+        return "relu"
+    if isinstance(module, nn.SiLU):
+        return "silu"
+    if isinstance(module, nn.GELU):
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
+    name = type(module).__name__
+    if name == "GELUActivation":  # transformers: F.gelu (erf), or the same erf formula in Python
+        return "gelu"
+    if name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh"):
+        return "gelu_tanh"
+    if name == "SiLUActivation":
+        return "silu"
+    return None
+
+
+@dataclass(frozen=True)
+class _Dense:
+    N: int
+    K: int
+    bias: bool
+    transposed: bool  # Conv1D: W stored [K, N]
+
+
+def _dense_of(module: nn.Module) -> _Dense | None:
+    params = module._parameters
+    if not isinstance(params.get("weight"), nn.Parameter) or not isinstance(params.get("bias"), nn.Parameter | None):
+        return None  # weights that are not parameters (e.g. computed): left to PyTorch
+    if isinstance(module, nn.Linear):
+        return _Dense(module.out_features, module.in_features, module.bias is not None, False)
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.ndim == 2:
+        return _Dense(int(weight.shape[1]), int(weight.shape[0]), getattr(module, "bias", None) is not None, True)
+    return None
+
+
+# -- the layer ------------------------------------------------------------------------------------------------------
+@dataclass
+class LayerStats:
+    calls: int = 0
+    fallbacks: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    shapes: Counter[int] = field(default_factory=Counter)  # S → calls the dispatcher ran
+    fallback_shapes: Counter[int] = field(default_factory=Counter)  # S → calls PyTorch ran
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "fallbacks": self.fallbacks,
+            "reasons": dict(self.reasons),
+            "shapes": dict(sorted(self.shapes.items())),
+            "fallback_shapes": dict(sorted(self.fallback_shapes.items())),
+        }
+
+
+class AcceleratedLinear(nn.Module):
+    """A Linear (or Conv1D) whose calls run on a KernelFleet dispatcher, and on PyTorch where it does not cover.
+
+    It holds the original layer's parameters themselves (`weight`, `bias`: same names, so state dicts keep their
+    keys) and packs the weight for the dispatcher once, again only when the parameter's storage or version
+    changes (an in-place update under no_grad, `load_state_dict`)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    activation: nn.Module | None
+
+    def __init__(
+        self,
+        name: str,
+        layer: nn.Module,
+        dense: _Dense,
+        dispatcher: Dispatcher | CudaDispatcher | None,
+        workload: str,
+        *,
+        fused_bias: bool,
+        activation: nn.Module | None,
+        max_rows: int,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        weight, bias = layer.weight, layer.bias if dense.bias else None
+        assert isinstance(weight, nn.Parameter) and (bias is None or isinstance(bias, nn.Parameter))
+        self.weight = weight
+        self.register_parameter("bias", bias)  # None too: forward reads both from _parameters
+        self.N, self.K, self.transposed = dense.N, dense.K, dense.transposed
+        for attr in ("in_features", "out_features", "nf", "nx"):  # code that reads them keeps working
+            if hasattr(layer, attr):
+                setattr(self, attr, getattr(layer, attr))
+        self.activation = activation  # fused: the dispatcher computes it; PyTorch fallbacks apply this module
+        self.dispatcher = dispatcher
+        self.workload = workload
+        self.fused_bias = fused_bias  # the table adds the bias; else torch adds it after the dispatcher
+        self.max_rows = max_rows  # largest S dispatched (0: none)
+        table = getattr(dispatcher, "table", None)
+        from kernelfleet.cuda_ukernel import CudaDispatcher  # no GPU needed to import it
+
+        self._cuda = isinstance(dispatcher, CudaDispatcher)
+        self._on = dispatcher is not None and table is not None
+        self._device = "cuda" if self._cuda else "cpu"
+        self._w_key: tuple[int, int] | None = None
+        self._w: Any = None
+        self._b_key: tuple[int, int] | None = None
+        self._b: Any = None
+        self._lock = threading.Lock()
+        self.stats = LayerStats()
+
+    def extra_repr(self) -> str:
+        act = f", activation={type(self.activation).__name__} (fused)" if self.activation is not None else ""
+        route = "dispatcher" if self._on else "pytorch"
+        return f"N={self.N}, K={self.K}, bias={self.bias is not None}{act}, runs_on={route}, max_rows={self.max_rows}"
+
+    # the PyTorch computation of the original layer (plus the fused activation)
+    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        if self.transposed:
+            size = (*x.shape[:-1], self.N)
+            flat = x.reshape(-1, x.shape[-1])
+            y = torch.mm(flat, self.weight) if self.bias is None else torch.addmm(self.bias, flat, self.weight)
+            y = y.view(size)
+        else:
+            y = nn.functional.linear(x, self.weight, self.bias)
+        return self.activation(y) if self.activation is not None else y
+
+    def _fallback(self, x: torch.Tensor, reason: str, S: int) -> torch.Tensor:
+        start = time.perf_counter()
+        y = self._torch(x)
+        st = self.stats
+        st.calls += 1
+        st.fallbacks += 1
+        st.reasons[reason] += 1
+        if S > 0 and (S in st.fallback_shapes or len(st.fallback_shapes) < MAX_TRACKED_SHAPES):
+            st.fallback_shapes[S] += 1
+        if reason in ("range", "no_table") and isinstance(self.dispatcher, Dispatcher):
+            self.dispatcher.record_fallback(S, time.perf_counter() - start)  # a shape the fleet has not tuned
+        return y
+
+    @staticmethod
+    def _key(t: torch.Tensor) -> tuple[int, int]:
+        try:
+            return t.data_ptr(), t._version
+        except RuntimeError:  # an inference tensor has no version counter (and cannot change in place)
+            return t.data_ptr(), -1
+
+    def _weight_view(self, weight: torch.Tensor) -> Any:
+        """W[N, K] as the dispatcher takes it: a numpy view of the parameter (CPU), the CUDA tensor itself; packed
+        (CPU) once per storage and version of the parameter."""
+        key = self._key(weight)
+        if key != self._w_key:
+            with self._lock:
+                w = weight.detach()
+                if self._cuda:
+                    view: Any = w.t().contiguous() if self.transposed else w.contiguous()
+                else:
+                    view = w.numpy().T if self.transposed else w.numpy()
+                    assert isinstance(self.dispatcher, Dispatcher)
+                    self.dispatcher.prepare(view)  # a new array object: packed anew, the old copy freed with it
+                self._w, self._w_key = view, key
+        return self._w
+
+    def _bias_view(self, bias: torch.Tensor | None) -> np.ndarray:
+        assert bias is not None
+        key = self._key(bias)
+        if key != self._b_key:
+            self._b, self._b_key = bias.detach().numpy(), key
+        return self._b  # type: ignore[no-any-return]
+
+    def prepare(self) -> None:
+        """Pack the weight now (accelerate does) rather than on the first call."""
+        if self._on and self.weight.device.type == self._device and self.weight.dtype is torch.float32:
+            self._weight_view(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # the hot path: parameters read from the dict (not Module.__getattr__), no device objects built
+        params = self._parameters
+        w, bias = params["weight"], params["bias"]
+        assert w is not None
+        K = self.K
+        shape = x.shape
+        S = x.numel() // K if shape and shape[-1] == K else 0
+        if x.dtype is not _F32 or w.dtype is not _F32:
+            return self._fallback(x, "dtype", S)
+        if not ((x.is_cuda and w.is_cuda) if self._cuda else (x.is_cpu and w.is_cpu)):
+            return self._fallback(x, "device", S)
+        if torch.is_grad_enabled() and (
+            x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad)
+        ):
+            return self._fallback(x, "autograd", S)
+        if S == 0:  # empty, or not [..., K]: PyTorch gives the empty result or the error
+            return self._fallback(x, "empty", S)
+        if not self._on:
+            return self._fallback(x, "no_table", S)
+        if self.max_rows < S:
+            return self._fallback(x, "range", S)
+        x2 = x if len(shape) == 2 else x.reshape(S, K)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        d = self.dispatcher
+        y: torch.Tensor
+        if isinstance(d, Dispatcher):
+            xa = (x2.detach() if x2.requires_grad else x2).numpy()
+            fused = self.fused_bias
+            y = torch.from_numpy(d(xa, self._weight_view(w), bias=self._bias_view(bias) if fused else None))
+            if bias is not None and not fused:
+                y += bias.detach()
+        else:  # the CudaDispatcher: torch CUDA tensors in and out (DLPack), no epilogue fused
+            assert d is not None
+            y = d(x2.detach(), self._weight_view(w))
+            if bias is not None:
+                y += bias.detach()
+        st = self.stats
+        st.calls += 1
+        if S in st.shapes or len(st.shapes) < MAX_TRACKED_SHAPES:
+            st.shapes[S] += 1
+        return y if len(shape) == 2 else y.view((*shape[:-1], self.N))
+
+
+# -- accelerate -----------------------------------------------------------------------------------------------------
+class _Offline:
+    """A DispatchSource that never answers: load_dispatcher then serves only what the cache holds, verified."""
+
+    def __init__(self, root: Path) -> None:
+        self.base_url = f"offline:{root}"
+
+    def dispatch_raw(self, workload: str, target: str, etag: str | None = None) -> tuple[bytes, str | None, str] | None:
+        raise ServiceUnavailable("offline: reading the dispatch cache only")
+
+    def artifact(self, sha256: str) -> bytes:
+        raise ServiceUnavailable("offline: reading the dispatch cache only")
+
+    def signing_key(self) -> str:
+        raise ServiceUnavailable("offline: reading the dispatch cache only")
+
+
+def _offline_key(cache: DispatchCache, explicit: str | None) -> str | None:
+    """The key cached documents must verify with offline: the explicit one, $KERNELFLEET_TRUSTED_KEY, or the one
+    key pinned in the cache (several pinned services: ambiguous, pass trusted_key)."""
+    key = explicit or os.environ.get("KERNELFLEET_TRUSTED_KEY")
+    if key:
+        return key
+    pinned = {p.read_text().strip() for p in (cache.root / "keys").glob("*.pub")} - {""}
+    if len(pinned) > 1:
+        raise ValueError(f"{cache.root} pins the keys of {len(pinned)} services: pass trusted_key= to say which")
+    return pinned.pop() if pinned else None
+
+
+def _cached_targets(cache: DispatchCache, hashes: set[str]) -> set[str]:
+    found = set()
+    for path in (cache.root / "dispatch").glob("*-*.json"):
+        workload, _, target = path.stem.partition("-")
+        if workload in hashes:
+            found.add(target)
+    return found
+
+
+def _resolve_target(target: str | None, cache: DispatchCache, hashes: set[str], client: Any, kind: str) -> str:
+    if target:
+        return target
+    cached = _cached_targets(cache, hashes)
+    if len(cached) == 1:
+        return cached.pop()
+    if not cached and client is not None and hasattr(client, "targets"):
+        try:
+            live = [t.target_fingerprint for t in client.targets() if t.kind == kind]
+        except (KernelFleetError, OSError) as exc:
+            log.warning("cannot list the service's targets (%s)", exc)
+            live = []
+        if len(live) == 1:
+            return str(live[0])
+        cached = set(live)
+    raise ValueError(
+        f"cannot tell which target's tables to use ({len(cached)} candidates: {sorted(cached)[:4]}): pass target= "
+        "(a target fingerprint, `kernelfleet targets`)"
+    )
+
+
+@dataclass
+class _Site:
+    name: str
+    parent: nn.Module | None
+    attr: str
+    layer: nn.Module
+    dense: _Dense
+    act_attr: str | None = None  # the parent's attribute holding the activation that follows the layer
+    act: nn.Module | None = None
+    activation: str = "none"
+
+
+def _sites(root: nn.Module) -> list[_Site]:
+    parents: Counter[int] = Counter()
+    for module in root.modules():
+        for child in module.children():
+            parents[id(child)] += 1
+    sites: list[_Site] = []
+    seen: set[int] = set()
+    dense = _dense_of(root)
+    if dense is not None:
+        return [_Site("", None, "", root, dense)]
+    for pname, parent in root.named_modules():
+        children = list(parent.named_children())
+        pattern = FUSE_PATTERNS.get(type(parent).__name__)
+        for i, (attr, child) in enumerate(children):
+            dense = _dense_of(child)
+            if dense is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            site = _Site(f"{pname}.{attr}" if pname else attr, parent, attr, child, dense)
+            act_attr: str | None = None
+            if isinstance(parent, nn.Sequential) and i + 1 < len(children):
+                act_attr = children[i + 1][0]
+            elif pattern is not None and pattern[0] == attr:
+                act_attr = pattern[1]
+            act = getattr(parent, act_attr, None) if act_attr else None
+            name = activation_of(act) if isinstance(act, nn.Module) else None
+            if name and parents[id(child)] == 1 and parents[id(act)] == 1:
+                site.act_attr, site.act, site.activation = act_attr, act, name
+            sites.append(site)
+    return sites
+
+
+def _candidates(site: _Site) -> list[Epilogue]:
+    d = site.dense
+    out = [Epilogue(d.bias, site.activation), Epilogue(d.bias, "none"), Epilogue(False, "none")]
+    return list(dict.fromkeys(out))
+
+
+def _fits(table_epilogue: Epilogue, site: _Site) -> bool:
+    """Whether a table's epilogue computes this layer: its bias only if the layer has one, its activation only if it
+    is the one that follows the layer (and then after the layer's own bias)."""
+    if table_epilogue.bias and not site.dense.bias:
+        return False
+    if table_epilogue.activation == "none":
+        return True
+    return table_epilogue.activation == site.activation and table_epilogue.bias == site.dense.bias
+
+
+class AcceleratedModule(nn.Module):
+    """The module with its GEMM-like layers accelerated (`.module`); calls go to it, attributes it lacks are read
+    from it. `stats()` per layer; `close()` stops the telemetry reporter (flushing what it holds)."""
+
+    def __init__(
+        self, module: nn.Module, layers: dict[str, AcceleratedLinear], reporter: TelemetryReporter | None
+    ) -> None:
+        super().__init__()
+        self.module = module
+        object.__setattr__(self, "_layers", layers)  # not registered twice: they live inside `module`
+        object.__setattr__(self, "reporter", reporter)
+
+    @property
+    def layers(self) -> dict[str, AcceleratedLinear]:
+        return self._layers  # type: ignore[no-any-return]
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("module"), name)
+
+    def stats(self, reset: bool = False) -> dict[str, dict[str, Any]]:
+        """Per layer: workload, where its table came from, the epilogue it fuses, calls, fallbacks by reason and the
+        shapes (S) run on the dispatcher and on PyTorch."""
+        out = {}
+        for name, layer in self.layers.items():
+            d = layer.dispatcher
+            out[name] = {
+                "workload": layer.workload,
+                "source": getattr(d, "source", "none"),
+                "fused": getattr(d, "epilogue", NO_EPILOGUE).describe() if layer._on else "none",
+                "max_rows": layer.max_rows,
+                **layer.stats.as_dict(),
+            }
+            if reset:
+                layer.stats = LayerStats()
+        return out
+
+    def fallbacks(self) -> int:
+        return sum(layer.stats.fallbacks for layer in self.layers.values())
+
+    def close(self) -> None:
+        if self.reporter is not None:
+            self.reporter.close()
+
+
+def accelerate(
+    module: nn.Module,
+    source: DispatchSource | str | os.PathLike[str],
+    *,
+    workloads: Mapping[str, str] | None = None,
+    target: str | None = None,
+    inplace: bool = False,
+    trusted_key: str | None = None,
+    cache_dir: Path | None = None,
+    extend_range: bool = False,
+    telemetry: bool = True,
+    telemetry_interval_s: float = 60.0,
+) -> AcceleratedModule:
+    """`module` with its nn.Linear / Conv1D layers running on the fleet's dispatchers (see the module docstring).
+
+    `source`: a `kernelfleet.Client` (tables fetched once, verified, cached; served from the cache when the service
+    is down) or a cache directory (offline: verified cached documents only; the key is `trusted_key`,
+    $KERNELFLEET_TRUSTED_KEY, or the one key pinned in that cache). `workloads` maps a layer's qualified name to
+    the workload hash to use for it (default: the hash of its dense workload, computed here). `target` is the
+    target fingerprint (default: the one target the cache holds tables for, else the service's one live target of
+    the parameters' device kind). `inplace=False` leaves `module` untouched (a deep copy is accelerated).
+    With a client and `telemetry`, a background reporter sends the shapes run every `telemetry_interval_s`."""
+    root = module if inplace else copy.deepcopy(module)
+    offline = isinstance(source, str | os.PathLike)
+    client: Any = None if offline else source
+    if offline:
+        cache_root = Path(os.fspath(source))  # type: ignore[arg-type]
+    else:
+        cache_root = cache_dir or getattr(client, "cache_dir", None) or default_cache_dir()
+    cache = DispatchCache(cache_root)
+    key = _offline_key(cache, trusted_key) if offline else (trusted_key or getattr(client, "trusted_key", None))
+    loader: DispatchSource = _Offline(cache_root) if offline else client
+
+    sites = _sites(root)
+    explicit = dict(workloads or {})
+    plans = {
+        s.name: [explicit[s.name]]
+        if s.name in explicit
+        else [workload_hash(dense_workload(s.dense.N, s.dense.K, e)) for e in _candidates(s)]
+        for s in sites
+    }
+    device_kind = "cuda" if any(p.is_cuda for p in root.parameters()) else "llvm"
+    if not sites:
+        return AcceleratedModule(root, {}, None)
+    fingerprint = _resolve_target(target, cache, {h for hs in plans.values() for h in hs}, client, device_kind)
+
+    loaded: dict[str, Dispatcher | CudaDispatcher | None] = {}
+
+    def dispatcher_for(h: str) -> Dispatcher | CudaDispatcher | None:
+        if h not in loaded:
+            from kernelfleet.cuda_ukernel import NoCudaDevice
+
+            try:
+                loaded[h] = load_dispatcher(loader, h, fingerprint, cache_root, key)
+            except NoCudaDevice as exc:  # a CUDA table on a host without a GPU: PyTorch runs the layer
+                log.warning("workload %s: %s", h, exc)
+                loaded[h] = None
+        return loaded[h]
+
+    layers: dict[str, AcceleratedLinear] = {}
+    for site in sites:
+        chosen: tuple[str, Dispatcher | CudaDispatcher | None] | None = None
+        for h in plans[site.name]:
+            d = dispatcher_for(h)
+            if d is None or d.table is None:
+                continue
+            table_epilogue = getattr(d, "epilogue", NO_EPILOGUE)
+            if not _fits(table_epilogue, site):
+                log.warning(
+                    "layer %s: the table of workload %s computes %s, which this layer does not: not used",
+                    site.name,
+                    h,
+                    table_epilogue.describe(),
+                )
+                continue
+            chosen = (h, d)
+            break
+        on = chosen is not None
+        if chosen is None:  # PyTorch runs it; misses are reported on the most specific workload's table-less dispatcher
+            h = plans[site.name][0]
+            first = dispatcher_for(h)
+            chosen = (
+                h,
+                first if first is not None and first.table is None else None,
+            )  # (not a table for another layer)
+        h, d = chosen
+        epilogue = getattr(d, "epilogue", NO_EPILOGUE) if on else NO_EPILOGUE
+        fused_act = epilogue.activation != "none"  # (CUDA tables fuse nothing: their activation stays in place)
+        table = d.table if on and d is not None else None
+        max_rows = (1 << 62 if extend_range else table.s_max) if table is not None else 0
+        wrapper = AcceleratedLinear(
+            site.name,
+            site.layer,
+            site.dense,
+            d,
+            h,
+            fused_bias=epilogue.bias,
+            activation=site.act if fused_act else None,
+            max_rows=max_rows,
+        )
+        wrapper.prepare()
+        if fused_act and site.parent is not None and site.act_attr is not None:
+            setattr(site.parent, site.act_attr, nn.Identity())
+        if site.parent is None:
+            root = wrapper
+        else:
+            setattr(site.parent, site.attr, wrapper)
+        layers[site.name] = wrapper
+        log.info("%s: %s on %s (%s)", site.name, h, "dispatcher" if on else "pytorch", getattr(d, "source", "-"))
+
+    reporter = None
+    if client is not None and telemetry and hasattr(client, "telemetry_reporter"):
+        watched = {id(d): d for d in loaded.values() if isinstance(d, Dispatcher)}
+        if watched:
+            reporter = client.telemetry_reporter(interval_s=telemetry_interval_s)
+            for d in watched.values():
+                reporter.watch(d)
+            reporter.start()
+    return AcceleratedModule(root, layers, reporter)
+
+
+def iter_layers(module: nn.Module) -> Iterator[tuple[str, AcceleratedLinear]]:
+    """The accelerated layers inside a module, by qualified name."""
+    for name, m in module.named_modules():
+        if isinstance(m, AcceleratedLinear):
+            yield name, m

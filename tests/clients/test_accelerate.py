@@ -1,0 +1,344 @@
+"""kernelfleet.torch.accelerate: a PyTorch module's Linear/Conv1D layers on dispatchers read from the signed cache.
+
+uKernels are built locally (one per workload, a few seconds each) and published into a cache directory as the SDK
+caches what the service serves: the signed document, its artifacts by sha256, the pinned key. A fake service
+(httpx.MockTransport) serves the same documents for the client path and can go down; a client at an unreachable
+URL reads the warm cache. Outputs are compared with PyTorch eager on the same module."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from torch import nn
+
+from kernelfleet.client import Client
+from kernelfleet.dispatch import DispatchTable, Interval, Shape
+from kernelfleet.dispatch_cache import CachedDoc, DispatchCache
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
+from kernelfleet.models import DispatchDoc, UKernelRef
+from kernelfleet.signing import document_message
+from kernelfleet.torch import AcceleratedLinear, accelerate, dense_workload, workload_hash
+from service.models import WorkloadSpec
+from service.tuning.hardware import host_target
+from service.tuning.platforms import tvm_target
+from service.tuning.tuners.ukernel.kernel import build_ukernel
+
+TARGET = "ab" * 16  # a target fingerprint (the tables are built for this host)
+H, INTER = 64, 256  # BERT hidden and intermediate sizes
+S_MAX = 64
+# (N, K, epilogue, vendor interval): the workloads a 2-layer BERT(64, 256) and the MLPs below run
+TABLES = [
+    (H, H, Epilogue(True), (9, 16)),  # Q, K, V, attention output, pooler; S 9..16 routed to numpy
+    (INTER, H, Epilogue(True, "gelu"), None),  # intermediate dense + GELU, fused
+    (H, INTER, Epilogue(True), None),  # output dense
+    (INTER, H, Epilogue(True), None),  # the same layer unfused: for a ReLU that has no fused table
+]
+ATOL = 2e-4
+
+
+@dataclass
+class Fleet:
+    """Signed documents and artifacts as the service would serve them, and a warm cache holding them."""
+
+    public_key: str
+    cache: Path
+    docs: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # workload → (body, signature)
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+
+
+def _sign(key: Ed25519PrivateKey, workload: str, body: bytes) -> str:
+    return base64.b64encode(key.sign(document_message(workload, TARGET, body))).decode()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    root = tmp_path_factory.mktemp("fleet")
+    out = Fleet(public, root / "cache")
+    cache = DispatchCache(out.cache)
+    target = tvm_target(host_target())
+    for n, k, epilogue, vendor in TABLES:
+        kernel = build_ukernel(n, k, 4, 32, 4, target, epilogue=epilogue)
+        art = kernel.export(root / "artifacts")
+        if vendor is None:
+            intervals: tuple[Interval, ...] = (Interval(1, S_MAX, Shape((), "a")),)
+        else:
+            lo, hi = vendor
+            intervals = (
+                Interval(1, lo - 1, Shape((), "a")),
+                Interval(lo, hi, None),
+                Interval(hi + 1, S_MAX, Shape((), "a")),
+            )
+        table = DispatchTable(intervals, {"a": 4}, epilogue)
+        wh = workload_hash(dense_workload(n, k, epilogue))
+        doc = DispatchDoc(
+            workload_hash=wh,
+            target_fingerprint=TARGET,
+            dim="M",
+            s_max=S_MAX,
+            table=table.to_dict(),
+            ukernels=[
+                UKernelRef(id="a", sha256=art.sha256, spec=art.spec.to_dict(), size_bytes=art.path.stat().st_size)
+            ],
+            predicted_latency_s=[1e-6] * S_MAX,
+            measured_latency_s={},
+            created_at=dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
+        )
+        body = doc.model_dump_json().encode()
+        signature = _sign(key, wh, body)
+        out.docs[wh] = (body, signature)
+        out.artifacts[art.sha256] = art.path.read_bytes()
+        cache.write_doc(wh, TARGET, CachedDoc(f'"{wh[:8]}"', body, signature))
+        cache.put_artifact(art.sha256, out.artifacts[art.sha256])
+    cache.pin_key("http://fleet.test", public)
+    return out
+
+
+def _bert(layers: int = 2) -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=H,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=INTER,
+        max_position_embeddings=128,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    return BertModel(config).eval()
+
+
+def _mlp(act: nn.Module) -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(H, INTER), act, nn.Linear(INTER, H)).eval()
+
+
+def test_the_sdk_hashes_dense_workloads_as_the_service_does() -> None:
+    for epilogue in (NO_EPILOGUE, Epilogue(True), Epilogue(True, "gelu"), Epilogue(False, "silu")):
+        spec = dense_workload(768, 3072, epilogue)
+        assert workload_hash(spec) == WorkloadSpec.model_validate(spec).hash, epilogue
+
+
+def test_bert_runs_on_the_dispatchers_and_matches_pytorch(fleet: Fleet) -> None:
+    model = _bert()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fast = accelerate(model, fleet.cache)
+    # inplace=False: the module given is untouched
+    assert isinstance(model.encoder.layer[0].intermediate.dense, nn.Linear)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert set(fast.module.state_dict()) == set(before)  # the same keys: the wrappers hold the same parameters
+    inter = fast.module.encoder.layer[0].intermediate
+    assert isinstance(inter.dense, AcceleratedLinear) and isinstance(inter.intermediate_act_fn, nn.Identity)
+    stats = fast.stats()
+    assert len(stats) == 2 * 6 + 1 and all(s["source"] == "cache" for s in stats.values())
+    assert stats["encoder.layer.0.intermediate.dense"]["fused"] == "+ bias, gelu"
+    assert stats["encoder.layer.1.output.dense"]["fused"] == "+ bias"
+
+    rng = np.random.default_rng(0)
+    runs = [(1, 1), (1, 7), (2, 5), (3, 4), (1, 13), (4, 16), (2, 32)]  # S = batch·seq up to 64; 9..16 on numpy
+    with torch.inference_mode():
+        for batch, seq in runs:
+            ids = torch.from_numpy(rng.integers(0, 100, (batch, seq)))
+            expected = model(input_ids=ids).last_hidden_state
+            got = fast(input_ids=ids).last_hidden_state
+            torch.testing.assert_close(got, expected, atol=ATOL, rtol=1e-4, msg=f"batch={batch} seq={seq}")
+    assert fast.fallbacks() == 0
+    dense = fast.stats()["encoder.layer.0.attention.self.query"]
+    assert dense["calls"] == len(runs) and dense["shapes"] == {1: 1, 7: 1, 10: 1, 12: 1, 13: 1, 64: 2}
+    assert fast.stats()["pooler.dense"]["shapes"] == {1: 3, 2: 2, 3: 1, 4: 1}  # the [CLS] rows: S = batch
+
+    # beyond the table's range (S = 2·40 > 64) and in float64: PyTorch runs them, counted per layer and reason
+    with torch.inference_mode():
+        ids = torch.from_numpy(rng.integers(0, 100, (2, 40)))
+        torch.testing.assert_close(fast(input_ids=ids).last_hidden_state, model(input_ids=ids).last_hidden_state)
+    q = fast.stats()["encoder.layer.0.attention.self.query"]
+    assert q["fallbacks"] == 1 and q["reasons"] == {"range": 1} and q["fallback_shapes"] == {80: 1}
+    assert fast.fallbacks() == 2 * 6  # the pooler's S = 2 is in range
+    # the dispatcher heard of it too: telemetry reports S = 80 as a miss
+    d = fast.layers["encoder.layer.0.attention.self.query"].dispatcher
+    assert d is not None and d.usage()[80].fallbacks >= 1
+
+
+def test_mlp_fuses_gelu_falls_back_to_the_unfused_table_for_relu_and_counts_fallbacks(fleet: Fleet) -> None:
+    rng = np.random.default_rng(1)
+    for act, fused in ((nn.GELU(), "+ bias, gelu"), (nn.ReLU(), "+ bias")):
+        model = _mlp(act)
+        fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
+        assert fast.stats()["0"]["fused"] == fused
+        assert isinstance(fast.module[1], nn.Identity if fused.endswith("gelu") else nn.ReLU)
+        with torch.no_grad():
+            for lead in [(1,), (5,), (2, 3), (4, 4, 4)]:
+                x = torch.from_numpy(rng.standard_normal((*lead, H), dtype=np.float32))
+                torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+            assert fast.fallbacks() == 0
+            x64 = torch.randn(3, H, dtype=torch.float64)
+            torch.testing.assert_close(fast.double()(x64), model.double()(x64))
+            fast.float()
+            model.float()
+        assert fast.stats()["0"]["reasons"] == {"dtype": 1} and fast.stats()["2"]["reasons"] == {"dtype": 1}
+        # with grad enabled and parameters that require it, autograd must see the call: PyTorch runs it
+        x = torch.randn(2, H)
+        y = fast(x)
+        assert y.grad_fn is not None and fast.stats()["0"]["reasons"]["autograd"] == 1
+        torch.testing.assert_close(y, model(x))
+
+
+def test_weights_changed_in_place_are_packed_again(fleet: Fleet) -> None:
+    model = _mlp(nn.GELU())
+    fast = accelerate(model, fleet.cache, inplace=True)
+    assert fast.module is model and isinstance(model[0], AcceleratedLinear)
+    x = torch.randn(6, H)
+    with torch.no_grad():
+        first = fast(x)
+        model[0].weight.mul_(0.5)  # bumps the parameter's version
+        reference = nn.functional.linear(nn.functional.gelu(nn.functional.linear(x, model[0].weight, model[0].bias)),
+                                         model[2].weight, model[2].bias)  # fmt: skip
+        torch.testing.assert_close(fast(x), reference, atol=ATOL, rtol=1e-4)
+        assert not torch.allclose(first, reference, atol=1e-3)
+        model[0].load_state_dict({"weight": torch.randn(INTER, H), "bias": torch.randn(INTER)})
+        reference = nn.functional.linear(nn.functional.gelu(nn.functional.linear(x, model[0].weight, model[0].bias)),
+                                         model[2].weight, model[2].bias)  # fmt: skip
+        torch.testing.assert_close(fast(x), reference, atol=ATOL, rtol=1e-4)
+    assert fast.fallbacks() == 0
+
+
+def test_gpt2_conv1d_layers_run_transposed_weights_without_copies(fleet: Fleet) -> None:
+    from transformers.pytorch_utils import Conv1D
+
+    torch.manual_seed(2)
+
+    class GPT2MLP(nn.Module):  # transformers' GPT2MLP shape: c_fc, act, c_proj (the fuse pattern matches by name)
+        def __init__(self) -> None:
+            super().__init__()
+            self.c_fc, self.act, self.c_proj = Conv1D(INTER, H), nn.GELU(), Conv1D(H, INTER)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c_proj(self.act(self.c_fc(x)))
+
+    model = GPT2MLP().eval()
+    fast = accelerate(model, fleet.cache)
+    assert fast.stats()["c_fc"]["fused"] == "+ bias, gelu" and isinstance(fast.module.act, nn.Identity)
+    x = torch.randn(3, 5, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+    layer = fast.layers["c_fc"]
+    assert np.shares_memory(layer._weight_view(layer.weight), layer.weight.detach().numpy())  # a view, packed once
+    assert fast.fallbacks() == 0
+
+
+class FakeService:
+    """The service's dispatch endpoints over the fleet's signed documents; `down` makes every request fail."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.down = False
+        self.batches: list[dict[str, Any]] = []
+        self.requests = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        if self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        path = request.url.path
+        if path == "/v1/dispatch":
+            found = self.fleet.docs.get(request.url.params["workload"])
+            if found is None or request.url.params["target"] != TARGET:
+                return httpx.Response(404, json={"detail": "no dispatch table"})
+            body, signature = found
+            return httpx.Response(200, content=body, headers={"ETag": '"1"', "X-KernelFleet-Signature": signature})
+        if path.startswith("/v1/artifacts/"):
+            return httpx.Response(200, content=self.fleet.artifacts[path.rsplit("/", 1)[1]])
+        if path == "/v1/signing-key":
+            return httpx.Response(200, json={"public_key": self.fleet.public_key})
+        if path == "/v1/targets":
+            return httpx.Response(200, json=[{"target_fingerprint": TARGET, "kind": "llvm"}])
+        if path == "/v1/telemetry":
+            self.batches.append(json.loads(request.content))
+            return httpx.Response(200, json={"accepted": True})
+        return httpx.Response(404, json={"detail": "not found"})
+
+
+@pytest.fixture
+def service(fleet: Fleet) -> Iterator[FakeService]:
+    yield FakeService(fleet)
+
+
+def test_a_client_fetches_reports_shapes_and_keeps_running_when_the_service_goes_down(
+    fleet: Fleet, service: FakeService, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cold"
+    client = Client("http://fleet.test", transport=httpx.MockTransport(service), retries=0, cache_dir=cache)
+    model = _mlp(nn.GELU())
+    fast = accelerate(model, client, telemetry_interval_s=3600)  # target: the service's one live target
+    assert {s["source"] for s in fast.stats().values()} == {"service"}
+    x = torch.randn(2, 3, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+        fast(torch.randn(70, H))  # past the table: PyTorch, reported as a miss
+    assert fast.reporter is not None and fast.reporter.flush()
+    records = [r for b in service.batches for r in b["records"]]
+    shapes = {(r["workload_hash"], r["shape"]["M"]): (r["calls"], r["fallbacks"]) for r in records}
+    fused = workload_hash(dense_workload(INTER, H, Epilogue(True, "gelu")))
+    assert shapes[(fused, 6)] == (1, 0) and shapes[(fused, 70)] == (1, 1)
+    fast.close()
+
+    service.down = True  # the same client, the service unreachable: the warm cache serves verified tables
+    again = accelerate(model, client, target=TARGET, telemetry=False)
+    assert {s["source"] for s in again.stats().values()} == {"cache"}
+    with torch.inference_mode():
+        torch.testing.assert_close(again(x), model(x), atol=ATOL, rtol=1e-4)
+    assert again.fallbacks() == 0
+
+
+def test_an_unreachable_service_with_a_warm_cache_still_accelerates(fleet: Fleet) -> None:
+    client = Client("http://127.0.0.1:9", retries=0, cache_dir=fleet.cache, trusted_key=fleet.public_key)
+    model = _mlp(nn.GELU())
+    fast = accelerate(model, client, telemetry=False)  # the target: the one the cache holds tables for
+    assert {s["source"] for s in fast.stats().values()} == {"cache"}
+    x = torch.randn(9, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+    assert fast.fallbacks() == 0
+
+
+def test_layers_without_a_table_run_pytorch_and_count_every_call(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(24, 40), nn.SiLU(), nn.Linear(40, 8, bias=False)).eval()
+    fast = accelerate(model, tmp_path, target=TARGET)  # an empty cache: nothing verified
+    x = torch.randn(3, 24)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x))
+    assert fast.stats()["0"]["reasons"] == {"no_table": 1} and fast.fallbacks() == 2
+    assert isinstance(fast.module[1], nn.SiLU)  # nothing fused without a table
+
+
+def test_workloads_name_a_layers_table_and_a_table_for_another_epilogue_is_not_used(fleet: Fleet) -> None:
+    unfused = workload_hash(dense_workload(INTER, H, Epilogue(True)))
+    output = workload_hash(dense_workload(H, INTER, Epilogue(True)))
+    model = _mlp(nn.GELU())
+    fast = accelerate(model, fleet.cache, workloads={"0": unfused})
+    assert fast.stats()["0"]["fused"] == "+ bias" and isinstance(fast.module[1], nn.GELU)  # GELU stays in PyTorch
+    # the last layer has no GELU after it: a fused table named for it computes another layer, so PyTorch runs it
+    gelu = workload_hash(dense_workload(INTER, H, Epilogue(True, "gelu")))
+    odd = accelerate(nn.Sequential(nn.Linear(H, INTER)).eval(), fleet.cache, workloads={"0": gelu})
+    assert odd.stats()["0"]["fused"] == "none" and odd.layers["0"].dispatcher is None
+    x = torch.randn(4, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+        torch.testing.assert_close(odd(x), nn.functional.linear(x, odd.module[0].weight, odd.module[0].bias))
+    assert fast.fallbacks() == 0 and odd.stats()["0"]["reasons"] == {"no_table": 1}
+    assert fast.stats()["2"]["workload"] == output

@@ -231,6 +231,11 @@ def hw_neighbours(hw: HwConfig, limits: Limits = Limits()) -> list[HwConfig]:
     for f in (0.25, 0.5, 2.0, 4.0):  # legal capacities double: ×2^k keeps bank rows powers of two
         out.append(replace(hw, sp_kib=min(max(round(hw.sp_kib * f), SP_KIB[0]), SP_KIB[1])))
         out.append(replace(hw, acc_kib=min(max(round(hw.acc_kib * f), ACC_KIB[0]), ACC_KIB[1])))
+    # both capacities at once: a larger output tile needs more scratchpad AND accumulator, and either alone
+    # can be worse (on BERT's FFN at equal area the climb stalled at 16/32 KiB one such step from 32/64 KiB)
+    for fs, fa in ((2.0, 2.0), (0.5, 0.5), (2.0, 0.5), (0.5, 2.0)):
+        sp2 = min(max(round(hw.sp_kib * fs), SP_KIB[0]), SP_KIB[1])
+        out.append(replace(hw, sp_kib=sp2, acc_kib=min(max(round(hw.acc_kib * fa), ACC_KIB[0]), ACC_KIB[1])))
     for flow in limits.dataflows:
         if flow != hw.dataflow:
             out.append(replace(hw, dataflow=flow))

@@ -43,7 +43,6 @@ from rich.table import Table
 from kernelfleet import Client
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
-
 from service.demo import _wait_ready
 from service.launch import Supervisor
 from service.settings import Settings
@@ -75,10 +74,12 @@ def _extract_child(model: str) -> None:
     from kernelfleet.model_import import extract_torch
 
     torch.manual_seed(0)
+    module: Any
     if model == "bert":
-        module = transformers.BertModel(transformers.BertConfig()).eval()
+        module = transformers.BertModel(transformers.BertConfig())
     else:
-        module = transformers.GPT2Model(transformers.GPT2Config(use_cache=False)).eval()
+        module = transformers.GPT2Model(transformers.GPT2Config(use_cache=False))
+    module.train(False)
     ids = torch.randint(0, 100, (2, 16))
     graph = extract_torch(module, {"input_ids": ids}, {"input_ids": {0: Dim("batch"), 1: Dim("seq", max=1024)}})
     ops = [
@@ -102,7 +103,7 @@ def extract_dense(model: str) -> dict[str, Any]:
 def _m_of(expr: str, batch: int, seq: int) -> int:
     from kernelfleet.model_import import Mono
 
-    return Mono.parse(expr).evaluate({"batch": batch, "seq": seq})
+    return int(Mono.parse(expr).evaluate({"batch": batch, "seq": seq}))
 
 
 @dataclass
@@ -198,7 +199,7 @@ def serve_day(
     for _, d in dispatchers.items():
         d.usage(reset=True)
     timings: dict[str, list[float]] = {}
-    for which in (["untuned", "served"] if untuned_first else ["served", "untuned"]):
+    for which in ["untuned", "served"] if untuned_first else ["served", "untuned"]:
         seconds = []
         for _, key, m, _, copy in calls:
             d = untuned[key] if which == "untuned" else dispatchers[key]
@@ -258,7 +259,7 @@ def _job_seconds(client: Client, job_id: str) -> float:
     job = client.job(job_id)
     if job.started_at is None or job.finished_at is None:
         return 0.0
-    return (job.finished_at - job.started_at).total_seconds()
+    return float((job.finished_at - job.started_at).total_seconds())
 
 
 def main(
@@ -433,8 +434,9 @@ def print_result(result: SimResult, console: Console) -> None:
     for row in result.rows:
         if row.run_estimate.get("jobs"):
             console.print(
-                f"  (the daily run's own modelled estimate on {row.day}: {row.run_estimate.get('saved_s_per_day', 0):,.0f} "
-                f"s/day saved by {row.run_estimate['jobs']} earlier jobs; the table above is measured)"
+                f"  (the daily run's own modelled estimate on {row.day}: "
+                f"{row.run_estimate.get('saved_s_per_day', 0):,.0f} s/day saved by "
+                f"{row.run_estimate['jobs']} earlier jobs; the table above is measured)"
             )
 
 
@@ -443,6 +445,7 @@ def _wait_report(client: Client, day: dt.date, timeout_s: float = 900) -> dict[s
     while time.monotonic() < deadline:
         for r in client.fleet_reports(limit=5):
             if r["day"] == day.isoformat() and r["state"] != "running":
-                return r
+                found: dict[str, Any] = r
+                return found
         time.sleep(1.0)
     raise TimeoutError(f"no fleet report for {day}")

@@ -128,8 +128,8 @@ def export_metaschedule(
 def fleet_simulate(
     days: Annotated[int, typer.Option(min=1, max=30)] = 3,
     requests: Annotated[int, typer.Option(min=10, help="sampled requests (forward passes) served per day")] = 200,
-    fleet_requests: Annotated[
-        int, typer.Option(min=1, help="production requests per day the sample stands for (the scale)")
+    fleet_calls: Annotated[
+        int, typer.Option(min=1, help="production calls of the served layers per day the sample stands for")
     ] = 1_000_000,
     layers: Annotated[int, typer.Option(min=1, help="distinct dense layers served, the largest FLOP shares")] = 5,
     quick: Annotated[bool, typer.Option(help="40 requests/day, the top 2 layers, one tuning job per day")] = False,
@@ -139,7 +139,7 @@ def fleet_simulate(
     savings and tuning cost."""
     from service.fleet_sim import main as simulate
 
-    simulate(days=days, requests=requests, fleet_requests=fleet_requests, layers=layers, quick=quick, port=port)
+    simulate(days=days, requests=requests, fleet_calls=fleet_calls, layers=layers, quick=quick, port=port)
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys (needs an admin key).")

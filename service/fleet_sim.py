@@ -18,8 +18,9 @@ worker (the Supervisor), and the next day's traffic uses what they published.
 Savings are measured, not modelled: every day the same sample also runs on an untuned host (numpy with the
 same epilogue, as a block of its own, the way an untuned host runs back to back), so saving = (untuned −
 served) seconds per call × calls × scale. Tuning cost = the workers' wall seconds for the fleet's jobs
-(finished − started, from the store) plus the daily runs' own wall time. scale = production requests per day ÷
-sampled requests; savings ÷ cost grows with it, so the table prints the break-even traffic too.
+(finished − started, from the store) plus the daily runs' own wall time. scale = the fleet's production calls of
+the served layers per day (default 10^6) ÷ the day's sampled calls; savings ÷ cost grows with it, so the table
+prints the break-even traffic too.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelfleet import Client
@@ -48,7 +50,8 @@ from service.launch import Supervisor
 from service.settings import Settings
 
 MODELS = ("bert", "gpt2")
-FLEET_REQUESTS_PER_DAY = 1_000_000  # production forward passes per day the sample stands for (the default scale)
+FLEET_CALLS_PER_DAY = 1_000_000  # production calls of the served layers per day the sample stands for
+MIN_TIMINGS = 5  # paired timings per (layer, M) and day at least
 WEIGHT_COPIES = 3  # weights rotate through copies, so calls do not all find one W hot in cache
 BERT_SHORT = {(1, 8): 0.30, (1, 16): 0.25, (1, 32): 0.20, (1, 64): 0.15, (1, 128): 0.10}
 BERT_LONG = {(1, 16): 0.15, (1, 32): 0.20, (1, 64): 0.25, (1, 128): 0.25, (1, 256): 0.15}
@@ -81,7 +84,8 @@ def _extract_child(model: str) -> None:
         module = transformers.GPT2Model(transformers.GPT2Config(use_cache=False))
     module.train(False)
     ids = torch.randint(0, 100, (2, 16))
-    graph = extract_torch(module, {"input_ids": ids}, {"input_ids": {0: Dim("batch"), 1: Dim("seq", max=1024)}})
+    seq = Dim("seq", max=512 if model == "bert" else 1024)  # the models' position tables
+    graph = extract_torch(module, {"input_ids": ids}, {"input_ids": {0: Dim("batch"), 1: seq}})
     ops = [
         {"workload": op.to_workload(), "M": op.dims["M"], "occurrences": op.occurrences, "first": op.sources[0]}
         for op in graph.ops
@@ -172,54 +176,62 @@ def _sample_requests(rng: np.random.Generator, day: int, n: int) -> list[tuple[s
 
 
 def serve_day(
-    layers: list[Layer],
-    dispatchers: dict[str, Dispatcher],
-    requests: list[tuple[str, int, int]],
-    untuned_first: bool,
+    layers: list[Layer], dispatchers: dict[str, Dispatcher], requests: list[tuple[str, int, int]]
 ) -> DayStats:
-    """Run the sample twice: as served (the dispatchers) and as an untuned host (numpy with the epilogue)."""
+    """Run the sample as served (the dispatchers) and as an untuned host (numpy with the same epilogue), paired.
+
+    Every sampled call runs on both paths back to back, which path first alternating, with the same X and W; a
+    (layer, M) timed fewer than MIN_TIMINGS times is run again until it has that many. A shape's seconds per
+    call on each path is the median of its timings (the machine is shared: a mean would count the neighbours'
+    bursts), times its calls (occurrences per forward pass included)."""
     stats = DayStats()
     untuned = {layer.key: Dispatcher(None, {}, N=None, K=None, epilogue=layer.epilogue) for layer in layers}
+    by_key = {layer.key: layer for layer in layers}
     inputs: dict[tuple[int, int], np.ndarray] = {}
-    calls: list[tuple[str, str, int, int, int]] = []  # (model, layer key, M, occurrences, weight copy)
-    for i, (model, b, s) in enumerate(requests):
+    calls: list[tuple[str, str, int, int]] = []  # (model, layer key, M, occurrences)
+    for model, b, s in requests:
         for layer in layers:
             for expr, occ in layer.uses.get(model, []):
-                m = _m_of(expr, b, s)
-                k = layer.body["dims"]["K"]
+                m, k = _m_of(expr, b, s), layer.body["dims"]["K"]
                 if (m, k) not in inputs:
                     inputs[(m, k)] = np.random.default_rng(m * 7919 + k).standard_normal((m, k), dtype=np.float32)
-                calls.append((model, layer.key, m, occ, i % WEIGHT_COPIES))
-    by_key = {layer.key: layer for layer in layers}
-    for layer in layers:  # pack weights and touch every program once, off the clock
-        d = dispatchers[layer.key]
+                calls.append((model, layer.key, m, occ))
+    for layer in layers:  # pack weights and touch the program once, off the clock
         for w, bias in layer.weights:
-            d.prepare(w)
-            d(inputs.get((1, w.shape[1]), np.ones((1, w.shape[1]), np.float32)), w, bias=bias)
-    for _, d in dispatchers.items():
-        d.usage(reset=True)
-    timings: dict[str, list[float]] = {}
-    for which in ["untuned", "served"] if untuned_first else ["served", "untuned"]:
-        seconds = []
-        for _, key, m, _, copy in calls:
-            d = untuned[key] if which == "untuned" else dispatchers[key]
-            w, bias = by_key[key].weights[copy]
-            x = inputs[(m, w.shape[1])]
+            dispatchers[layer.key].prepare(w)
+            dispatchers[layer.key](np.ones((1, w.shape[1]), np.float32), w, bias=bias)
+    timings: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+
+    def run(key: str, m: int, j: int) -> None:
+        w, bias = by_key[key].weights[j % WEIGHT_COPIES]
+        x = inputs[(m, w.shape[1])]
+        served, base = timings.setdefault((key, m), ([], []))
+        for path in (0, 1) if j % 2 else (1, 0):
+            d, into = (dispatchers[key], served) if path == 0 else (untuned[key], base)
             t0 = time.perf_counter()
             d(x, w, bias=bias)
-            seconds.append(time.perf_counter() - t0)
-        timings[which] = seconds
-    for j, (model, key, m, occ, _) in enumerate(calls):
+            into.append(time.perf_counter() - t0)
+
+    for j, (_, key, m, _) in enumerate(calls):
+        run(key, m, j)
+    for (key, m), (served, _) in list(timings.items()):
+        for j in range(len(served), MIN_TIMINGS):
+            run(key, m, j)
+    per_call = {shape: (float(np.median(a)), float(np.median(b))) for shape, (a, b) in timings.items()}
+    for model, key, m, occ in calls:
+        served_s, untuned_s = per_call[(key, m)]
         acc = stats.shapes.setdefault((key, m), [0, 0.0, 0.0, 0])
         acc[0] += occ
-        acc[1] += timings["served"][j] * occ
-        acc[2] += timings["untuned"][j] * occ
+        acc[1] += served_s * occ
+        acc[2] += untuned_s * occ
         acc[3] += occ if dispatchers[key].table is None else 0
         per_model = stats.models.setdefault(model, [0, 0.0, 0.0])
-        per_model[1] += timings["served"][j] * occ
-        per_model[2] += timings["untuned"][j] * occ
+        per_model[1] += served_s * occ
+        per_model[2] += untuned_s * occ
     for model, _, _ in requests:
         stats.models.setdefault(model, [0, 0.0, 0.0])[0] += 1
+    for d in dispatchers.values():
+        d.usage(reset=True)  # telemetry is built from the medians above, one record per (layer, M)
     return stats
 
 
@@ -231,7 +243,8 @@ class DayRow:
     served_s: float  # fleet kernel seconds per day (scaled)
     untuned_s: float  # the same traffic on an untuned host (scaled)
     fallbacks: float
-    tables: int  # served layers with a published table
+    tables: int
+    scale: float  # production calls per sampled call that day  # served layers with a published table
     cost_s: float = 0.0  # tuning wall seconds spent by the run after this day (jobs + the run itself)
     jobs: list[str] = field(default_factory=list)
     run_estimate: dict[str, Any] = field(default_factory=dict)  # the daily run's own `realized` (modelled)
@@ -241,9 +254,8 @@ class DayRow:
 class SimResult:
     rows: list[DayRow]
     layers: list[tuple[str, float, bool]]  # (description, time share, served)
-    scale: float
     requests: int
-    fleet_requests: int
+    fleet_calls: int
 
     def cumulative(self) -> list[tuple[float, float]]:
         """(savings, cost) summed up to each day: the cost of the runs whose jobs that day could use."""
@@ -265,14 +277,14 @@ def _job_seconds(client: Client, job_id: str) -> float:
 def main(
     days: int = 3,
     requests: int = 200,
-    fleet_requests: int = FLEET_REQUESTS_PER_DAY,
+    fleet_calls: int = FLEET_CALLS_PER_DAY,
     layers: int = 5,
     quick: bool = False,
     port: int = 8766,
     data_dir: Path | None = None,
     console: Console | None = None,
 ) -> SimResult:
-    console = console or Console()
+    console = console or Console(width=None if sys.stdout.isatty() else 200)
     if quick:
         requests, layers = min(requests, 40), min(layers, 2)
         os.environ.setdefault("KERNELFLEET_FLEET_DAILY_TRIALS", "16")  # one unit: one ukernel job per day
@@ -289,17 +301,16 @@ def main(
     shares = time_shares(all_layers, days)
     order = sorted(range(len(all_layers)), key=lambda i: -shares[i])
     served = [all_layers[i] for i in order[:layers]]
-    scale = fleet_requests / requests
     console.print(
         f"[bold]fleet simulation[/]: {days} days; BERT-base and GPT-2 small (random weights) read in "
-        f"{time.monotonic() - t0:.0f} s; {requests} sampled requests per day, each standing for {scale:,.0f} "
-        f"({fleet_requests:,} requests/day)"
+        f"{time.monotonic() - t0:.0f} s; {requests} sampled requests per day standing for "
+        f"{fleet_calls:,} calls/day of the served layers"
     )
     for i in order:
         layer = all_layers[i]
         used = ", ".join(f"{m} {occ}× M={e}" for m, uses in layer.uses.items() for e, occ in uses)
         mark = "served" if layer in served else "not served (sample)"
-        console.print(f"  {layer.describe():<34} {shares[i]:6.1%} of dense FLOPs  [{used}]  {mark}")
+        console.print(escape(f"  {layer.describe():<34} {shares[i]:6.1%} of dense FLOPs  [{used}]  {mark}"))
     rng = np.random.default_rng(0)
     for layer in served:
         n, k = layer.body["dims"]["N"], layer.body["dims"]["K"]
@@ -332,7 +343,9 @@ def main(
                 assert isinstance(d, Dispatcher), "the simulated fleet serves an llvm target"
                 dispatchers[layer.key] = d
             sample = _sample_requests(rng, i, requests)
-            stats = serve_day(served, dispatchers, sample, untuned_first=i % 2 == 0)
+            stats = serve_day(served, dispatchers, sample)
+            calls = sum(v[0] for v in stats.shapes.values())
+            scale = fleet_calls / max(1, calls)
             hashes = {layer.key: layer.workload_hash for layer in served}
             records: list[dict[str, Any]] = [
                 {
@@ -347,7 +360,6 @@ def main(
                 for (key, m), (c, s, _, f) in stats.shapes.items()
             ]
             client.send_telemetry({"batch_id": str(uuid.uuid4()), "host": "simulated", "records": records})
-            calls = sum(v[0] for v in stats.shapes.values())
             row = DayRow(
                 day=day,
                 models={m: [v[0] * scale, v[1] * scale, v[2] * scale] for m, v in stats.models.items()},
@@ -355,6 +367,7 @@ def main(
                 untuned_s=sum(v[2] for v in stats.shapes.values()) * scale,
                 fallbacks=sum(v[3] for v in stats.shapes.values()) / max(1, calls),
                 tables=sum(1 for d in dispatchers.values() if d.table is not None),
+                scale=scale,
             )
             rows.append(row)
             console.print(
@@ -385,9 +398,8 @@ def main(
     result = SimResult(
         rows=rows,
         layers=[(all_layers[i].describe(), shares[i], all_layers[i] in served) for i in order],
-        scale=scale,
         requests=requests,
-        fleet_requests=fleet_requests,
+        fleet_calls=fleet_calls,
     )
     print_result(result, console)
     return result
@@ -419,15 +431,15 @@ def print_result(result: SimResult, console: Console) -> None:
     console.print(table)
     saved, cost = result.cumulative()[-1] if result.rows else (0.0, 0.0)
     console.print(
-        f"scale: each sampled request stands for {result.scale:,.0f} ({result.fleet_requests:,} requests/day); "
-        "savings scale with it, the tuning cost does not."
+        f"scale: each day's sampled calls stand for {result.fleet_calls:,} production calls of the served layers "
+        f"(e.g. day 1: each call × {result.rows[0].scale:,.0f}); savings scale with it, the tuning cost does not."
     )
     if saved > 0 and cost > 0:
-        per_request = saved / result.fleet_requests  # seconds saved per daily production request, over the run
+        per_call = saved / result.fleet_calls  # seconds saved per daily production call, over the run
         console.print(
             f"cumulative savings ÷ tuning cost by day {len(result.rows)}: {saved / cost:,.1f}× at "
-            f"{result.fleet_requests:,} requests/day; break-even at {cost / per_request:,.0f} requests/day, "
-            f"10× at {10 * cost / per_request:,.0f} requests/day"
+            f"{result.fleet_calls:,} calls/day; break-even at {cost / per_call:,.0f} calls/day, "
+            f"10× at {10 * cost / per_call:,.0f} calls/day"
         )
     else:
         console.print(f"cumulative savings {saved:,.0f} s, tuning cost {cost:,.0f} s: no break-even to report")

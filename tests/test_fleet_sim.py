@@ -1,0 +1,67 @@
+"""`kernelfleet fleet simulate --quick` on the real loop: API, worker, daily run and jobs through the Supervisor.
+
+Two simulated days on one-layer BERT and GPT-2 (the same distinct dense workloads as the 12-layer models, with
+occurrences per layer): GPT-2 appears on day 2, savings are measured on both paths and the tuning cost comes
+from the store's job times, not from constants.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from service import fleet_sim
+from tests.helpers import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_savings_and_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("KERNELFLEET_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELFLEET_FLEET_DAILY_TRIALS", "16")  # one unit: one ukernel job
+    monkeypatch.setenv("KERNELFLEET_FLEET_UNIT_TRIALS", "16")
+    for var in ("KERNELFLEET_DATABASE_URL", "KERNELFLEET_BROKER_URL"):
+        monkeypatch.delenv(var, raising=False)
+    out = io.StringIO()
+    result = fleet_sim.main(
+        days=2,
+        requests=12,
+        quick=True,
+        n_layers=1,
+        port=free_port(),
+        data_dir=tmp_path,
+        console=Console(file=out, width=200),
+    )
+    text = out.getvalue()
+
+    # the models' distinct dense workloads: BERT's Q/K/V/out (and pooler), FFN up (gelu) and down; GPT-2's
+    # c_attn, c_proj, c_fc (its gelu_new is written out, so not fused) and mlp c_proj (shared with BERT's down)
+    described = {d for d, _, _ in result.layers}
+    assert described == {
+        "dense N=768 K=768 (+ bias)",
+        "dense N=3072 K=768 (+ bias, gelu)",
+        "dense N=768 K=3072 (+ bias)",
+        "dense N=3072 K=768 (+ bias)",
+        "dense N=2304 K=768 (+ bias)",
+    }
+    assert sum(served for _, _, served in result.layers) == 2  # --quick serves the top two
+    assert sum(share for _, share, _ in result.layers) == pytest.approx(1.0)
+
+    day1, day2 = result.rows
+    assert set(day1.models) == {"bert"} and set(day2.models) == {"bert", "gpt2"}  # GPT-2 added mid-run
+    assert day1.tables == 0 and day1.fallbacks == 1.0  # nothing tuned yet: numpy everywhere
+    for row in result.rows:  # measured, both paths, scaled to the fleet's calls per day
+        assert row.served_s > 0 and row.untuned_s > 0 and row.scale > 0
+    assert len(day1.jobs) == 1  # the run after day 1 tuned the top task with its one unit
+    assert day1.cost_s > 0  # from the job's started/finished times in the store and the run's own time
+    assert day2.cost_s == 0 and not day2.jobs  # no run after the last day
+    saved, cost = result.cumulative()[-1]
+    assert saved == pytest.approx(sum(r.untuned_s - r.served_s for r in result.rows))
+    assert cost == day1.cost_s
+    assert "Fleet kernel time per day" in text and "calls/day" in text

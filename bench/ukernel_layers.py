@@ -485,6 +485,10 @@ def _shapes_text(shapes: Sequence[int]) -> str:
     return f"every M 1..{dense_end}, then every {stride}th to {shapes[-1]} ({len(shapes)} M)"
 
 
+def _stripped(env: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in env.items()) or "none were set"
+
+
 def markdown(data: dict[str, Any]) -> str:
     env = data["machine"]
     lines = [
@@ -498,7 +502,7 @@ def markdown(data: dict[str, Any]) -> str:
         + ".",
         f"Threads: TVM {env['tvm_threads']}, numpy/OpenBLAS and torch set to the same; "
         f"{env['blas']}; torch {env['torch']}; TVM {env['tvm']}; "
-        f"removed from the environment: {env['stripped_env'] or 'none were set'}.",
+        f"removed from the environment: {_stripped(env['stripped_env'])}.",
         "",
         "Ratios are vendor / ours (> 1: the uKernel dispatcher is faster); the vendor at each M is the faster of "
         f"numpy and PyTorch (medians of {data['rounds']} interleaved rounds, more at an M re-timed below "
@@ -610,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
     print(f"command: {command}")
     print(f"machine: {info['cpu_model']}, {info['cores']} cores, load average {loadavg_start} at the start")
-    print(f"removed from the environment: {info['stripped_env'] or 'none were set'}; TVM threads {threads}")
+    print(f"removed from the environment: {_stripped(info['stripped_env'])}; TVM threads {threads}")
     import torch
 
     set_vendor_threads(torch, threads)

@@ -168,8 +168,10 @@ def geomean(values: Sequence[float]) -> float | None:
 
 def layer_s_max(layer: DenseLayer | Uncovered, args: argparse.Namespace) -> int:
     """The layer's range after --s-max-scale and --s-max (a cap); at least 1."""
-    s = max(1, round(layer.s_max * args.s_max_scale))
-    return max(1, min(s, args.s_max)) if args.s_max else s
+    scale: float = args.s_max_scale
+    s = max(1, round(layer.s_max * scale))
+    cap: int | None = args.s_max
+    return max(1, min(s, cap)) if cap else s
 
 
 def measured_shapes(s_max: int, every_upto: int, stride: int) -> list[int]:
@@ -278,10 +280,10 @@ def measure_dense(torch: Any, layer: DenseLayer, d: Any, shapes: Sequence[int], 
         x = rng.standard_normal((S, layer.K), dtype=np.float32)
         xt = torch.from_numpy(x)
 
-        def ours(x: np.ndarray = x) -> np.ndarray:
+        def ours(x: np.ndarray = x) -> Any:
             return d(x, w, bias=b)
 
-        def numpy_call(x: np.ndarray = x) -> np.ndarray:
+        def numpy_call(x: np.ndarray = x) -> Any:
             return dense_reference(x, w, b, epi)
 
         def torch_call(xt: Any = xt) -> Any:
@@ -354,7 +356,7 @@ def dispatch_overhead(d: Any, layer: DenseLayer, w: Any, b: Any, shapes: Sequenc
             inner_once = functools.partial(_numpy_time, d, x, w, b)
         call_s = inner = math.inf
         for _ in range(5):  # alternating, the fastest of each (other load only ever adds time)
-            call_s = min(call_s, _best_median(lambda x=x: d(x, w, bias=b), rounds=1))
+            call_s = min(call_s, _best_median(functools.partial(d, x, w, bias=b), rounds=1))
             inner = min(inner, inner_once())
         out[str(S)] = {
             "call_s": call_s,
@@ -368,7 +370,7 @@ def dispatch_overhead(d: Any, layer: DenseLayer, w: Any, b: Any, shapes: Sequenc
 
 
 def _kernels_time(d: Any, pieces: Sequence[Any]) -> float:
-    return sum(d.kernels[p.ukernel_id].time(p.rows, repeat=5, min_repeat_ms=5) for p in pieces)
+    return float(sum(d.kernels[p.ukernel_id].time(p.rows, repeat=5, min_repeat_ms=5) for p in pieces))
 
 
 def _numpy_time(d: Any, x: Any, w: Any, b: Any) -> float:
@@ -410,7 +412,7 @@ def measure_uncovered(torch: Any, u: Uncovered, shapes: Sequence[int], args: arg
                 bb = rng.standard_normal((HEADS, S, HEAD_DIM), dtype=np.float32)
             at, btt = torch.from_numpy(a), torch.from_numpy(bb)
 
-            def np_bmm(a: np.ndarray = a, bb: np.ndarray = bb) -> np.ndarray:
+            def np_bmm(a: np.ndarray = a, bb: np.ndarray = bb) -> Any:
                 return a @ bb
 
             def t_bmm(at: Any = at, btt: Any = btt) -> Any:

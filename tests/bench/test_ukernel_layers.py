@@ -1,0 +1,101 @@
+"""bench/ukernel_layers.py without tuning or timing anything: its options, the M it measures, the summary and the
+markdown table it renders from synthetic results."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import pytest
+
+from tests.bench.modules import ROOT, load
+
+if str(ROOT / "bench") not in sys.path:  # the script imports bench/common.py as `common`, as `python bench/x.py` does
+    sys.path.insert(0, str(ROOT / "bench"))
+
+layers = load("ukernel_layers")
+
+
+def test_defaults_cover_every_layer_at_full_range() -> None:
+    args = layers.parse_args([])
+    assert args.layers == list(layers.ALL_LAYERS)
+    assert (args.s_max, args.rounds, args.stride, args.settle, args.max_ukernels) == (None, 5, 1, True, 8)
+    assert layers.layer_s_max(layers.DENSE["ffn-up"], args) == 512
+    assert layers.layer_s_max(layers.DENSE["gpt-fc"], args) == 8
+
+
+def test_quick_and_explicit_options() -> None:
+    quick = layers.parse_args(["--quick"])
+    assert (quick.s_max, quick.rounds, quick.min_sample_ms) == (32, 3, 2.0)
+    assert layers.layer_s_max(layers.DENSE["ffn-up"], quick) == 32
+    assert layers.layer_s_max(layers.DENSE["gpt-lmhead"], quick) == 8  # a cap, not a scale
+    explicit = layers.parse_args(["--quick", "--rounds", "7", "--layers", "odd,attn-qk", "--s-max-scale", "0.5"])
+    assert explicit.rounds == 7 and explicit.layers == ["odd", "attn-qk"]
+    assert layers.layer_s_max(layers.DENSE["odd"], explicit) == 32
+    assert layers.layer_s_max(layers.DENSE["odd"], layers.parse_args(["--s-max-scale", "0.5"])) == 100
+
+
+@pytest.mark.parametrize("argv", [["--layers", "nope"], ["--rounds", "0"], ["--stride", "0"], ["--s-max", "0"]])
+def test_bad_options_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        layers.parse_args(argv)
+
+
+def test_measured_shapes_and_hot_shapes() -> None:
+    assert layers.measured_shapes(8, 64, 1) == list(range(1, 9))
+    assert layers.measured_shapes(100, 4, 32) == [1, 2, 3, 4, 36, 68, 100]
+    assert layers.measured_shapes(512, 64, 1) == list(range(1, 513))
+    assert layers.hot_shapes(512) == [512, 511, 510, 509]
+    assert layers.hot_shapes(2) == [2, 1]
+
+
+def _row(S: int, ours: float, numpy_: float, torch_: float, route: str = "uKernel") -> dict[str, Any]:
+    vendor = min(numpy_, torch_)
+    return {"S": S, "ours_s": ours, "numpy_s": numpy_, "torch_s": torch_, "vendor_s": vendor,
+            "faster_vendor": "numpy" if numpy_ <= torch_ else "torch", "ratio": vendor / ours,
+            "ratio_numpy": numpy_ / ours, "ratio_torch": torch_ / ours, "route": route, "program": [],
+            "retimed": 0, "rounds": 5, "max_abs_err_vs_torch": 1e-5 * S, "numpy_max_abs_err_vs_torch": 2e-5,
+            "max_abs_expected": 30.0}  # fmt: skip
+
+
+def _results() -> dict[str, Any]:
+    rows = [_row(1, 2.0, 1.0, 3.0, "numpy"), _row(2, 1.0, 2.0, 4.0), _row(3, 1.0, 4.0, 2.0)]
+    summary = layers.summarize_dense(rows, tuning_s=12.5)
+    dense = {"name": "odd", "what": "dims not multiples of 8, + bias", "N": 1000, "K": 777, "s_max": 3,
+             "bias": True, "activation": "none", "covered": True, "rows": rows, "summary": summary,
+             "tuning": {"ukernels": ["mt4_nt96_kt3"], "vendor_intervals": [[1, 1]], "job_seconds": 12.0},
+             "overhead": {"1": {"overhead_s": 2e-6, "selection_ns": 300.0},
+                          "3": {"overhead_s": 5e-6, "selection_ns": 250.0}}}  # fmt: skip
+    uncovered = {**dataclasses.asdict(layers.UNCOVERED["conv1x1"]), "covered": False, "s_max": 32,
+                 "rows": [{"S": 1, "torch_s": 1.3e-3, "vendor_s": 1.3e-3}]}  # fmt: skip
+    machine = {"cpu_model": "Synthetic CPU", "cores": 2, "loadavg_start": [0.1, 0.2, 0.3],
+               "loadavg_end": [0.4, 0.2, 0.3], "other_load": 0.01, "tvm_threads": 2,
+               "blas": "openblas 0.3 (Haswell kernel, 2 threads)", "torch": "2.13.0+cpu (mkl)", "tvm": "0.27",
+               "stripped_env": {"OPENBLAS_CORETYPE": "Haswell"}}  # fmt: skip
+    return {"command": "python bench/ukernel_layers.py --quick", "rounds": 5, "layers": [dense, uncovered],
+            "machine": machine}  # fmt: skip
+
+
+def test_summary_takes_the_faster_vendor_at_each_shape() -> None:
+    s = _results()["layers"][0]["summary"]
+    # ratios vs the faster vendor: 1/2, 2/1, 2/1
+    assert s["geomean"] == pytest.approx((0.5 * 2 * 2) ** (1 / 3))
+    assert (s["worst"], s["worst_S"], s["worst_route"]) == (0.5, 1, "numpy")
+    assert s["below_0_95"] == [1] and s["torch_faster_S"] == 1 and s["numpy_routed_S"] == 1
+    assert s["max_abs_err_vs_torch"] == pytest.approx(3e-5)
+    assert s["goals"] == {"geomean": False, "worst": False, "tuning_s": True}
+
+
+def test_markdown_table() -> None:
+    md = layers.markdown(_results())
+    lines = md.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| layer |"))
+    columns = lines[header].count("|")
+    table = lines[header : header + 4]
+    assert all(line.count("|") == columns for line in table)  # header, rule, the dense row, the uncovered row
+    assert "| odd |" in table[2] and "**1.26×**" in table[2] and "0.50× (M=1, numpy)" in table[2]
+    assert "2.0–5.0 (300)" in table[2] and "✗ ✗ ✓" in table[2]
+    assert "| conv1x1 |" in table[3] and "not covered by uKernels yet" in table[3] and "batch=1: 1300 µs" in table[3]
+    assert "Synthetic CPU, 2 cores" in md and "OPENBLAS_CORETYPE=Haswell" in md and "busy machine" not in md
+    assert "MAX_S" in md  # why conv1x1 is not covered

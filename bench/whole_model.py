@@ -133,8 +133,9 @@ def extract_workloads(
         export_model.config.use_cache = False
     ids = torch.randint(0, 100, (2, 16))
     began = time.perf_counter()
+    max_seq = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 1024)
     graph = extract_torch(
-        export_model, {"input_ids": ids}, {"input_ids": {0: Dim("batch"), 1: Dim("seq", max=1024)}}
+        export_model, {"input_ids": ids}, {"input_ids": {0: Dim("batch"), 1: Dim("seq", max=max_seq)}}
     )
     export_s = time.perf_counter() - began
     # what accelerate asks for first at each site (a fused activation where it recognises one)
@@ -629,7 +630,7 @@ def render_md(result: dict[str, Any]) -> str:
         f"Run {result['started']} with `{result['command']}`.",
         f"Machine: {m['start']['cpu_model']}, {m['start']['cpu_count']} cores; load average {m['start']['loadavg']} at "
         f"the start, {m['end']['loadavg']} at the end; device {result['device']}; threads {result['threads']} "
-        f"(torch, TVM and numpy's BLAS alike); torch {result['torch']}, transformers {result['transformers']}.",
+        f"(torch, TVM and numpy's BLAS alike); OMP_WAIT_POLICY {result.get('OMP_WAIT_POLICY')}; torch {result['torch']}, transformers {result['transformers']}.",
         f"Rounds {result['args']['rounds']} (alternating, medians), samples ≥ {result['args']['min_sample_s']} s, "
         f"warm-up {result['args']['warmup']} calls per contender and shape.",
         "",
@@ -651,6 +652,9 @@ def render_md(result: dict[str, Any]) -> str:
                          f"{w.get('vendor_intervals')} |")  # fmt: skip
         if mr.get("upgrades"):
             lines += ["", "Fused here though `extract_torch` lists them unfused: " + "; ".join(mr["upgrades"])]
+        if "measure" not in mr:
+            lines += ["", "(not measured yet)", ""]
+            continue
         lines += ["", f"torch.compile first call (compile): {f(mr['measure']['compile_first_call_s'], '{:.1f}')} s; "
                   f"fallbacks to PyTorch in accelerate: {mr['measure']['fallbacks'] or 'none'}", ""]  # fmt: skip
         lines += [
@@ -714,6 +718,9 @@ def main() -> None:
     ap.add_argument("--no-fuse-upgrade", action="store_true", help="tune exactly what extract_torch lists")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--omp-wait-policy", choices=("default", "passive", "active"), default="default",
+                    help="OMP_WAIT_POLICY for torch's OpenMP threads (set before torch loads; default: as the "
+                    "environment has it). passive: they sleep at once after each op instead of spinning")  # fmt: skip
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", type=Path, default=None, help=f"default {DEFAULT_OUT}.json (and .md beside it)")
     args = ap.parse_args()
@@ -726,6 +733,8 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     threads = args.threads or os.cpu_count() or 1
     os.environ["TVM_NUM_THREADS"] = str(threads)  # before TVM's pool starts
+    if args.omp_wait_policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # before torch loads its OpenMP runtime
     start_machine = machine()
     print(f"machine: {start_machine['cpu_model']}, {start_machine['cpu_count']} cores, "
           f"load average {start_machine['loadavg']} (start); threads {threads}", flush=True)  # fmt: skip
@@ -747,7 +756,11 @@ def main() -> None:
     batches = [int(b) for b in args.batch.split(",") if b]
     if args.seqs:
         seqs = [int(s) for s in args.seqs.split(",") if s]
-        weights = {s: HISTOGRAM.get(s, 1.0) for s in seqs}
+        weights = {s: 0.0 for s in seqs}  # each histogram point's weight goes to the nearest seq given (log scale)
+        for h, w in HISTOGRAM.items():
+            weights[min(seqs, key=lambda s: abs(math.log(s) - math.log(h)))] += w
+        if not sum(weights.values()):
+            weights = dict.fromkeys(seqs, 1.0)
     else:
         seqs, weights = list(HISTOGRAM), dict(HISTOGRAM)
     total = sum(weights.values())
@@ -761,7 +774,9 @@ def main() -> None:
         "started": dt.datetime.now().isoformat(timespec="seconds"),
         "command": " ".join(["bench/whole_model.py", *sys.argv[1:]]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "device": args.device, "threads": threads, "torch": torch.__version__, "transformers": transformers.__version__,
+        "device": args.device, "threads": threads, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
+        "thread_env": {k: os.environ.get(k, "unset") for k in ("TVM_NUM_THREADS", "TVM_BIND_THREADS",
+                       "TVM_THREAD_POOL_SPIN_COUNT", "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY")}, "torch": torch.__version__, "transformers": transformers.__version__,
         "histogram": weights, "points": points, "left_out": skipped, "cache_dir": str(args.cache_dir),
         "machine": {"start": start_machine}, "models": {},
     }  # fmt: skip

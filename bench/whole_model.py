@@ -66,7 +66,17 @@ DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) /
 # Sequence lengths (BERT requests, GPT-2 prompts): short-skewed over 1..512. Each point stands for a bin of the
 # histogram; the weight is the bin's share of requests (bins 1-8: 8 %, 9-16: 14 %, 17-32: 22 %, 33-64: 24 %,
 # 65-128: 18 %, 129-256: 10 %, 257-512: 4 %), the ends 1 and 512 carved out of their bins.
-HISTOGRAM: dict[int, float] = {1: 0.02, 5: 0.06, 12: 0.14, 24: 0.22, 48: 0.24, 96: 0.18, 192: 0.10, 384: 0.03, 512: 0.01}
+HISTOGRAM: dict[int, float] = {
+    1: 0.02,
+    5: 0.06,
+    12: 0.14,
+    24: 0.22,
+    48: 0.24,
+    96: 0.18,
+    192: 0.10,
+    384: 0.03,
+    512: 0.01,
+}
 QUICK_SEQS = (1, 8, 64)
 
 
@@ -155,7 +165,10 @@ def extract_workloads(
         if body["symbolic"] != ["M"]:
             skipped.append(op.describe() + " (M not symbolic)")
             continue
-        body["attrs"] = {"bias": bool(body["attrs"].get("bias", False)), "activation": body["attrs"].get("activation", "none")}
+        body["attrs"] = {
+            "bias": bool(body["attrs"].get("bias", False)),
+            "activation": body["attrs"].get("activation", "none"),
+        }
         if device == "cuda":  # CUDA uKernels fuse nothing: the bare workload, torch adds the bias
             body["attrs"] = {"bias": False, "activation": "none"}
         h = workload_hash(body)
@@ -163,7 +176,9 @@ def extract_workloads(
         if fuse_upgrade and device != "cuda" and len(preferred.get(h, ())) == 1:
             fused_h = next(iter(preferred[h]))
             act = next(
-                s for s in _sites(model) if workload_hash(dense_workload(s.dense.N, s.dense.K, _candidates(s)[0])) == fused_h
+                s
+                for s in _sites(model)
+                if workload_hash(dense_workload(s.dense.N, s.dense.K, _candidates(s)[0])) == fused_h
             ).activation
             body = {**body, "attrs": {**body["attrs"], "activation": act}}
             upgraded, h = h, fused_h
@@ -250,7 +265,10 @@ class SignedCache:
             ukernels=refs,
             predicted_latency_s=list(outcome.predicted_s),
             measured_latency_s={str(k): v for k, v in outcome.measured_s.items()},
-            validation={"vendor_routes": {k: v for k, v in routes.items() if k != "timed_s"}, "tuning_seconds": seconds},
+            validation={
+                "vendor_routes": {k: v for k, v in routes.items() if k != "timed_s"},
+                "tuning_seconds": seconds,
+            },
             created_at=dt.datetime.now(dt.UTC),
         )
         body = doc.model_dump_json().encode()
@@ -296,10 +314,16 @@ def tune_workload(w: Workload, args: argparse.Namespace, target: Any, work: Path
         from service.tuning.tuners.ukernel.gpu_tuner import DenseRange, GPUUKernelTuner
 
         job = DenseRange(
-            w.body["dims"]["N"], w.body["dims"]["K"], s_max=w.s_max, validate=tuple(validate),
-            target=cuda_target(target.arch), hardware=target.hardware_model(), work_dir=work,
-            max_ukernels=args.max_ukernels, representative_m=representative,
-        )  # fmt: skip
+            w.body["dims"]["N"],
+            w.body["dims"]["K"],
+            s_max=w.s_max,
+            validate=tuple(validate),
+            target=cuda_target(target.arch),
+            hardware=target.hardware_model(),
+            work_dir=work,
+            max_ukernels=args.max_ukernels,
+            representative_m=representative,
+        )
         return GPUUKernelTuner().tune_dense(job, QuietRangeSink())
     task = RangeTask(
         workload=WorkloadSpec.model_validate(w.body),
@@ -326,11 +350,22 @@ def tune_all(workloads: Sequence[Workload], args: argparse.Namespace, signed: Si
         cached = signed.cached_s_max(w.hash, fingerprint) if args.reuse_tables else None
         if cached is not None and cached >= w.s_max:
             earlier = signed.log.get(f"{w.hash}-{fingerprint}", {})
-            rows.append({"workload": w.describe(), "hash": w.hash, "s_max": w.s_max, "reused": True,
-                         "seconds": earlier.get("seconds"), "tuned_s_max": cached,
-                         "vendor_intervals": earlier.get("vendor_intervals")})  # fmt: skip
-            print(f"  {w.describe():28s} M 1..{w.s_max}: reusing the cached table (tuned over 1..{cached}, "
-                  f"{earlier.get('seconds', float('nan')):.0f} s then)", flush=True)  # fmt: skip
+            rows.append(
+                {
+                    "workload": w.describe(),
+                    "hash": w.hash,
+                    "s_max": w.s_max,
+                    "reused": True,
+                    "seconds": earlier.get("seconds"),
+                    "tuned_s_max": cached,
+                    "vendor_intervals": earlier.get("vendor_intervals"),
+                }
+            )
+            print(
+                f"  {w.describe():28s} M 1..{w.s_max}: reusing the cached table (tuned over 1..{cached}, "
+                f"{earlier.get('seconds', float('nan')):.0f} s then)",
+                flush=True,
+            )
             continue
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="kf-whole-model-") as work:
@@ -338,11 +373,23 @@ def tune_all(workloads: Sequence[Workload], args: argparse.Namespace, signed: Si
             seconds = time.perf_counter() - t0
             signed.publish(w, fingerprint, outcome, seconds)
         routes = outcome.validation.get("vendor_routes", {})
-        rows.append({"workload": w.describe(), "hash": w.hash, "s_max": w.s_max, "reused": False,
-                     "seconds": seconds, "ukernels": sorted(outcome.kernels),
-                     "vendor_intervals": routes.get("intervals", []), "shapes_timed": routes.get("shapes_timed")})  # fmt: skip
-        print(f"  {w.describe():28s} M 1..{w.s_max}: tuned in {seconds:.1f} s, uKernels {sorted(outcome.kernels)}, "
-              f"numpy at M {routes.get('intervals', [])}", flush=True)  # fmt: skip
+        rows.append(
+            {
+                "workload": w.describe(),
+                "hash": w.hash,
+                "s_max": w.s_max,
+                "reused": False,
+                "seconds": seconds,
+                "ukernels": sorted(outcome.kernels),
+                "vendor_intervals": routes.get("intervals", []),
+                "shapes_timed": routes.get("shapes_timed"),
+            }
+        )
+        print(
+            f"  {w.describe():28s} M 1..{w.s_max}: tuned in {seconds:.1f} s, uKernels {sorted(outcome.kernels)}, "
+            f"numpy at M {routes.get('intervals', [])}",
+            flush=True,
+        )
     wall = time.perf_counter() - began
     tuned = [r for r in rows if not r["reused"]]
     return {
@@ -443,8 +490,13 @@ def max_diff(a: Any, b: Any) -> float:
 # ------------------------------------------------------------------------------------------------------------------
 
 DENSE_OPS = ("aten::addmm", "aten::mm", "aten::linear")
-SDPA_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
-            "aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::baddbmm")  # fmt: skip
+SDPA_OPS = (
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_attention_math",
+    "aten::bmm",
+    "aten::baddbmm",
+)
 GELU_OPS = ("aten::gelu", "aten::tanh", "aten::pow")
 
 
@@ -474,7 +526,11 @@ def accelerated_share(fast: Any, call: Callable[[], Any]) -> dict[str, float]:
     handles = []
     for layer in fast.layers.values():
         handles.append(layer.register_forward_pre_hook(lambda m, a: starts.append(time.perf_counter())))
-        handles.append(layer.register_forward_hook(lambda m, a, o: spent.__setitem__(0, spent[0] + time.perf_counter() - starts.pop())))
+        handles.append(
+            layer.register_forward_hook(
+                lambda m, a, o: spent.__setitem__(0, spent[0] + time.perf_counter() - starts.pop())
+            )
+        )
     try:
         call()
         spent[0] = 0.0
@@ -500,7 +556,9 @@ def geomean(ratios: Mapping[Any, float], weights: Mapping[Any, float]) -> float 
     return math.exp(sum(weights[k] * math.log(ratios[k]) for k in keys) / total)
 
 
-def measure_model(name: str, model: Any, fast: Any, args: argparse.Namespace, points: list[tuple[int, int, float]]) -> dict[str, Any]:
+def measure_model(
+    name: str, model: Any, fast: Any, args: argparse.Namespace, points: list[tuple[int, int, float]]
+) -> dict[str, Any]:
     import torch
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
@@ -558,13 +616,23 @@ def measure_model(name: str, model: Any, fast: Any, args: argparse.Namespace, po
             if comp is not None and comp.warmup_s and compile_first_s is None and kind == "forward":
                 compile_first_s = comp.warmup_s[0]
             row = {
-                "kind": kind, "batch": batch, "seq": seq, "weight": weight, "median_s": med,
-                "eager_over_accel": med["eager"] / med["accelerate"] if med.get("eager") and med.get("accelerate") else None,
-                "compile_over_accel": (med["compile"] / med["accelerate"]) if med.get("compile") and med.get("accelerate") else None,
+                "kind": kind,
+                "batch": batch,
+                "seq": seq,
+                "weight": weight,
+                "median_s": med,
+                "eager_over_accel": med["eager"] / med["accelerate"]
+                if med.get("eager") and med.get("accelerate")
+                else None,
+                "compile_over_accel": (med["compile"] / med["accelerate"])
+                if med.get("compile") and med.get("accelerate")
+                else None,
                 "compile_warmup_s": comp.warmup_s[:1] if comp else None,
                 "errors": {r.name: r.error for r in runners if r.error},
-                "max_abs_diff": diffs, "samples": {r.name: len(r.samples) for r in runners}, "seconds": elapsed,
-            }  # fmt: skip
+                "max_abs_diff": diffs,
+                "samples": {r.name: len(r.samples) for r in runners},
+                "seconds": elapsed,
+            }
             if kind == "forward" and args.device == "cpu" and not args.no_profile:
                 with torch.inference_mode():
                     row["eager_profile"] = eager_shares(forward_call(model, inputs))
@@ -574,13 +642,23 @@ def measure_model(name: str, model: Any, fast: Any, args: argparse.Namespace, po
             ratio_txt = f"eager/acc {row['eager_over_accel']:.2f}" if row["eager_over_accel"] else ""
             if row["compile_over_accel"]:
                 ratio_txt += f", compile/acc {row['compile_over_accel']:.2f}"
-            print(f"    {name} {kind:7s} batch {batch} seq {seq:4d} (w {weight:.3f}): ms {ms}; {ratio_txt}; "
-                  f"diff {', '.join(f'{k} {v:.1e}' for k, v in diffs.items())}; {elapsed:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"    {name} {kind:7s} batch {batch} seq {seq:4d} (w {weight:.3f}): ms {ms}; {ratio_txt}; "
+                f"diff {', '.join(f'{k} {v:.1e}' for k, v in diffs.items())}; {elapsed:.0f} s",
+                flush=True,
+            )
     summary = summarize(rows)
     stats = fast.stats()
     fallbacks = {k: v["reasons"] for k, v in stats.items() if v["fallbacks"]}
-    return {"rows": rows, "summary": summary, "compile_first_call_s": compile_first_s, "fallbacks": fallbacks,
-            "layers": {k: {"fused": v["fused"], "max_rows": v["max_rows"], "workload": v["workload"]} for k, v in stats.items()}}  # fmt: skip
+    return {
+        "rows": rows,
+        "summary": summary,
+        "compile_first_call_s": compile_first_s,
+        "fallbacks": fallbacks,
+        "layers": {
+            k: {"fused": v["fused"], "max_rows": v["max_rows"], "workload": v["workload"]} for k, v in stats.items()
+        },
+    }
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -598,7 +676,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             entry[col] = {
                 "geomean_weighted": geomean(ratios, weights),
                 "worst": ratios[worst] if worst is not None else None,
-                "worst_at": f"{rs[worst]['kind']} b{rs[worst]['batch']} s{rs[worst]['seq']}" if worst is not None else None,
+                "worst_at": f"{rs[worst]['kind']} b{rs[worst]['batch']} s{rs[worst]['seq']}"
+                if worst is not None
+                else None,
                 "points_below_0.95": sum(1 for v in ratios.values() if v < 0.95),
             }
         prof = [r for r in rs if "eager_profile" in r]
@@ -630,7 +710,8 @@ def render_md(result: dict[str, Any]) -> str:
         f"Run {result['started']} with `{result['command']}`.",
         f"Machine: {m['start']['cpu_model']}, {m['start']['cpu_count']} cores; load average {m['start']['loadavg']} at "
         f"the start, {m['end']['loadavg']} at the end; device {result['device']}; threads {result['threads']} "
-        f"(torch, TVM and numpy's BLAS alike); OMP_WAIT_POLICY {result.get('OMP_WAIT_POLICY')}; torch {result['torch']}, transformers {result['transformers']}.",
+        f"(torch, TVM and numpy's BLAS alike); OMP_WAIT_POLICY {result.get('OMP_WAIT_POLICY')}; "
+        f"torch {result['torch']}, transformers {result['transformers']}.",
         f"Rounds {result['args']['rounds']} (alternating, medians), samples ≥ {result['args']['min_sample_s']} s, "
         f"warm-up {result['args']['warmup']} calls per contender and shape.",
         "",
@@ -648,15 +729,21 @@ def render_md(result: dict[str, Any]) -> str:
         )
         lines += ["", "| workload | M range | tuned s | reused | numpy routes (M) |", "|---|---|---|---|---|"]
         for w in t["workloads"]:
-            lines.append(f"| {w['workload']} | 1..{w['s_max']} | {f(w['seconds'], '{:.1f}')} | {w['reused']} | "
-                         f"{w.get('vendor_intervals')} |")  # fmt: skip
+            lines.append(
+                f"| {w['workload']} | 1..{w['s_max']} | {f(w['seconds'], '{:.1f}')} | {w['reused']} | "
+                f"{w.get('vendor_intervals')} |"
+            )
         if mr.get("upgrades"):
             lines += ["", "Fused here though `extract_torch` lists them unfused: " + "; ".join(mr["upgrades"])]
         if "measure" not in mr:
             lines += ["", "(not measured yet)", ""]
             continue
-        lines += ["", f"torch.compile first call (compile): {f(mr['measure']['compile_first_call_s'], '{:.1f}')} s; "
-                  f"fallbacks to PyTorch in accelerate: {mr['measure']['fallbacks'] or 'none'}", ""]  # fmt: skip
+        lines += [
+            "",
+            f"torch.compile first call (compile): {f(mr['measure']['compile_first_call_s'], '{:.1f}')} s; "
+            f"fallbacks to PyTorch in accelerate: {mr['measure']['fallbacks'] or 'none'}",
+            "",
+        ]
         lines += [
             "| kind | batch | seq | weight | eager ms | accelerate ms | compile ms | eager/acc | compile/acc | "
             "compile warm-up s | eager: dense / SDPA / GELU share | acc: time in wrappers | max abs diff |",
@@ -665,8 +752,14 @@ def render_md(result: dict[str, Any]) -> str:
         for r in mr["measure"]["rows"]:
             med = r["median_s"]
             ep, ap = r.get("eager_profile"), r.get("accel_profile")
-            share = (f"{ep['dense_s'] / ep['wall_s']:.0%} / {ep['sdpa_s'] / ep['wall_s']:.0%} / "
-                     f"{ep['gelu_s'] / ep['wall_s']:.0%}") if ep else ""  # fmt: skip
+            share = (
+                (
+                    f"{ep['dense_s'] / ep['wall_s']:.0%} / {ep['sdpa_s'] / ep['wall_s']:.0%} / "
+                    f"{ep['gelu_s'] / ep['wall_s']:.0%}"
+                )
+                if ep
+                else ""
+            )
             acc = f"{ap['wrapper_s'] / ap['wall_s']:.0%}" if ap else ""
             diff = ", ".join(f"{k} {v:.1e}" for k, v in r["max_abs_diff"].items())
             ms = {k: "n/a" if med.get(k) is None else f"{med[k] * 1e3:.2f}" for k in ("eager", "accelerate", "compile")}
@@ -676,16 +769,21 @@ def render_md(result: dict[str, Any]) -> str:
                 f"{ms['compile']} | {f(r['eager_over_accel'])} | {f(r['compile_over_accel'])} | {f(warm, '{:.1f}')} | "
                 f"{share} | {acc} | {diff} |"
             )
-        lines += ["", "| group | eager/acc geomean (weighted) | worst | compile/acc geomean | worst | points < 0.95× | "
-                  "eager dense / SDPA / GELU share | acc time in wrappers |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "| group | eager/acc geomean (weighted) | worst | compile/acc geomean | worst | points < 0.95× | "
+            "eager dense / SDPA / GELU share | acc time in wrappers |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for g, e in mr["measure"]["summary"].items():
             ea, ca = e["eager_over_accel"], e["compile_over_accel"]
             sh = e.get("eager_share")
             sh_txt = f"{sh['dense']:.0%} / {sh['sdpa']:.0%} / {sh['gelu']:.0%}" if sh else ""
             wr = f"{e['accelerated_wrapper_share']:.0%}" if "accelerated_wrapper_share" in e else ""
             lines.append(
-                f"| {g} | {f(ea['geomean_weighted'])} | {f(ea['worst'])} ({ea['worst_at']}) | {f(ca['geomean_weighted'])} | "
-                f"{f(ca['worst'])} ({ca['worst_at']}) | {ea['points_below_0.95'] + ca['points_below_0.95']} | {sh_txt} | {wr} |"
+                f"| {g} | {f(ea['geomean_weighted'])} | {f(ea['worst'])} ({ea['worst_at']}) | "
+                f"{f(ca['geomean_weighted'])} | {f(ca['worst'])} ({ca['worst_at']}) | "
+                f"{ea['points_below_0.95'] + ca['points_below_0.95']} | {sh_txt} | {wr} |"
             )
         lines.append("")
     lines += [
@@ -701,10 +799,16 @@ def render_md(result: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="bert,gpt2")
-    ap.add_argument("--seqs", default="", help="comma-separated seq lengths (default: the histogram's points; "
-                    "weights then the histogram's where a point is one, else equal)")  # fmt: skip
+    ap.add_argument(
+        "--seqs",
+        default="",
+        help="comma-separated seq lengths (default: the histogram's points; "
+        "weights then the histogram's where a point is one, else equal)",
+    )
     ap.add_argument("--batch", default="1,8", help="comma-separated batch sizes")
-    ap.add_argument("--max-tokens", type=int, default=4096, help="skip points with batch·seq above this (and tune M up to it)")
+    ap.add_argument(
+        "--max-tokens", type=int, default=4096, help="skip points with batch·seq above this (and tune M up to it)"
+    )
     ap.add_argument("--layers", type=int, default=0, help="encoder/decoder layers (default: the config's 12)")
     ap.add_argument("--quick", action="store_true", help="2 layers, seqs 1,8,64, batch 1, 3 rounds, decode 2 steps")
     ap.add_argument("--rounds", type=int, default=7)
@@ -718,9 +822,13 @@ def main() -> None:
     ap.add_argument("--no-fuse-upgrade", action="store_true", help="tune exactly what extract_torch lists")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
-    ap.add_argument("--omp-wait-policy", choices=("default", "passive", "active"), default="default",
-                    help="OMP_WAIT_POLICY for torch's OpenMP threads (set before torch loads; default: as the "
-                    "environment has it). passive: they sleep at once after each op instead of spinning")  # fmt: skip
+    ap.add_argument(
+        "--omp-wait-policy",
+        choices=("default", "passive", "active"),
+        default="default",
+        help="OMP_WAIT_POLICY for torch's OpenMP threads (set before torch loads; default: as the "
+        "environment has it). passive: they sleep at once after each op instead of spinning",
+    )
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", type=Path, default=None, help=f"default {DEFAULT_OUT}.json (and .md beside it)")
     args = ap.parse_args()
@@ -736,16 +844,22 @@ def main() -> None:
     if args.omp_wait_policy != "default":
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # before torch loads its OpenMP runtime
     start_machine = machine()
-    print(f"machine: {start_machine['cpu_model']}, {start_machine['cpu_count']} cores, "
-          f"load average {start_machine['loadavg']} (start); threads {threads}", flush=True)  # fmt: skip
+    print(
+        f"machine: {start_machine['cpu_model']}, {start_machine['cpu_count']} cores, "
+        f"load average {start_machine['loadavg']} (start); threads {threads}",
+        flush=True,
+    )
 
-    import kernelfleet  # noqa: F401  (its thread settings must precede numpy: kernelfleet.runtime)
     import torch
     import transformers
 
+    import kernelfleet  # noqa: F401  (its thread settings must precede numpy: kernelfleet.runtime)
+
     if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: torch sees no CUDA device on this host (torch.cuda.is_available() is False; "
-                 f"torch {torch.__version__}); run it on a GPU machine, or use --device cpu")  # fmt: skip
+        sys.exit(
+            "--device cuda: torch sees no CUDA device on this host (torch.cuda.is_available() is False; "
+            f"torch {torch.__version__}); run it on a GPU machine, or use --device cpu"
+        )
     logging.getLogger("kernelfleet").setLevel(logging.ERROR)  # the offline loader warns once per table
     from common import set_vendor_threads
 
@@ -774,12 +888,28 @@ def main() -> None:
         "started": dt.datetime.now().isoformat(timespec="seconds"),
         "command": " ".join(["bench/whole_model.py", *sys.argv[1:]]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "device": args.device, "threads": threads, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
-        "thread_env": {k: os.environ.get(k, "unset") for k in ("TVM_NUM_THREADS", "TVM_BIND_THREADS",
-                       "TVM_THREAD_POOL_SPIN_COUNT", "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY")}, "torch": torch.__version__, "transformers": transformers.__version__,
-        "histogram": weights, "points": points, "left_out": skipped, "cache_dir": str(args.cache_dir),
-        "machine": {"start": start_machine}, "models": {},
-    }  # fmt: skip
+        "device": args.device,
+        "threads": threads,
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
+        "thread_env": {
+            k: os.environ.get(k, "unset")
+            for k in (
+                "TVM_NUM_THREADS",
+                "TVM_BIND_THREADS",
+                "TVM_THREAD_POOL_SPIN_COUNT",
+                "OPENBLAS_THREAD_TIMEOUT",
+                "OMP_WAIT_POLICY",
+            )
+        },
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "histogram": weights,
+        "points": points,
+        "left_out": skipped,
+        "cache_dir": str(args.cache_dir),
+        "machine": {"start": start_machine},
+        "models": {},
+    }
     out_json = args.json or DEFAULT_OUT.with_suffix(".json")
 
     def save() -> None:
@@ -802,8 +932,14 @@ def main() -> None:
         fast = accelerate(model, args.cache_dir, target=tuning["target"], trusted_key=signed.public, telemetry=False)
         on = sum(1 for layer in fast.layers.values() if layer._on)
         print(f"{name}: {on}/{len(fast.layers)} layers on dispatchers", flush=True)
-        result["models"][name] = {"layers_note": layers_note, "extract": extract_info, "upgrades": upgrades,
-                                  "tuning": tuning, "layers_on": on, "layers_total": len(fast.layers)}  # fmt: skip
+        result["models"][name] = {
+            "layers_note": layers_note,
+            "extract": extract_info,
+            "upgrades": upgrades,
+            "tuning": tuning,
+            "layers_on": on,
+            "layers_total": len(fast.layers),
+        }
         save()
         measured = measure_model(name, model, fast, args, points)
         result["models"][name]["measure"] = measured
@@ -814,13 +950,19 @@ def main() -> None:
             extra = ""
             if "eager_share" in e:
                 sh = e["eager_share"]
-                extra = (f"; eager dense {sh['dense']:.0%}, SDPA {sh['sdpa']:.0%}, GELU {sh['gelu']:.0%}; "
-                         f"accelerated: {e['accelerated_wrapper_share']:.0%} in wrappers")  # fmt: skip
-            print(f"  {name} {g}: eager/acc geomean {fmt(ea['geomean_weighted'])} worst {fmt(ea['worst'])} "
-                  f"({ea['worst_at']}); compile/acc geomean {fmt(ca['geomean_weighted'])} worst {fmt(ca['worst'])}"
-                  f"{extra}")  # fmt: skip
-        print(f"  {name}: torch.compile first call {measured['compile_first_call_s']} s; "
-              f"fallbacks {measured['fallbacks'] or 'none'}")  # fmt: skip
+                extra = (
+                    f"; eager dense {sh['dense']:.0%}, SDPA {sh['sdpa']:.0%}, GELU {sh['gelu']:.0%}; "
+                    f"accelerated: {e['accelerated_wrapper_share']:.0%} in wrappers"
+                )
+            print(
+                f"  {name} {g}: eager/acc geomean {fmt(ea['geomean_weighted'])} worst {fmt(ea['worst'])} "
+                f"({ea['worst_at']}); compile/acc geomean {fmt(ca['geomean_weighted'])} worst {fmt(ca['worst'])}"
+                f"{extra}"
+            )
+        print(
+            f"  {name}: torch.compile first call {measured['compile_first_call_s']} s; "
+            f"fallbacks {measured['fallbacks'] or 'none'}"
+        )
         fast.close()
         del fast, model
     end = machine()

@@ -22,7 +22,7 @@ threads: PyTorch eager, the model under `kernelfleet.torch.accelerate`, and `tor
    compile/recompile time, reported separately), then timed in alternating rounds (each round starts with a
    different contender; a sample is at least `--min-sample-s` of back-to-back calls); medians. GPT-2 adds decode:
    after a prefill of the point's length, `--decode-steps` steps of one token each with the KV cache
-   (`use_cache=True`, `past_key_values`), the cache cropped back after each timed run; time per step.
+   (`use_cache=True`, `past_key_values`), the cache cropped back after each run (a slice); time per step.
    Ratios: eager/accelerate and compile/accelerate per point, the weighted geomean over the histogram, the worst.
    Outputs are compared with eager (max abs difference) at every point.
 3. Where the time goes: torch.profiler on eager at each point (share of addmm/mm/linear, SDPA, GELU in the
@@ -456,7 +456,7 @@ def forward_call(model: Any, inputs: Mapping[str, Any]) -> Callable[[], Any]:
 
 def decode_call(model: Any, prompt: Mapping[str, Any], steps: int) -> tuple[Callable[[], Any], Callable[[], None]]:
     """`steps` one-token decode steps on top of the prompt's KV cache (the cache is cropped back to the prompt after
-    each run, outside the timing); returns (the timed run, a setup run once before timing)."""
+    each run: a slice, negligible); returns (the timed run, a setup run once before timing)."""
     import torch
 
     state: dict[str, Any] = {}
@@ -473,7 +473,9 @@ def decode_call(model: Any, prompt: Mapping[str, Any], steps: int) -> tuple[Call
         out = None
         for t in tokens:
             out = model(input_ids=t, past_key_values=cache, use_cache=True)
-        cache.crop(state["length"])
+        extra = cache.get_seq_length() - state["length"]
+        if extra > 0:
+            cache.crop(-extra)  # transformers 5: a negative count removes that many tokens
         return out
 
     return run, setup

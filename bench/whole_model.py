@@ -568,6 +568,9 @@ def measure_model(
     compiled = None
     compile_first_s = None
     if not args.no_compile:
+        # every seq, batch and the decode path's kwargs are guards of their own: past the default limit (8) dynamo
+        # would silently run eager for the rest of the run
+        torch._dynamo.config.recompile_limit = 64
         compiled = torch.compile(model, dynamic=True)
     rows = []
     kinds = ["forward"] + (["decode"] if name == "gpt2" and args.decode_steps > 0 else [])

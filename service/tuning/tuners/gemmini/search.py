@@ -363,20 +363,31 @@ def _screen(layers: list[Layer], ev: Evaluator, rng: random.Random, limits: Limi
     """The SCREEN_STARTS best configs of a strided sample of `hw_grid(limits)`, each scored with gemmini.h's
     own tiling (one call per layer), best first; every scored point is offered to the evaluator."""
     grid = hw_grid(limits)
-    visits = min(len(grid), calls // max(1, len(layers)))
+    scored: list[tuple[float, HwConfig]] = []
+    for hw in _strided(grid, calls // max(1, len(layers)), rng.random()):
+        net = _score_library_tiling(hw, layers, ev)
+        if net is not None:
+            scored.append((net.edp, hw))
+    return [hw for _, hw in sorted(scored, key=lambda x: x[0])[:SCREEN_STARTS]]
+
+
+def _strided(grid: list[HwConfig], visits: int, phase: float) -> list[HwConfig]:
+    """`visits` points evenly strided through `grid` (all of it when they cover it), `phase` in [0, 1) picking
+    the offset inside the first stride."""
+    visits = min(len(grid), visits)
     if visits <= 0:
         return []
     stride = len(grid) / visits
-    offset = rng.random() * stride
-    scored: list[tuple[float, HwConfig]] = []
-    for i in sorted({int(offset + k * stride) % len(grid) for k in range(visits)}):
-        hw = grid[i]
-        maps = [default_mapping(hw, lay) for lay in layers]
-        net = _network(hw, layers, maps, [ev.layer(hw, lay, m) for lay, m in zip(layers, maps, strict=True)])
-        if net is not None:
-            ev.offer(hw, maps, net)
-            scored.append((net.edp, hw))
-    return [hw for _, hw in sorted(scored, key=lambda x: x[0])[:SCREEN_STARTS]]
+    return [grid[i] for i in sorted({int((phase + k) * stride) % len(grid) for k in range(visits)})]
+
+
+def _score_library_tiling(hw: HwConfig, layers: list[Layer], ev: Evaluator) -> NetworkCost | None:
+    """The network on `hw` with gemmini.h's own tiling of every layer, offered to the evaluator."""
+    maps = [default_mapping(hw, lay) for lay in layers]
+    net = _network(hw, layers, maps, [ev.layer(hw, lay, m) for lay, m in zip(layers, maps, strict=True)])
+    if net is not None:
+        ev.offer(hw, maps, net)
+    return net
 
 
 def random_mapping(hw: HwConfig, layer: Layer, rng: random.Random) -> Mapping:
@@ -459,20 +470,11 @@ def grid_search(layers: list[Layer], budget: int, seed: int = 0, limits: Limits 
     """A simple grid at `budget` model calls: hardware points of `hw_grid` (evenly strided through the grid
     when the budget cannot visit all, the offset set by `seed`), each scored with gemmini.h's own tiling
     (one call per layer)."""
-    grid = hw_grid(limits)
-    visits = max(1, budget // max(1, len(layers)))
-    stride = max(1, len(grid) / visits)
-    offset = random.Random(seed).random() * stride
-    picks = sorted({int(offset + i * stride) % len(grid) for i in range(min(visits, len(grid)))})
+    picks = _strided(hw_grid(limits), max(1, budget // max(1, len(layers))), random.Random(seed).random())
     ev = Evaluator(budget)
     try:
-        for i in picks:
-            hw = grid[i]
-            maps = [default_mapping(hw, lay) for lay in layers]
-            costs = [ev.layer(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
-            net = _network(hw, layers, maps, costs)
-            if net is not None:
-                ev.offer(hw, maps, net)
+        for hw in picks:
+            _score_library_tiling(hw, layers, ev)
     except BudgetSpent:
         pass
     return _result(ev, layers)

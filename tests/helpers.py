@@ -105,3 +105,22 @@ class Fleet:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.procs.clear()
+
+
+class TestClientTransport(httpx.BaseTransport):
+    """The SDK's httpx transport onto a Starlette TestClient: requests go through the in-process app. Starlette
+    1.10 builds its TestClient on httpx2, whose transport httpx 0.28 (the SDK's) refuses, so each request is
+    replayed through the TestClient's own interface and its answer rebuilt as an httpx response."""
+
+    __test__ = False
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self.api.request(
+            request.method, str(request.url), headers=dict(request.headers), content=request.read()
+        )
+        # the body arrives decoded: drop the headers that describe its encoding on the wire
+        headers = [(k, v) for k, v in answer.headers.items() if k.lower() not in ("content-encoding", "content-length")]
+        return httpx.Response(answer.status_code, headers=headers, content=answer.content, request=request)

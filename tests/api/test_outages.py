@@ -12,6 +12,7 @@ from service.api.app import create_app
 from service.models.auth import Scope
 from service.store import keys
 from service.store.db import session_scope
+from tests.helpers import TestClientTransport
 from tests.tcp_proxy import TcpProxy
 
 DENSE = {"op": "dense", "dims": {"N": 64, "K": 32}, "symbolic": ["M"]}
@@ -87,7 +88,8 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
         )  # fmt: skip
         headers = {"Authorization": f"Bearer {keys.create(s, 'r', [Scope.read]).key}"}
     with TestClient(create_app(run_migrations=False), headers=headers) as api:
-        sdk = Client("http://testserver", transport=api._transport, api_key=headers["Authorization"][7:], retries=0)
+        via_app = TestClientTransport(api)
+        sdk = Client("http://testserver", transport=via_app, api_key=headers["Authorization"][7:], retries=0)
         cache = tmp_path / "cache"
         assert sdk.dispatcher(wh, target.fingerprint, cache_dir=cache).source == "service"
         proxied_pg.cut()

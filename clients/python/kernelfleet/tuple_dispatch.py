@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ class TupleDispatchTable:
         if len(self.starts) != len(self.dims) or len(self.his) != len(self.dims):
             raise ValueError("one list of class starts and one box end per dim")
         for d, s, hi in zip(self.dims, self.starts, self.his, strict=True):
-            if not s or s[0] < 1 or any(a >= b for a, b in itertools_pairwise(s)) or hi < s[-1]:
+            if not s or s[0] < 1 or any(a >= b for a, b in itertools.pairwise(s)) or hi < s[-1]:
                 raise ValueError(f"dim {d}: starts must increase from ≥ 1 and end ≤ hi={hi}, got {s}")
         if len(self.cells) != math.prod(len(s) for s in self.starts):
             raise ValueError(f"{len(self.cells)} cells for a {'×'.join(str(len(s)) for s in self.starts)} grid")
@@ -104,7 +105,7 @@ class TupleDispatchTable:
 
     def grid(self) -> Iterator[tuple[int, ...]]:
         """Every cell's class tuple, in `cells` order."""
-        yield from _product(self.shape)
+        yield from itertools.product(*(range(n) for n in self.shape))
 
     def ukernel_ids(self) -> set[str]:
         return {c for c in self.cells if c is not None and c != VENDOR}
@@ -128,16 +129,3 @@ class TupleDispatchTable:
             his=tuple(int(h) for h in data["his"]),
             cells=tuple(None if c is None else str(c) for c in data["cells"]),
         )
-
-
-def itertools_pairwise(s: Sequence[int]) -> Iterator[tuple[int, int]]:
-    return zip(s, s[1:], strict=False)
-
-
-def _product(shape: Sequence[int]) -> Iterator[tuple[int, ...]]:
-    if not shape:
-        yield ()
-        return
-    for c in range(shape[0]):
-        for rest in _product(shape[1:]):
-            yield (c, *rest)

@@ -22,7 +22,13 @@ from kernelfleet.signing import UntrustedArtifact, document_message
 from service.tuning.hardware import host_target
 from service.tuning.platforms import tvm_target
 from service.tuning.tuners.ukernel.bmm_kernel import build_bmm_ukernel
-from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, BmmRangeOutcome, random_pair, tune_bmm_range, verify_bmm
+from service.tuning.tuners.ukernel.bmm_tuner import (
+    BmmRangeOutcome,
+    BmmRangeTask,
+    random_pair,
+    tune_bmm_range,
+    verify_bmm,
+)
 
 HEADS, D = 2, 64
 QK = {"B": HEADS, "K": D}  # QKᵀ: T in M and N

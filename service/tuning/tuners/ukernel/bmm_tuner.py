@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -75,7 +76,9 @@ def _mean(support: Weighted, dim: str) -> int:
     return max(1, round(sum(s[dim] * w for s, w in support) / total))
 
 
-def bmm_tiles(hw: HardwareModel, static: Mapping[str, int], support: Weighted, top_k: int) -> list[tuple[int, int, int]]:
+def bmm_tiles(
+    hw: HardwareModel, static: Mapping[str, int], support: Weighted, top_k: int
+) -> list[tuple[int, int, int]]:
     """(mt, nt, kt) tiles from the dense rules on one batch's problem at representative sizes."""
 
     def size(d: str) -> int:
@@ -111,8 +114,8 @@ def time_programs(
     """Seconds per call of every uKernel and of numpy at one shape, in alternating rounds (best round each)."""
     a, bt = random_pair(shape)
     out = np.empty((a.shape[0], a.shape[1], bt.shape[1]), np.float32)
-    fns: dict[str, Callable[[], object]] = {uid: (lambda k=k: k(a, bt, out)) for uid, k in kernels.items()}
-    fns[VENDOR] = lambda: bmm_reference(a, bt, out)
+    fns: dict[str, Callable[[], object]] = {uid: functools.partial(k, a, bt, out) for uid, k in kernels.items()}
+    fns[VENDOR] = functools.partial(bmm_reference, a, bt, out)
     best = {uid: float("inf") for uid in fns}
     for _ in range(rounds):
         for uid, fn in fns.items():
@@ -124,7 +127,9 @@ def plan_cells(
     symbolic: Sequence[str], support: Weighted
 ) -> tuple[TupleDispatchTable, dict[int, list[tuple[dict[str, int], float]]]]:
     """An all-hole table over the support's box, and the support's tuples grouped by cell index."""
-    starts = tuple(tuple(geometric_starts(min(s[d] for s, _ in support), max(s[d] for s, _ in support))) for d in symbolic)
+    starts = tuple(
+        tuple(geometric_starts(min(s[d] for s, _ in support), max(s[d] for s, _ in support))) for d in symbolic
+    )
     his = tuple(max(s[d] for s, _ in support) for d in symbolic)
     size = 1
     for s in starts:
@@ -157,7 +162,9 @@ def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
     records: list[dict[str, Any]] = []
     for mt, nt, kt in tiles:
         uid = f"bmm{mt}x{nt}x{kt}"
-        kernels[uid] = build_bmm_ukernel(mt, nt, kt, task.target, **static_mnk)
+        kernels[uid] = build_bmm_ukernel(
+            mt, nt, kt, task.target, M=static_mnk.get("M", 0), N=static_mnk.get("N", 0), K=static_mnk.get("K", 0)
+        )
         records.append({"id": uid, "tile": [mt, nt, kt]})
     empty, groups = plan_cells(symbolic, task.support)
     cells: list[str | None] = list(empty.cells)

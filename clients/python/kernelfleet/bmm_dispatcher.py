@@ -16,7 +16,6 @@ the body's sha256); `load_bmm_dispatcher` verifies the signature and every libra
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from kernelfleet.signing import verify_bytes, verify_document
 from kernelfleet.tuple_dispatch import TupleDispatchTable
 
 DOCUMENT_FORMAT = "bmm-dispatch-v1"
+MEMO_SIZE = 4096  # (A shape, Bt shape) → program, remembered per dispatcher; cleared when full
 
 
 def bmm_reference(a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -50,42 +50,57 @@ class BmmDispatcher:
             missing = table.ukernel_ids() - set(self.kernels)
             if missing:
                 raise ValueError(f"the table names uKernels it was not given: {sorted(missing)}")
+        self._static_at = tuple((BMM_DIMS.index(d), v) for d, v in self.static.items())
+        dims = table.dims if table is not None else ()
+        self._symbolic_at = tuple(BMM_DIMS.index(d) for d in dims)
+        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], str | None] = {}
         self.calls = 0
         self.misses = 0  # out of the box, in a hole, or no table at all: numpy, not the table's choice
-        self.vendor_calls = 0  # routed to numpy by the table
-        self.by_program: Counter[str] = Counter()
+        self.by_program: dict[str | None, int] = {}  # calls per uKernel id, VENDOR, or None (a miss)
 
     @property
     def fallback(self) -> bool:
         return self.table is None
 
     def shape_of(self, a: np.ndarray, bt: np.ndarray) -> dict[str, int]:
+        return dict(zip(BMM_DIMS, self._sizes(a, bt), strict=True))
+
+    def _sizes(self, a: np.ndarray, bt: np.ndarray) -> tuple[int, int, int, int]:
         if a.ndim != 3 or bt.ndim != 3 or a.shape[0] != bt.shape[0] or a.shape[2] != bt.shape[2]:
             raise ValueError(f"need A[B,M,K] and Bt[B,N,K]; got {list(a.shape)} and {list(bt.shape)}")
-        shape = dict(zip(BMM_DIMS, (a.shape[0], a.shape[1], bt.shape[1], a.shape[2]), strict=True))
-        for dim, size in self.static.items():
-            if shape[dim] != size:
-                raise ValueError(f"this workload has {dim}={size}, got {shape[dim]}")
-        return shape
+        sizes = (a.shape[0], a.shape[1], bt.shape[1], a.shape[2])
+        for i, size in self._static_at:
+            if sizes[i] != size:
+                raise ValueError(f"this workload has {BMM_DIMS[i]}={size}, got {sizes[i]}")
+        return sizes
 
     def program(self, shape: Mapping[str, int]) -> str | None:
         """The uKernel id, VENDOR, or None (numpy as a miss) for a full shape {B, M, N, K}."""
         return None if self.table is None else self.table.lookup_shape(shape)
 
     def __call__(self, a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        uid = self.program(self.shape_of(a, bt))
+        key = (a.shape, bt.shape)
+        try:
+            uid = self._memo[key]  # shapes seen before: checked and looked up already
+        except KeyError:
+            sizes = self._sizes(a, bt)
+            uid = None if self.table is None else self.table.lookup(tuple(sizes[i] for i in self._symbolic_at))
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            self._memo[key] = uid
         self.calls += 1
+        self.by_program[uid] = self.by_program.get(uid, 0) + 1
         if uid is None:
             self.misses += 1
-            self.by_program["miss"] += 1
-            return bmm_reference(a, bt, out)
-        self.by_program[uid] += 1
-        if uid == VENDOR:
-            self.vendor_calls += 1
-            return bmm_reference(a, bt, out)
-        if a.dtype != np.float32 or bt.dtype != np.float32:
-            return bmm_reference(a, bt, out)
+            return np.matmul(a, bt.transpose(0, 2, 1), out=out)
+        if uid == VENDOR or a.dtype != np.float32 or bt.dtype != np.float32:
+            return np.matmul(a, bt.transpose(0, 2, 1), out=out)
         return self.kernels[uid](a, bt, out)
+
+    @property
+    def vendor_calls(self) -> int:
+        """Calls the table routed to numpy (its choice, not a miss)."""
+        return self.by_program.get(VENDOR, 0)
 
 
 def bmm_document(

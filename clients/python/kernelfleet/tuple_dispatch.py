@@ -90,8 +90,16 @@ class TupleDispatchTable:
 
     def lookup(self, values: Sequence[int]) -> str | None:
         """The uKernel id or VENDOR for this tuple (in `dims` order); None outside the box or in a hole."""
-        classes = self.class_of(values)
-        return None if classes is None else self.cells[self.cell_index(classes)]
+        index = 0
+        for v, (starts, lo, hi, stride) in zip(values, self._axes, strict=False):
+            if v < lo or v > hi:
+                return None
+            index += (bisect.bisect_right(starts, v) - 1) * stride
+        return self.cells[index]
+
+    @functools.cached_property
+    def _axes(self) -> tuple[tuple[tuple[int, ...], int, int, int], ...]:
+        return tuple((s, s[0], hi, st) for s, hi, st in zip(self.starts, self.his, self._strides, strict=True))
 
     def lookup_shape(self, shape: Mapping[str, int]) -> str | None:
         return self.lookup([shape[d] for d in self.dims])

@@ -7,9 +7,9 @@
 2. Candidates: the dense FTuner rules (rules.dense_candidates) on the per-batch problem at the support's
    weighted-mean sizes (N, K; B·M rows), the best tile per mt; each is compiled once (bmm_kernel.py).
 3. Per cell: every uKernel and numpy (`np.matmul(a, btᵀ)`, as the SDK's vendor path calls it) are timed,
-   alternating, at the cell's heaviest tuple and its largest one; the cell gets the uKernel with the least
-   total time, or the vendor when numpy's total is less (vendor routes: the dispatcher is then never
-   slower than numpy by more than the timing noise at the measured tuples).
+   alternating, at the cell's heaviest tuple and its smallest, median and largest; the cell gets the uKernel
+   with the least total time if it beat numpy by 3 % at every one of them, else the vendor (vendor routes:
+   the dispatcher is then never slower than numpy by more than timing noise at the tuples timed).
 4. Verification: the dispatcher, as the SDK runs it, against numpy at both corners of every planned cell.
 """
 
@@ -35,6 +35,7 @@ from service.tuning.tuners.ukernel.rules import dense_candidates, padded
 
 Weighted = Sequence[tuple[Mapping[str, int], float]]
 MAX_SYMBOLIC = 3
+VENDOR_MARGIN = 0.03  # a class goes to a uKernel only if it beats numpy by this much at every tuple timed
 
 
 @dataclass
@@ -144,10 +145,15 @@ def plan_cells(
 
 
 def cell_samples(points: Sequence[tuple[dict[str, int], float]]) -> list[dict[str, int]]:
-    """The heaviest tuple of a cell and its largest (the most work), deduplicated."""
-    heaviest = max(points, key=lambda p: p[1])[0]
-    largest = max(points, key=lambda p: np.prod(list(p[0].values())))[0]
-    return [heaviest] if heaviest == largest else [heaviest, largest]
+    """Where a cell is timed: its heaviest tuple and its smallest, median and largest by work (padding waste
+    varies within a class, so one point would not speak for it), deduplicated."""
+    by_work = sorted(points, key=lambda p: (int(np.prod(list(p[0].values()))), sorted(p[0].items())))
+    picks = [max(points, key=lambda p: p[1]), by_work[0], by_work[len(by_work) // 2], by_work[-1]]
+    out: list[dict[str, int]] = []
+    for shape, _ in picks:
+        if shape not in out:
+            out.append(shape)
+    return out
 
 
 def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
@@ -170,15 +176,16 @@ def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
     cells: list[str | None] = list(empty.cells)
     measured: dict[str, dict[str, float]] = {}
     for index, points in sorted(groups.items()):
-        totals = dict.fromkeys([*kernels, VENDOR], 0.0)
+        timed = []
         for sample in cell_samples(points):
             shape = {**task.static, **sample}
             times = time_programs(kernels, shape, task.min_seconds, task.rounds)
             measured[",".join(f"{d}={shape[d]}" for d in symbolic)] = times
-            for uid, t in times.items():
-                totals[uid] += t
-        ours = min(kernels, key=lambda uid: totals[uid])
-        cells[index] = VENDOR if task.vendor_routes and totals[VENDOR] < totals[ours] else ours
+            timed.append(times)
+        ours = min(kernels, key=lambda uid: sum(t[uid] for t in timed))
+        # the class runs on a uKernel only where it beat numpy at every tuple timed, by the margin
+        wins = all(t[ours] * (1 + VENDOR_MARGIN) < t[VENDOR] for t in timed)
+        cells[index] = ours if wins or not task.vendor_routes else VENDOR
     table = TupleDispatchTable(empty.dims, empty.starts, empty.his, tuple(cells))
     used = table.ukernel_ids()
     kernels = {uid: k for uid, k in kernels.items() if uid in used}

@@ -539,7 +539,8 @@ def accelerate(
             from kernelfleet.cuda_ukernel import NoCudaDevice
 
             try:
-                loaded[h] = load_dispatcher(loader, h, fingerprint, cache_root, key)
+                d = load_dispatcher(loader, h, fingerprint, cache_root, key)
+                loaded[h] = d if isinstance(d, Dispatcher | CudaDispatcher) else None  # dense layers only
             except NoCudaDevice as exc:  # a CUDA table on a host without a GPU: PyTorch runs the layer
                 log.warning("workload %s: %s", h, exc)
                 loaded[h] = None

@@ -68,11 +68,11 @@ def main() -> None:
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     target = tvm_target(host_target())
     sample = [t for t in SAMPLE_T if t <= args.t_max]
-    cases: dict[str, tuple[dict[str, int], Callable[[int], dict[str, int]]]] = {
-        "QK^T": ({"B": args.heads, "K": args.d}, lambda t: {"M": t, "N": t}),
-        "A.V": ({"B": args.heads, "N": args.d}, lambda t: {"M": t, "K": t}),
+    cases: dict[str, tuple[dict[str, int], Callable[[int], dict[str, int]], str]] = {
+        "QK^T": ({"B": args.heads, "K": args.d}, lambda t: {"M": t, "N": t}, "BNK"),
+        "A.V": ({"B": args.heads, "N": args.d}, lambda t: {"M": t, "K": t}, "BKN"),
     }
-    for name, (static, tup) in cases.items():
+    for name, (static, tup, layout) in cases.items():
         support = [(tup(t), 1.0) for t in range(1, args.t_max + 1)]
         task = BmmRangeTask(
             static=static,
@@ -100,8 +100,9 @@ def main() -> None:
         vs_np, vs_torch = [], []
         for t in sample:
             shape = {**static, **tup(t)}
-            a, bt = random_pair(shape, seed=t)
-            b = bt.transpose(0, 2, 1)
+            # as attention holds them: K[B,T,d] contiguous for QKᵀ (Bt = K), V[B,T,d] for A·V (Bt = Vᵀ, a view)
+            a, bt = random_pair(shape, seed=t, bt_layout=layout)
+            b = bt.transpose(0, 2, 1)  # numpy's right operand: Kᵀ (a view) or V (contiguous)
             out = np.empty((a.shape[0], a.shape[1], bt.shape[1]), np.float32)
             tensors: Any = (torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out))
             best = _best_of(

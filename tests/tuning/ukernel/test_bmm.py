@@ -69,6 +69,8 @@ def test_edges_strided_inputs_and_static_dims(kernels: dict[str, BmmUKernel]) ->
     out = np.full((2, 9, 9), np.nan, np.float32)
     kernels["qk"](q[:, :, :], k[:, ::-1, :], out)  # a negative-stride view is packed like any other
     np.testing.assert_allclose(out, q @ k[:, ::-1].transpose(0, 2, 1), rtol=1e-4, atol=1e-3)
+    p, vt = random_pair({"B": 2, "M": 13, "N": D, "K": 13}, bt_layout="BKN")  # Bt = Vᵀ, a transposed view
+    np.testing.assert_allclose(kernels["av"](p, vt), p @ vt.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)
     with pytest.raises(ValueError, match="K=64"):
         kernels["qk"](*random_pair({"B": 1, "M": 2, "N": 2, "K": 63}))
 

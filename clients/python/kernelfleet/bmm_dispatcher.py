@@ -55,8 +55,8 @@ class BmmDispatcher:
         self._symbolic_at = tuple(BMM_DIMS.index(d) for d in dims)
         self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], str | None] = {}
         self.calls = 0
-        self.misses = 0  # out of the box, in a hole, or no table at all: numpy, not the table's choice
-        self.by_program: dict[str | None, int] = {}  # calls per uKernel id, VENDOR, or None (a miss)
+        # calls per uKernel id, VENDOR, or None (a miss)
+        self.by_program: dict[str | None, int] = dict.fromkeys([*self.kernels, VENDOR, None], 0)
 
     @property
     def fallback(self) -> bool:
@@ -79,28 +79,33 @@ class BmmDispatcher:
         return None if self.table is None else self.table.lookup_shape(shape)
 
     def __call__(self, a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        key = (a.shape, bt.shape)
         try:
-            uid = self._memo[key]  # shapes seen before: checked and looked up already
+            uid = self._memo[(a.shape, bt.shape)]  # shapes seen before: checked and looked up already
         except KeyError:
-            sizes = self._sizes(a, bt)
-            uid = None if self.table is None else self.table.lookup(tuple(sizes[i] for i in self._symbolic_at))
-            if len(self._memo) >= MEMO_SIZE:
-                self._memo.clear()
-            self._memo[key] = uid
+            uid = self._first_sight(a, bt)
         self.calls += 1
-        self.by_program[uid] = self.by_program.get(uid, 0) + 1
-        if uid is None:
-            self.misses += 1
-            return np.matmul(a, bt.transpose(0, 2, 1), out=out)
-        if uid == VENDOR or a.dtype != np.float32 or bt.dtype != np.float32:
+        self.by_program[uid] += 1
+        if uid is None or uid == VENDOR or a.dtype != np.float32 or bt.dtype != np.float32:
             return np.matmul(a, bt.transpose(0, 2, 1), out=out)
         return self.kernels[uid](a, bt, out)
+
+    def _first_sight(self, a: np.ndarray, bt: np.ndarray) -> str | None:
+        sizes = self._sizes(a, bt)
+        uid = None if self.table is None else self.table.lookup(tuple(sizes[i] for i in self._symbolic_at))
+        if len(self._memo) >= MEMO_SIZE:
+            self._memo.clear()
+        self._memo[(a.shape, bt.shape)] = uid
+        return uid
+
+    @property
+    def misses(self) -> int:
+        """Calls out of the box, in a hole, or with no table at all: numpy, not the table's choice."""
+        return self.by_program[None]
 
     @property
     def vendor_calls(self) -> int:
         """Calls the table routed to numpy (its choice, not a miss)."""
-        return self.by_program.get(VENDOR, 0)
+        return self.by_program[VENDOR]
 
 
 def bmm_document(

@@ -28,6 +28,7 @@ from kernelfleet.models import BestConfig, DispatchDoc, Job, Model, Target, Work
 log = logging.getLogger("kernelfleet")
 
 if TYPE_CHECKING:
+    from kernelfleet.bmm_dispatcher import BmmDispatcher
     from kernelfleet.cuda_ukernel import CudaDispatcher
     from kernelfleet.dispatcher import Dispatcher
     from kernelfleet.epilogue import Epilogue
@@ -438,7 +439,7 @@ class Client:
         cache_dir: Path | None = None,
         trusted_key: str | None = None,
         epilogue: Epilogue | None = None,
-    ) -> Dispatcher | CudaDispatcher:
+    ) -> Dispatcher | CudaDispatcher | BmmDispatcher:
         """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
 
         Fetched once (revalidated by ETag), the document's signature and every artifact's hash verified; falls
@@ -453,12 +454,36 @@ class Client:
         A layer tuned with a bias or an activation (workload attrs) is called as `d(x, w, bias=b)`; the table
         carries its epilogue. `epilogue` (kernelfleet.epilogue.Epilogue) tells the numpy fallback what to
         compute when no table is known, and is checked against the table's when one is.
+
+        A batch_matmul table (several dynamic dims) gives a `BmmDispatcher` (kernelfleet.bmm_dispatcher):
+        `d(a, bt)` for A[B,M,K], Bt[B,N,K]; `bmm_dispatcher` also gives one when no table is known.
         """
         from kernelfleet.dispatch_cache import load_dispatcher
 
         return load_dispatcher(
             self, workload, target, cache_dir or self.cache_dir, trusted_key or self.trusted_key, epilogue
         )
+
+    def bmm_dispatcher(
+        self,
+        workload: str,
+        target: str,
+        *,
+        static: Mapping[str, int] | None = None,
+        cache_dir: Path | None = None,
+        trusted_key: str | None = None,
+    ) -> BmmDispatcher:
+        """`dispatcher` for a batch_matmul workload: C = A·Btᵀ for any tuple of its dynamic dims. With no
+        verified table (service unreachable and nothing cached, or no TVM runtime) it runs numpy, every call
+        a miss; `static` ({dim: size}, the workload's fixed dims) then checks the calls' shapes."""
+        from kernelfleet.bmm_dispatcher import BmmDispatcher
+
+        d = self.dispatcher(workload, target, cache_dir=cache_dir, trusted_key=trusted_key)
+        if isinstance(d, BmmDispatcher):
+            return d
+        if d.table is None:  # the numpy fallback: no table was loaded
+            return BmmDispatcher(None, static=static)
+        raise ValueError(f"the table of {workload} on {target} is over one dim {d.meta.get('dim')!r}, not batch_matmul")
 
     # -- fleet -----------------------------------------------------------------------------------
     def send_telemetry(self, batch: Mapping[str, Any]) -> dict[str, Any]:

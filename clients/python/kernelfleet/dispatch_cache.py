@@ -38,8 +38,10 @@ from kernelfleet.epilogue import Epilogue
 from kernelfleet.errors import KernelFleetError
 from kernelfleet.models import DispatchDoc
 from kernelfleet.signing import UntrustedArtifact, verify_bytes, verify_document
+from kernelfleet.tuple_dispatch import FORMAT as TUPLE_FORMAT
 
 if TYPE_CHECKING:
+    from kernelfleet.bmm_dispatcher import BmmDispatcher
     from kernelfleet.cuda_ukernel import CudaDispatcher
 
 log = logging.getLogger(__name__)
@@ -191,11 +193,13 @@ class _LazyKernel:
 
 def dispatcher_from_doc(
     doc: DispatchDoc, cache: DispatchCache, source: str, epilogue: Epilogue | None = None
-) -> Dispatcher | CudaDispatcher:
+) -> Dispatcher | CudaDispatcher | BmmDispatcher:
     """Load a verified document's uKernels from the cache, checking each library's hash before loading it.
     `epilogue`, when given, must be the table's (the layer the caller runs is the layer that was tuned)."""
     from kernelfleet.cuda_ukernel import is_cuda_spec
 
+    if doc.table.get("format") == TUPLE_FORMAT:  # batch_matmul over several dynamic dims
+        return bmm_dispatcher_from_doc(doc, cache)
     if doc.ukernels and is_cuda_spec(doc.ukernels[0].spec):
         return cuda_dispatcher_from_doc(doc, cache, source)
     from kernelfleet.ukernel import UKernelSpec, load_ukernel
@@ -221,6 +225,21 @@ def dispatcher_from_doc(
             "job_id": doc.job_id,
         },
     )
+
+
+def bmm_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache) -> BmmDispatcher:
+    """A batch_matmul tuple table's dispatcher (kernelfleet.bmm_dispatcher), each library's hash checked first."""
+    from kernelfleet.bmm_dispatcher import BmmDispatcher
+    from kernelfleet.bmm_ukernel import BmmSpec, load_bmm_ukernel
+    from kernelfleet.tuple_dispatch import TupleDispatchTable
+
+    kernels = {}
+    for u in doc.ukernels:
+        path = cache.artifact_path(u.sha256)
+        verify_bytes(path.read_bytes(), u.sha256)
+        kernels[u.id] = load_bmm_ukernel(path, BmmSpec.from_dict(u.spec))
+    static = {str(d): int(v) for d, v in doc.table.get("static", {}).items()}
+    return BmmDispatcher(TupleDispatchTable.from_dict(doc.table), kernels, static)
 
 
 def cuda_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> CudaDispatcher:
@@ -263,7 +282,7 @@ def load_dispatcher(
     cache_dir: Path | None = None,
     trusted_key: str | None = None,
     epilogue: Epilogue | None = None,
-) -> Dispatcher | CudaDispatcher:
+) -> Dispatcher | CudaDispatcher | BmmDispatcher:
     """The dispatcher for `workload` on `target` (see Client.dispatcher). `epilogue` is the layer's bias and
     activation: the numpy fallback (no table) needs it to compute the layer; a table carries its own, and one
     that differs from `epilogue` is an error."""
@@ -280,8 +299,8 @@ def load_dispatcher(
         if cached is None or key is None:
             log.warning("no dispatch table for %s on %s (%s): running numpy", workload, target, exc)
             return Dispatcher(
-            None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
-        )
+                None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
+            )
         log.warning("the service did not answer (%s): using the cached dispatch table", exc)
         doc, source = verified_doc(cached, workload, target, key), "cache"
     try:
@@ -291,5 +310,5 @@ def load_dispatcher(
     except (ImportError, OSError) as exc:  # no TVM runtime here, or an artifact missing from the cache
         log.warning("cannot load uKernels (%s): running numpy", exc)
         return Dispatcher(
-                None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
-            )
+            None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
+        )

@@ -39,6 +39,7 @@ from service.tuning.kinds.base import (
     UnitResult,
     WorkUnit,
 )
+from service.tuning.kinds.ukernel_bmm import plan_bmm, run_bmm_unit, validate_bmm
 from service.tuning.platforms import Platform
 from service.tuning.platforms.base import check_result
 from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
@@ -61,8 +62,10 @@ class UKernelKind(JobKind):
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
     ) -> Problem | None:
+        if workload.op == "batch_matmul":
+            return validate_bmm(workload, distribution, target)
         if workload.op != "dense":
-            return Problem(("workload",), "ukernel jobs tune dense layers (op 'dense')")
+            return Problem(("workload",), "ukernel jobs tune dense layers (op 'dense') and batch_matmul")
         if target.kind == "cuda" and (workload.attrs.get("bias") or workload.attrs.get("activation", "none") != "none"):
             return Problem(("workload", "attrs"), "CPU targets fuse bias and activation; CUDA uKernels do not yet")
         if workload.symbolic != [DIM]:
@@ -78,6 +81,8 @@ class UKernelKind(JobKind):
         return None
 
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
+        if workload.op == "batch_matmul":
+            return plan_bmm(workload, distribution, budget.max_shapes, self._ukernels(budget))
         hot = planning.hot_shapes(workload, distribution, budget.max_shapes)
         shapes = [PlannedShape(shape=s, weight=w, priority=p, trials=1) for s, w, p in hot]
         s_max = max(shape[DIM] for shape, _ in distribution.support())
@@ -93,6 +98,8 @@ class UKernelKind(JobKind):
         from service.tuning.tuners.base import TuningStopped
         from service.tuning.tuners.ukernel.tuner import RangeTask, UKernelTuner
 
+        if ctx.workload.op == "batch_matmul":  # several dynamic dims: a tuple table (kinds/ukernel_bmm.py)
+            return run_bmm_unit(unit, ctx, self.plan(ctx.workload, ctx.distribution, ctx.budget).shapes)
         tuner: Any = UKernelTuner()
         if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
             from service.tuning.tuners.ukernel.gpu_tuner import GPUUKernelTuner

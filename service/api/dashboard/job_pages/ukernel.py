@@ -19,7 +19,9 @@ class UKernelPage(JobPage):
             "best seconds per row",
             "a uKernel's best time per row of M over the M it was timed at (uKernels differ in M-tile)",
         )
-        out = [*(_range_panels(data) if data.dispatch else []), shapes_table, *curves]
+        # a batch_matmul table is over several dims (kernelfleet.tuple_dispatch): no M-range panels for it yet
+        ranged = data.dispatch is not None and data.dispatch.table.get("format") is None
+        out = [*(_range_panels(data) if ranged else []), shapes_table, *curves]
         return [*out, _ukernels_table(data, describe), ui.errors_table(data)]
 
 

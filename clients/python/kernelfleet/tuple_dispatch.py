@@ -1,0 +1,139 @@
+"""A dispatch table over several dynamic dims: any tuple in the tuned box → a uKernel id or the vendor, O(d log n).
+
+Each symbolic dim d has sorted class starts s_d[0] < s_d[1] < … and a box end hi_d; class c of dim d is
+[s_d[c], s_d[c+1] − 1] (the last one ends at hi_d). A cell is one class per dim (the product of per-dim
+intervals), stored row-major in `cells`: a uKernel id, "vendor" (the job measured numpy faster there) or
+None (a hole: no tuple of the distribution fell in the cell, so nothing was measured or verified there).
+`lookup` is one `bisect` per dim, O(d log n) for n classes per dim.
+
+Why a grid and not DietCode's decision tree: DietCode's tree splits on one dim at a time against a
+threshold (axis-aligned), so the leaves it can express are boxes; the product grid of every dim's split
+points refines all of them, so it expresses any such tree exactly, and the lookup is a bisect per dim
+instead of a root-to-leaf walk (both O(log n) per dim for a balanced tree). The grid is also easy to
+verify: every cell is one (class, class, …) tuple the tuner measured at, the wire form is a flat list
+whose length must equal the product of the class counts, and holes and the box's ends are explicit. Its
+cost, a cell per class combination, stays small here: classes are geometric (about 10 per dim up to 512)
+and jobs have at most 3 symbolic dims.
+
+A tuple outside the box (below the first start or above hi in any dim) or in a hole has no entry:
+`lookup` returns None and the dispatcher runs numpy, counted as a miss.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernelfleet.dispatch import VENDOR
+
+FORMAT = "tuple-table-v1"
+
+
+def geometric_starts(lo: int, hi: int) -> list[int]:
+    """Class starts for lo..hi: every power of two plus one (1, 2, 3, 5, 9, 17, …), clipped to the range,
+    so a class [2^k + 1, 2^(k+1)] pads to the same tile counts within a factor of 2."""
+    starts = [lo]
+    edge = 1
+    while edge < hi:
+        if edge + 1 > lo:
+            starts.append(edge + 1)
+        edge *= 2
+    return sorted(set(starts))
+
+
+@dataclass(frozen=True)
+class TupleDispatchTable:
+    dims: tuple[str, ...]
+    starts: tuple[tuple[int, ...], ...]  # per dim, sorted class starts; starts[d][0] is the box's low end
+    his: tuple[int, ...]  # per dim, the box's high end
+    cells: tuple[str | None, ...]  # row-major over the class grid
+
+    def __post_init__(self) -> None:
+        if not self.dims or len(set(self.dims)) != len(self.dims):
+            raise ValueError(f"dims must be distinct and non-empty: {self.dims}")
+        if len(self.starts) != len(self.dims) or len(self.his) != len(self.dims):
+            raise ValueError("one list of class starts and one box end per dim")
+        for d, s, hi in zip(self.dims, self.starts, self.his, strict=True):
+            if not s or s[0] < 1 or any(a >= b for a, b in itertools.pairwise(s)) or hi < s[-1]:
+                raise ValueError(f"dim {d}: starts must increase from ≥ 1 and end ≤ hi={hi}, got {s}")
+        if len(self.cells) != math.prod(len(s) for s in self.starts):
+            raise ValueError(f"{len(self.cells)} cells for a {'×'.join(str(len(s)) for s in self.starts)} grid")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(s) for s in self.starts)
+
+    @functools.cached_property
+    def _strides(self) -> tuple[int, ...]:
+        out, acc = [], 1
+        for n in reversed(self.shape):
+            out.append(acc)
+            acc *= n
+        return tuple(reversed(out))
+
+    def class_of(self, values: Sequence[int]) -> tuple[int, ...] | None:
+        """Each value's class index, or None when the tuple is outside the box."""
+        out = []
+        for v, s, hi in zip(values, self.starts, self.his, strict=True):
+            if v < s[0] or v > hi:
+                return None
+            out.append(bisect.bisect_right(s, v) - 1)
+        return tuple(out)
+
+    def cell_index(self, classes: Sequence[int]) -> int:
+        return sum(c * st for c, st in zip(classes, self._strides, strict=True))
+
+    def lookup(self, values: Sequence[int]) -> str | None:
+        """The uKernel id or VENDOR for this tuple (in `dims` order); None outside the box or in a hole."""
+        index = 0
+        for v, (starts, lo, hi, stride) in zip(values, self._axes, strict=False):
+            if v < lo or v > hi:
+                return None
+            index += (bisect.bisect_right(starts, v) - 1) * stride
+        return self.cells[index]
+
+    @functools.cached_property
+    def _axes(self) -> tuple[tuple[tuple[int, ...], int, int, int], ...]:
+        return tuple((s, s[0], hi, st) for s, hi, st in zip(self.starts, self.his, self._strides, strict=True))
+
+    def lookup_shape(self, shape: Mapping[str, int]) -> str | None:
+        return self.lookup([shape[d] for d in self.dims])
+
+    def class_bounds(self, classes: Sequence[int]) -> tuple[tuple[int, int], ...]:
+        """The (lo, hi) of each dim's class: the cell's box."""
+        out = []
+        for c, s, hi in zip(classes, self.starts, self.his, strict=True):
+            out.append((s[c], s[c + 1] - 1 if c + 1 < len(s) else hi))
+        return tuple(out)
+
+    def grid(self) -> Iterator[tuple[int, ...]]:
+        """Every cell's class tuple, in `cells` order."""
+        yield from itertools.product(*(range(n) for n in self.shape))
+
+    def ukernel_ids(self) -> set[str]:
+        return {c for c in self.cells if c is not None and c != VENDOR}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "dims": list(self.dims),
+            "starts": [list(s) for s in self.starts],
+            "his": list(self.his),
+            "cells": list(self.cells),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TupleDispatchTable:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} table: format {data.get('format')!r}")
+        return cls(
+            dims=tuple(str(d) for d in data["dims"]),
+            starts=tuple(tuple(int(v) for v in s) for s in data["starts"]),
+            his=tuple(int(h) for h in data["his"]),
+            cells=tuple(None if c is None else str(c) for c in data["cells"]),
+        )

@@ -1,0 +1,255 @@
+"""Tune batch_matmul uKernels over a distribution of tuples of its symbolic dims, into one TupleDispatchTable.
+
+1. Classes: per symbolic dim, geometric classes over the support's range (kernelfleet.tuple_dispatch.
+   geometric_starts: 1, 2, 3–4, 5–8, …); a cell is one class per dim. Only cells the distribution puts
+   mass in are planned (a joint Explicit distribution, e.g. attention's T in M and N, fills the diagonal;
+   an Independent product fills the grid); the others stay holes, which the SDK serves with numpy as misses.
+2. Candidates: the dense FTuner rules (rules.dense_candidates) on the per-batch problem at the support's
+   weighted-mean sizes (N, K; B·M rows), the best tile per mt; each is compiled once (bmm_kernel.py).
+3. Per cell: every uKernel and numpy (`np.matmul(a, btᵀ)`, as the SDK's vendor path calls it) are timed,
+   alternating, at the cell's heaviest tuple and its smallest, median and largest; the cell gets the uKernel
+   with the least total time if it beat numpy by 3 % at every one of them in two passes, else the vendor
+   (vendor routes: the dispatcher is then never slower than numpy by more than timing noise at the tuples
+   timed). Each timing starts after 2 ms of warm-up calls, so TVM's spinning idle threads are gone.
+4. Verification: the dispatcher, as the SDK runs it, against numpy at both corners of every planned cell.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernelfleet.bmm_dispatcher import BmmDispatcher, bmm_reference
+from kernelfleet.bmm_ukernel import BMM_DIMS, BmmArtifact, BmmUKernel
+from kernelfleet.dispatch import VENDOR
+from kernelfleet.tuple_dispatch import TupleDispatchTable, geometric_starts
+from service.tuning.hardware_model import HardwareModel
+from service.tuning.tuners.ukernel.bmm_kernel import build_bmm_ukernel
+from service.tuning.tuners.ukernel.rules import dense_candidates, padded
+
+Weighted = Sequence[tuple[Mapping[str, int], float]]
+MAX_SYMBOLIC = 3
+VENDOR_MARGIN = 0.03  # a class goes to a uKernel only if it beats numpy by this much at every tuple timed
+
+
+@dataclass
+class BmmRangeTask:
+    static: dict[str, int]  # the workload's static dims among B, M, N, K
+    support: Weighted  # tuples of the symbolic dims with weights
+    target: dict[str, Any]  # a TVM target dict (platforms.tvm_target)
+    work_dir: Path
+    max_ukernels: int = 4
+    vendor_routes: bool = True
+    hardware: HardwareModel | None = None
+    min_seconds: float = 0.005
+    rounds: int = 3
+
+    @property
+    def symbolic(self) -> tuple[str, ...]:
+        return tuple(d for d in BMM_DIMS if d not in self.static)
+
+
+@dataclass
+class BmmRangeOutcome:
+    table: TupleDispatchTable
+    kernels: dict[str, BmmUKernel]
+    artifacts: dict[str, BmmArtifact]
+    measured: dict[str, dict[str, float]]  # "M=5,N=5" → {uKernel id or "vendor": seconds}
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def dispatcher(self, static: Mapping[str, int]) -> BmmDispatcher:
+        return BmmDispatcher(self.table, self.kernels, static)
+
+    @property
+    def serves_ukernels(self) -> bool:
+        return bool(self.table.ukernel_ids())
+
+
+def _mean(support: Weighted, dim: str) -> int:
+    total = sum(w for _, w in support)
+    return max(1, round(sum(s[dim] * w for s, w in support) / total))
+
+
+def bmm_tiles(
+    hw: HardwareModel, static: Mapping[str, int], support: Weighted, top_k: int
+) -> list[tuple[int, int, int]]:
+    """(mt, nt, kt) tiles from the dense rules on one batch's problem at representative sizes."""
+
+    def size(d: str) -> int:
+        return static[d] if d in static else _mean(support, d)
+
+    k = static.get("K") or padded(size("K"), 16)  # a symbolic K is padded to kt: any kt ≤ 16 divides it
+    rows = size("B") * size("M")
+    cands = dense_candidates(hw, size("N"), k, representative_m=rows, top_k=top_k, distinct_mt=True)
+    if "N" in static:  # a static N must be a multiple of nt (the binary pads only symbolic dims)
+        cands = [c for c in cands if static["N"] % c.nt == 0] or cands
+    return [c.tile for c in cands]
+
+
+def _median_call(fn: Callable[[], object], min_seconds: float, warmup: float = 0.002) -> float:
+    """Median seconds per call after `warmup` seconds of calls: the previous program's idle threads (TVM's
+    spin about a millisecond after a call, on the cores OpenBLAS then wants) are gone before timing starts."""
+    end = time.perf_counter() + warmup
+    fn()
+    while time.perf_counter() < end:
+        fn()
+    samples: list[float] = []
+    deadline = time.perf_counter() + min_seconds
+    while len(samples) < 3 or (time.perf_counter() < deadline and len(samples) < 200):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def random_pair(shape: Mapping[str, int], seed: int = 0, bt_layout: str = "BNK") -> tuple[np.ndarray, np.ndarray]:
+    """Random A[B,M,K] and Bt[B,N,K]; `bt_layout` "BKN" gives Bt as the transposed view of a contiguous
+    [B,K,N] array (attention's A·V passes V[B,T,d] so), "BNK" a contiguous Bt (QKᵀ's K[B,T,d])."""
+    rng = np.random.default_rng(seed)
+    B, M, N, K = (shape[d] for d in BMM_DIMS)
+    a = rng.standard_normal((B, M, K), dtype=np.float32)
+    if bt_layout == "BKN":
+        return a, rng.standard_normal((B, K, N), dtype=np.float32).transpose(0, 2, 1)
+    return a, rng.standard_normal((B, N, K), dtype=np.float32)
+
+
+BT_LAYOUTS = ("BNK", "BKN")
+
+
+def time_programs(
+    kernels: Mapping[str, BmmUKernel], shape: Mapping[str, int], min_seconds: float, rounds: int
+) -> dict[str, float]:
+    """Seconds per call of every uKernel and of numpy at one shape, in alternating rounds (best round each).
+
+    Callers may pass Bt contiguous or as a transposed view (BT_LAYOUTS), and numpy's speed depends on which,
+    so both are timed: a uKernel counts with its slower layout and numpy with its faster one, so that a
+    class routed to a uKernel is not slower than numpy whichever layout the host uses."""
+    out: dict[str, float] = {}
+    for layout in BT_LAYOUTS:
+        for uid, t in _time_layout(kernels, shape, min_seconds, rounds, layout).items():
+            out[uid] = t if uid not in out else (min(out[uid], t) if uid == VENDOR else max(out[uid], t))
+    return out
+
+
+def _time_layout(
+    kernels: Mapping[str, BmmUKernel], shape: Mapping[str, int], min_seconds: float, rounds: int, layout: str
+) -> dict[str, float]:
+    a, bt = random_pair(shape, bt_layout=layout)
+    out = np.empty((a.shape[0], a.shape[1], bt.shape[1]), np.float32)
+    fns: dict[str, Callable[[], object]] = {uid: functools.partial(k, a, bt, out) for uid, k in kernels.items()}
+    fns[VENDOR] = functools.partial(bmm_reference, a, bt, out)
+    best = {uid: float("inf") for uid in fns}
+    for _ in range(rounds):
+        for uid, fn in fns.items():
+            best[uid] = min(best[uid], _median_call(fn, min_seconds))
+    return best
+
+
+def plan_cells(
+    symbolic: Sequence[str], support: Weighted
+) -> tuple[TupleDispatchTable, dict[int, list[tuple[dict[str, int], float]]]]:
+    """An all-hole table over the support's box, and the support's tuples grouped by cell index."""
+    starts = tuple(
+        tuple(geometric_starts(min(s[d] for s, _ in support), max(s[d] for s, _ in support))) for d in symbolic
+    )
+    his = tuple(max(s[d] for s, _ in support) for d in symbolic)
+    size = 1
+    for s in starts:
+        size *= len(s)
+    empty = TupleDispatchTable(tuple(symbolic), starts, his, (None,) * size)
+    groups: dict[int, list[tuple[dict[str, int], float]]] = {}
+    for shape, w in support:
+        classes = empty.class_of([shape[d] for d in symbolic])
+        assert classes is not None
+        groups.setdefault(empty.cell_index(classes), []).append(({d: shape[d] for d in symbolic}, w))
+    return empty, groups
+
+
+def cell_samples(points: Sequence[tuple[dict[str, int], float]]) -> list[dict[str, int]]:
+    """Where a cell is timed: its heaviest tuple and its smallest, median and largest by work (padding waste
+    varies within a class, so one point would not speak for it), deduplicated."""
+    by_work = sorted(points, key=lambda p: (int(np.prod(list(p[0].values()))), sorted(p[0].items())))
+    picks = [max(points, key=lambda p: p[1]), by_work[0], by_work[len(by_work) // 2], by_work[-1]]
+    out: list[dict[str, int]] = []
+    for shape, _ in picks:
+        if shape not in out:
+            out.append(shape)
+    return out
+
+
+def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
+    began = time.perf_counter()
+    symbolic = task.symbolic
+    if not 1 <= len(symbolic) <= MAX_SYMBOLIC:
+        raise ValueError(f"batch_matmul uKernels take 1..{MAX_SYMBOLIC} symbolic dims, got {list(symbolic)}")
+    hw = task.hardware or HardwareModel.from_host()
+    tiles = bmm_tiles(hw, task.static, task.support, task.max_ukernels)
+    static_mnk = {d: v for d, v in task.static.items() if d != "B"}
+    kernels: dict[str, BmmUKernel] = {}
+    records: list[dict[str, Any]] = []
+    for mt, nt, kt in tiles:
+        uid = f"bmm{mt}x{nt}x{kt}"
+        kernels[uid] = build_bmm_ukernel(
+            mt, nt, kt, task.target, M=static_mnk.get("M", 0), N=static_mnk.get("N", 0), K=static_mnk.get("K", 0)
+        )
+        records.append({"id": uid, "tile": [mt, nt, kt]})
+    empty, groups = plan_cells(symbolic, task.support)
+    cells: list[str | None] = list(empty.cells)
+    measured: dict[str, dict[str, float]] = {}
+    for index, points in sorted(groups.items()):
+        timed = []
+        for sample in cell_samples(points):
+            shape = {**task.static, **sample}
+            times = time_programs(kernels, shape, task.min_seconds, task.rounds)
+            measured[",".join(f"{d}={shape[d]}" for d in symbolic)] = times
+            timed.append(times)
+        ours = min(kernels, key=lambda uid: sum(t[uid] for t in timed))
+        # the class runs on a uKernel only where it beat numpy at every tuple timed, by the margin, and again
+        # when timed once more (each side keeps its best time of both passes: load on a shared machine only
+        # ever adds time, and it came in bursts that made numpy look slow for a whole pass)
+        wins = all(t[ours] * (1 + VENDOR_MARGIN) < t[VENDOR] for t in timed)
+        if wins and task.vendor_routes:
+            for sample, first in zip(cell_samples(points), timed, strict=True):
+                again = time_programs({ours: kernels[ours]}, {**task.static, **sample}, task.min_seconds, task.rounds)
+                first[ours], first[VENDOR] = min(first[ours], again[ours]), min(first[VENDOR], again[VENDOR])
+            wins = all(t[ours] * (1 + VENDOR_MARGIN) < t[VENDOR] for t in timed)
+        cells[index] = ours if wins or not task.vendor_routes else VENDOR
+    table = TupleDispatchTable(empty.dims, empty.starts, empty.his, tuple(cells))
+    used = table.ukernel_ids()
+    kernels = {uid: k for uid, k in kernels.items() if uid in used}
+    artifacts = {uid: k.export(task.work_dir) for uid, k in kernels.items()}
+    return BmmRangeOutcome(table, kernels, artifacts, measured, records, time.perf_counter() - began)
+
+
+def verification_shapes(table: TupleDispatchTable, static: Mapping[str, int]) -> list[dict[str, int]]:
+    """Both corners of every planned cell (every program's class runs at its smallest and largest tuple)."""
+    out = []
+    for classes in table.grid():
+        if table.cells[table.cell_index(classes)] is None:
+            continue
+        bounds = table.class_bounds(classes)
+        for corner in (0, 1):
+            out.append({**static, **{d: b[corner] for d, b in zip(table.dims, bounds, strict=True)}})
+    return out
+
+
+def verify_bmm(dispatcher: BmmDispatcher, static: Mapping[str, int], rtol: float = 1e-4) -> str | None:
+    """Run the dispatcher as the SDK does against numpy in float64; the first error, or None."""
+    assert dispatcher.table is not None
+    for i, shape in enumerate(verification_shapes(dispatcher.table, static)):
+        a, bt = random_pair(shape, seed=i)
+        got = dispatcher(a, bt)
+        want = np.matmul(a.astype(np.float64), bt.astype(np.float64).transpose(0, 2, 1))
+        scale = max(1.0, float(np.abs(want).max()))
+        err = float(np.abs(got - want).max()) / scale
+        if err > rtol * max(1.0, np.sqrt(shape["K"])):
+            return f"program for {shape}: max relative error {err:.3g}"
+    return None

@@ -17,7 +17,8 @@ from tests.helpers import Fleet, wait_for
 pytestmark = pytest.mark.slow
 
 BIG = {"op": "dense", "dims": {"N": 64, "K": 32}, "symbolic": ["M"]}  # ukernel-able
-SMALL = {"op": "dense", "dims": {"N": 32, "K": 32}, "symbolic": ["M"], "attrs": {"bias": True}}  # sketch only
+# sketch only: ukernel jobs take exactly one dynamic dim (M), and since epilogues they take a bias too
+SMALL = {"op": "dense", "dims": {"K": 32}, "symbolic": ["M", "N"], "attrs": {"bias": True}}
 ENV = {
     "KERNELFLEET_FLEET_DAILY_TRIALS": "32",
     "KERNELFLEET_FLEET_UNIT_TRIALS": "8",
@@ -51,7 +52,7 @@ def _week(run_day: dt.date, big: str, small: str, fp: str) -> list[dict[str, obj
             )  # fmt: skip
         for m in (8, 13):
             records.append(
-                {"workload_hash": small, "target_fingerprint": fp, "shape": {"M": m}, "calls": 500,
+                {"workload_hash": small, "target_fingerprint": fp, "shape": {"M": m, "N": 32}, "calls": 500,
                  "kernel_seconds": 5.0, "fallbacks": 500, "day": day}
             )  # fmt: skip
     return records

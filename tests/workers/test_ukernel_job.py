@@ -139,7 +139,7 @@ def test_ukernel_jobs_reject_workloads_they_cannot_tune(fleet: Fleet) -> None:
     client = fleet.client()
     target = {"kind": "llvm", "mcpu": "znver4", "num_cores": 2}
     for workload, field in [
-        ({"op": "batch_matmul", "dims": {"B": 12, "N": 64, "K": 64}, "symbolic": ["M"]}, "workload"),
+        ({"op": "dense", "dtype": "float16", "dims": {"N": 64, "K": 64}, "symbolic": ["M"]}, "workload"),
     ]:
         resp = client._http.post(
             "/v1/jobs", json={"kind": "ukernel", "workload": workload, "target": target, "distribution": DIST}

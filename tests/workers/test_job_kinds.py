@@ -3,9 +3,6 @@ module names it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -18,23 +15,10 @@ DENSE = {"op": "dense", "dims": {"N": 32, "K": 24}, "symbolic": ["M"]}
 DIST = {"kind": "explicit", "points": [{"shape": {"M": 5}, "weight": 0.7}, {"shape": {"M": 12}, "weight": 0.3}]}
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Fleet]:
-    env = {
-        "KERNELFLEET_DATABASE_URL": pg_url,
-        "KERNELFLEET_BROKER_URL": redis_url,
-        "KERNELFLEET_PLUGINS": "tests.workers.exhaustive_kind",  # the API and the workers load the kind
-        "KERNELFLEET_PUBLISH_ONLY_FASTER_THAN_VENDOR": "false",  # tiny layers: publish whatever verified
-    }
-    fleet = Fleet(tmp_path / "fleet", env)
-    yield fleet
-    fleet.stop()
-
-
-def test_a_kind_registered_by_a_plugin_runs_through_api_worker_store_and_sdk(fleet: Fleet) -> None:
-    fleet.start_api()
-    fleet.start_worker("w1")
-    client = fleet.client()
+def test_a_kind_registered_by_a_plugin_runs_through_api_worker_store_and_sdk(exhaustive_fleet: Fleet) -> None:
+    exhaustive_fleet.start_api()
+    exhaustive_fleet.start_worker("w1")
+    client = exhaustive_fleet.client()
     hw = wait_for(lambda: client.workers(), 90, "a worker to announce itself")[0]["target"]
     target = {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
 
@@ -58,10 +42,10 @@ def test_a_kind_registered_by_a_plugin_runs_through_api_worker_store_and_sdk(fle
     np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
 
 
-def test_without_the_plugin_the_kind_is_unknown_and_the_error_names_the_known_ones(fleet: Fleet) -> None:
-    fleet.env.pop("KERNELFLEET_PLUGINS")
-    fleet.start_api()
-    client = fleet.client()
+def test_without_the_plugin_the_kind_is_unknown_and_the_error_names_the_known_ones(exhaustive_fleet: Fleet) -> None:
+    exhaustive_fleet.env.pop("KERNELFLEET_PLUGINS")
+    exhaustive_fleet.start_api()
+    client = exhaustive_fleet.client()
     target = {"kind": "llvm", "mcpu": "znver4", "num_cores": 1}
     with pytest.raises(InvalidRequest) as err:
         client.submit(DENSE, target, DIST, kind="exhaustive")

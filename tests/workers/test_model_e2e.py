@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,36 +47,23 @@ def _mlp(path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Fleet]:
-    env = {
-        "KERNELFLEET_DATABASE_URL": pg_url,
-        "KERNELFLEET_BROKER_URL": redis_url,
-        "KERNELFLEET_PLUGINS": "tests.workers.exhaustive_kind",  # the API and the workers load the kind
-        "KERNELFLEET_PUBLISH_ONLY_FASTER_THAN_VENDOR": "false",  # tiny layers: publish whatever verified
-    }
-    fleet = Fleet(tmp_path / "fleet", env)
-    yield fleet
-    fleet.stop()
-
-
 def test_a_tiny_model_is_added_by_the_cli_tuned_by_a_worker_and_followed_by_the_sdk(
-    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    exhaustive_fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fleet.start_api()
-    fleet.start_worker("w1")
-    client = fleet.client()
+    exhaustive_fleet.start_api()
+    exhaustive_fleet.start_worker("w1")
+    client = exhaustive_fleet.client()
     hw = wait_for(lambda: client.workers(), 90, "a worker to announce itself")[0]["target"]
     target = {k: hw[k] for k in ("kind", "mcpu", "num_cores", "features")}
     traffic = tmp_path / "traffic.json"
     traffic.write_text(json.dumps({"batch": {"4": 3, "8": 1}}))
-    assert fleet.api_key
-    monkeypatch.setenv("KERNELFLEET_API_KEY", fleet.api_key)
+    assert exhaustive_fleet.api_key
+    monkeypatch.setenv("KERNELFLEET_API_KEY", exhaustive_fleet.api_key)
 
     t0 = time.monotonic()
     args = ["model", "add", str(_mlp(tmp_path / "mlp.onnx")), "--target", json.dumps(target), "--histogram"]
     args += [str(traffic), "--trials", "8", "--min-trials", "2", "--max-shapes", "1", "--kind", "exhaustive"]
-    added = CliRunner().invoke(app, [*args, "--url", fleet.url])
+    added = CliRunner().invoke(app, [*args, "--url", exhaustive_fleet.url])
     assert added.exit_code == 0, added.output
     model_id = re.search(r"model ([0-9a-f-]{36})", added.output)
     assert model_id, added.output
@@ -99,8 +85,8 @@ def test_a_tiny_model_is_added_by_the_cli_tuned_by_a_worker_and_followed_by_the_
         assert job.state == "succeeded" and job.budget["trials"] == op.trials and job.tags["model"] == "mlp"
         assert [s.shape["M"] for s in job.shapes] == [4]  # the hot shape: 3 of 4 calls
         assert job.kind == "exhaustive" and job.trials_done == job.trials_total == 4
-    status = CliRunner().invoke(app, ["model", "status", model.id, "--url", fleet.url])
+    status = CliRunner().invoke(app, ["model", "status", model.id, "--url", exhaustive_fleet.url])
     assert status.exit_code == 0 and "succeeded" in status.output and "2/2 jobs done" in status.output
-    cancelled = CliRunner().invoke(app, ["model", "cancel", model.id, "--url", fleet.url])
+    cancelled = CliRunner().invoke(app, ["model", "cancel", model.id, "--url", exhaustive_fleet.url])
     assert cancelled.exit_code == 0 and client.model(model.id).state == "succeeded"  # nothing left to cancel
     print(f"model tuned end to end in {time.monotonic() - t0:.1f} s; states seen: {sorted(set(seen))}")

@@ -10,7 +10,6 @@ import pytest
 
 from service.api.dashboard import panels
 from service.models import Budget, TargetSpec, Workload
-from service.models.config import MeasuredCandidate
 from service.models.distribution import Explicit, ShapePoint
 from service.settings import Settings
 from service.tuning.admission import check_job
@@ -18,23 +17,7 @@ from service.tuning.kinds import KINDS
 from service.tuning.kinds.base import UnitContext
 from service.tuning.platforms import PLATFORMS
 from tests.tuning.gemmini.firesim_fake import make_fake_checkout
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.candidates: list[MeasuredCandidate] = []
-
-    def on_candidates(self, unit_key: str, candidates: list[MeasuredCandidate]) -> None:
-        self.candidates += candidates
-
-    def on_progress(self, shape_key: str | None, trials: int) -> None:
-        pass
-
-    def earlier_candidates(self, unit_key: str) -> list[MeasuredCandidate]:
-        return []
-
-    def should_stop(self) -> bool:
-        return False
+from tests.tuning.sinks import RecordingSink
 
 
 def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
@@ -57,7 +40,7 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
     assert check_job("gemmini", workload, dist, target, Budget(trials=800)) is None
     plan = kind.plan(workload, dist, Budget(trials=800))
     (unit,) = plan.units
-    sink = _Sink()
+    sink = RecordingSink()
     ctx = UnitContext(
         job_id="j",
         worker="w",
@@ -157,7 +140,7 @@ def test_gemmini_kind_on_the_fake_firesim_tunes_mappings_on_configs_with_bitstre
     target = TargetSpec(kind="gemmini", arch="default")
     kind = KINDS.get("gemmini")
     (unit,) = kind.plan(workload, dist, Budget(trials=200)).units
-    sink = _Sink()
+    sink = RecordingSink()
     ctx = UnitContext(
         job_id="j",
         worker="w",

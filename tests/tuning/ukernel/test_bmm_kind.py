@@ -14,7 +14,6 @@ from kernelfleet.bmm_dispatcher import BmmDispatcher
 from kernelfleet.dispatch_cache import DispatchCache, dispatcher_from_doc
 from kernelfleet.models import DispatchDoc, UKernelRef
 from service.models import Budget, TargetSpec, WorkloadSpec
-from service.models.config import MeasuredCandidate
 from service.models.distribution import Explicit, Independent, ShapePoint, Uniform
 from service.settings import Settings
 from service.tuning.admission import check_job
@@ -23,6 +22,7 @@ from service.tuning.kinds import KINDS
 from service.tuning.kinds.base import UnitContext
 from service.tuning.platforms import PLATFORMS
 from service.tuning.tuners.ukernel.bmm_tuner import random_pair
+from tests.tuning.sinks import RecordingSink
 
 LLVM = TargetSpec(kind="llvm", mcpu="skylake-avx512", num_cores=2)
 AV = WorkloadSpec(op="batch_matmul", dims={"B": 2, "N": 64}, symbolic=["M", "K"])
@@ -49,23 +49,6 @@ def test_what_the_kind_accepts_for_batch_matmul() -> None:
     assert problem is not None and problem.loc == ("distribution",) and "classes" in problem.message
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.candidates: list[MeasuredCandidate] = []
-
-    def on_candidates(self, unit_key: str, candidates: list[MeasuredCandidate]) -> None:
-        self.candidates += candidates
-
-    def on_progress(self, shape_key: str | None, trials: int) -> None:
-        pass
-
-    def earlier_candidates(self, unit_key: str) -> list[MeasuredCandidate]:
-        return []
-
-    def should_stop(self) -> bool:
-        return False
-
-
 def test_a_unit_publishes_a_tuple_table_the_sdk_runs(tmp_path: Path) -> None:
     kind = KINDS.get("ukernel")
     platform: Any = PLATFORMS.get("llvm")
@@ -81,7 +64,7 @@ def test_a_unit_publishes_a_tuple_table_the_sdk_runs(tmp_path: Path) -> None:
         budget=budget,
         settings=Settings(ukernel_vendor_routes=False),  # tiny sizes: numpy wins; keep the uKernels running
         work_dir=tmp_path / "work",
-        sink=_Sink(),
+        sink=RecordingSink(),
     )
     result = kind.run_unit(unit, ctx)
     assert result.fatal is None and result.dispatch is not None

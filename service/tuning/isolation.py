@@ -59,32 +59,49 @@ def is_sticky_cuda_error(error: BaseException | str) -> bool:
     return any(marker in text for marker in STICKY_CUDA_ERRORS)
 
 
+# How long a fresh child may take to start (interpreter, cloudpickle, TVM's popen worker) before it counts
+# as dead. Kept apart from the measurement deadline: on a busy worker start-up alone can take longer than
+# a candidate is allowed, and a slow start is not a hung kernel.
+STARTUP_TIMEOUT_S = 120.0
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
 class IsolatedRunner:
     """Calls `fn(*args)` in a child process with a deadline; one child, reused until it fails.
 
     `run` raises MeasureTimeout / MeasureCrashed, or re-raises the child's exception; after a timeout, a
     crash or a sticky CUDA error the child is gone and the next call starts a fresh one (a second or two
-    to import TVM), so one bad candidate costs its own measurement and nothing after it."""
+    to import TVM), so one bad candidate costs its own measurement and nothing after it. A fresh child
+    first answers a ping under `startup_timeout_s`; `timeout_s` covers the measurement alone."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
         self._child: _Child | None = None
         self.restarts = 0  # children replaced after a timeout, crash or sticky error
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        from tvm.support.popen_pool import StatusKind
-
         if self._child is None:
             self._child = _Child()
+            self._call(_ready, (), self.startup_timeout_s)
+        return self._call(fn, args, self.timeout_s)
+
+    def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
+        from tvm.support.popen_pool import StatusKind
+
+        assert self._child is not None
         child, name = self._child, getattr(fn, "__name__", repr(fn))
         try:
             child.send(fn, args)
-            status, value = child.recv(self.timeout_s)
+            status, value = child.recv(timeout_s)
         except TimeoutError:
             self._drop()
-            raise MeasureTimeout(f"{name} gave no answer in {self.timeout_s:g} s: its process was killed") from None
+            raise MeasureTimeout(f"{name} gave no answer in {timeout_s:g} s: its process was killed") from None
         except (EOFError, OSError):
             self._drop()
             raise MeasureCrashed(f"the measuring process died running {name} (exit {child.exit_code()})") from None

@@ -49,6 +49,14 @@ def test_a_hung_measurement_is_killed_at_the_deadline_and_the_next_one_runs() ->
         assert runner.restarts == 1
 
 
+def test_a_fresh_childs_start_up_is_not_charged_to_the_measurement() -> None:
+    # starting the child (interpreter, TVM's popen worker) takes about a second, far over this deadline
+    with IsolatedRunner(timeout_s=0.5) as runner:
+        assert runner.run(child_pid) > 0 and runner.restarts == 0
+    with IsolatedRunner(timeout_s=30, startup_timeout_s=0.01) as runner, pytest.raises(MeasureTimeout, match="_ready"):
+        runner.run(child_pid)  # a child that cannot start in time is killed like a hung one
+
+
 def test_a_dead_child_and_a_sticky_cuda_error_replace_the_child() -> None:
     with IsolatedRunner(timeout_s=30) as runner:
         first = runner.run(child_pid)

@@ -1,6 +1,6 @@
 """Issue 22's layer table: `ukernel` jobs on the layers they cover today, against the faster of numpy and PyTorch.
 
-Covered (dense layers, one dynamic dimension M; bias and activation fused into the uKernels):
+Covered, dense (one dynamic dimension M; bias and activation fused into the uKernels):
 
 - `ffn-up`: BERT-base FFN up, N=3072 K=768, + bias, gelu (erf), M = 1..512
 - `attn-out`: BERT-base attention output, N=768 K=768, + bias, M = 1..512
@@ -8,42 +8,65 @@ Covered (dense layers, one dynamic dimension M; bias and activation fused into t
 - `gpt-lmhead`: a GPT-2 decode step's LM head, N=50257 K=768 (no bias: tied to the embedding), M = 1..8
 - `odd`: N=1000 K=777, + bias, M = 1..200 (neither dim a multiple of 8: N is padded inside the uKernels)
 
+Covered, batch_matmul (the operator's C[B,M,N] = A[B,M,K]·Bt[B,N,K]ᵀ; T = 1..512 in two dims at once):
+
+- `attn-qk`: attention Q·Kᵀ, [12,T,64]·[12,64,T]: B=12 K=64 static, T in M and N; the SDK takes K [12,T,64]
+  as Bt as it is (contiguous)
+- `attn-av`: attention A·V, [12,T,T]·[12,T,64]: B=12 N=64 static, T in M and K; the SDK takes Bt = Vᵀ, the
+  transposed view of a contiguous V [12,T,64]
+
 Not covered by uKernels yet (one row each in the table, saying why; their vendor time is measured at a few
 shapes so the table has the baseline to beat, unless `--no-uncovered`):
 
-- `attn-qk`: attention Q·Kᵀ, [12,T,64]·[12,64,T], T = 1..512 (batch_matmul, two dims follow T)
-- `attn-av`: attention A·V, [12,T,T]·[12,T,64], T = 1..512
 - `conv3x3`: ResNet-50 layer1 3×3 conv, 64→64 channels at 56×56, pad 1, batch 1..32
 - `conv1x1`: ResNet-50 layer1 1×1 conv, 256→64 channels at 56×56, batch 1..32
 
+(conv2d uKernels are being added: a conv layer goes into `CONV` below, as a class with the same `tune`,
+`bench` and `shape_text` as `DenseLayer` and `BmmLayer`, and out of `UNCOVERED`; the rest of the script
+measures and reports it like the others.)
+
 For each covered layer:
 
-1. **Tune**: one `UKernelTuner.tune_range` run, as the job runner sets it up for a uniform distribution over
-   M = 1..S_max with the README's budget (`trials` 8 = up to 8 uKernels, `max_shapes` 4: the hot shapes it
-   validates are the 4 largest M; the rules' representative M is the distribution's mean). The tuning wall time
-   is the time around that call (the job's own account, `out.seconds`, is recorded too). It runs in this
-   process before torch is used (`import tvm` imports torch when it is installed; nothing in a uKernel job
-   starts a Python worker that would import it again).
-2. **Measure** the SDK `Dispatcher` over the job's table and uKernels, called as a user calls it
-   (`d(x, w, bias=b)`, plain numpy arrays, out=None, after `d.prepare(w)`), side by side with
-   - numpy: `x @ w.T`, then + b and the activation in numpy (`kernelfleet.epilogue.dense_reference`, the
-     SDK's own epilogue, which the dispatcher also runs where its table routes M to numpy);
-   - PyTorch: `F.linear(x, w, b)` then `F.gelu` (`approximate="tanh"` for gelu_tanh) / `relu` / `silu`,
-     under `torch.inference_mode()`;
+1. **Tune** as the job runner sets the job up, with the README's budget (`trials` 8 = up to 8 uKernels):
+   - dense: one `UKernelTuner.tune_range` run for a uniform distribution over M = 1..S_max (`max_shapes` 4:
+     the hot shapes it validates are the 4 largest M; the rules' representative M is the distribution's mean);
+   - batch_matmul: the `ukernel` kind's batch_matmul unit (kinds/ukernel_bmm.py) for a joint distribution
+     over T (an Explicit one, uniform over T = 1..S_max with T in both symbolic dims: the diagonal of the
+     tuple table's classes): the job is admitted (`check_job`) and planned (the unit's uKernel count) by the
+     service's own code, then `tune_bmm_range` with the kind's `BmmRangeTask` (the target resolved by the
+     llvm platform, vendor routes on as in the service's settings) and `verify_bmm`, which the job runs
+     before it publishes. The dispatcher is a `BmmDispatcher` over the uKernels loaded back from their
+     exported libraries (sha256 checked), as the SDK loads them.
 
-   all three on the same number of threads (TVM's; `torch.set_num_threads` and threadpoolctl's BLAS limit set
-   to it), in interleaved rounds (each round starts with another contender), each sample calibrated to last at
-   least `--min-sample-ms`; the reported time is the median over the rounds. At every M ≤ `--every-upto` and
-   then every `--stride`-th M (default stride 1: EVERY M of the range) plus S_max. The vendor time at M is the
-   faster of the numpy and torch medians; ratio = vendor / ours (> 1: ours is faster). An M whose ratio is
-   below 0.97 gets `--confirm` more sets of rounds for all three contenders, medians over all samples pooled,
-   so that one burst of other load is not reported as a loss (symmetric: both sides get the extra samples).
+   The tuning wall time is the time around that (dense: `tune_range`; batch_matmul: `tune_bmm_range` and
+   `verify_bmm`); the job's own account (`seconds`) is recorded too. It runs in this process before torch is
+   used (`import tvm` imports torch when it is installed; nothing in a uKernel job starts a Python worker that
+   would import it again).
+2. **Measure** the SDK dispatcher over the job's table and uKernels, called as a user calls it (plain numpy
+   arrays, out=None), side by side with numpy and PyTorch:
+   - dense: ours `d(x, w, bias=b)` after `d.prepare(w)`; numpy `x @ w.T`, then + b and the activation in
+     numpy (`kernelfleet.epilogue.dense_reference`, the SDK's own epilogue, which the dispatcher also runs
+     where its table routes M to numpy); PyTorch `F.linear(x, w, b)` then `F.gelu` (`approximate="tanh"` for
+     gelu_tanh) / `relu` / `silu`;
+   - batch_matmul: ours `d(a, bt)`; numpy `np.matmul(a, r)`; PyTorch `torch.bmm(a, r)` (r: Kᵀ as a view of
+     K for attn-qk, V for attn-av: the same arrays);
+
+   PyTorch under `torch.inference_mode()`; all three on the same number of threads (TVM's;
+   `torch.set_num_threads` and threadpoolctl's BLAS limit set to it), in interleaved rounds (each round starts
+   with another contender), each sample calibrated to last at least `--min-sample-ms`; the reported time is
+   the median over the rounds. At every M (T) ≤ `--every-upto` and then every `--stride`-th (default stride
+   1: EVERY M of the range) plus S_max. The vendor time at M is the faster of the numpy and torch medians;
+   ratio = vendor / ours (> 1: ours is faster). An M whose ratio is below 0.97 gets `--confirm` more sets of
+   rounds for all three contenders, medians over all samples pooled, so that one burst of other load is not
+   reported as a loss (symmetric: both sides get the extra samples).
 3. **Check**: max abs error of the dispatcher against PyTorch in fp32 at every measured M (numpy's against
    PyTorch too, for scale), and the dispatch overhead: at a few M (1, the middle, S_max), the Python-side time
-   of a `d(...)` call minus the time of the kernels it runs (each piece's uKernel timed alone with TVM's
-   time_evaluator at that piece's rows, as `tuner.measure_call_overhead` does for one piece); at an M the table
-   routes to numpy, minus numpy's own call. Plus the selection and bookkeeping alone
-   (`kernelfleet.dispatcher.dispatch_overhead_s`, ns).
+   of a call minus the time of the kernels it runs, each timed alone with TVM's time_evaluator on inputs
+   prepared beforehand (dense: each piece's uKernel at that piece's rows, as `tuner.measure_call_overhead`
+   does for one piece; batch_matmul: the uKernel on A and Bt already padded and packed, so the overhead
+   includes the per-call packing of Bt); at an M the table routes to numpy, minus numpy's own call. Plus the
+   selection and bookkeeping alone, in ns (dense: `kernelfleet.dispatcher.dispatch_overhead_s`; batch_matmul:
+   a call of a BmmDispatcher over the same table whose programs, numpy's included, do nothing).
 
 Environment, as in the other benchmarks (bench/common.py): OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE and
 OMP_NUM_THREADS are removed by re-executing before numpy loads (the removed values are recorded); kernelfleet
@@ -56,6 +79,8 @@ Writes `--json` (default bench/results/ukernel_layers.json, git-ignored) and the
     PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py                       # the full run
     PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --quick --json /tmp/ul.json   # smoke
     PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers odd --s-max 32 --json /tmp/ul.json
+    PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers attn-qk,attn-av --s-max 16 \\
+        --max-ukernels 2 --rounds 3 --min-sample-ms 2 --json /tmp/ul.json                     # bmm smoke
 """
 
 from __future__ import annotations
@@ -79,7 +104,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_JSON = BENCH_DIR / "results" / "ukernel_layers.json"
@@ -88,6 +113,55 @@ BUDGET_UKERNELS = 8  # the README's ukernel budget: {"trials": 8}
 BUDGET_HOT_SHAPES = 4  # Budget.max_shapes' default: the job validates at the 4 heaviest M
 CONFIRM_BELOW = 0.97  # an M whose vendor/ours is below this is timed again (--confirm)
 GOALS = {"geomean": 1.5, "worst": 0.95, "tuning_s": 40.0}  # issue 22: per layer
+
+
+# ------------------------------------------------------------------------------------------------
+# What a covered layer gives the measuring code: per measured size, the three contenders; per size, a probe
+# of the dispatch overhead
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ShapeCalls:
+    """One measured size: ours (the SDK dispatcher as a user calls it), numpy's and PyTorch's calls."""
+
+    ours: Callable[[], Any]
+    numpy: Callable[[], Any]
+    torch: Callable[[], Any]  # returns a tensor
+    route: str  # "uKernel", "numpy" (the table routes it to numpy) or "miss" (numpy: not in the table)
+    program: list[list[Any]]  # [[uKernel id, rows], …]; [] where numpy runs
+
+
+@dataclass
+class OverheadProbe:
+    """One size's dispatch overhead: a call as the user makes it, the kernels it runs alone, the selection."""
+
+    call: Callable[[], object]
+    inner_s: Callable[[], float]  # seconds of the kernels the call runs (or of numpy's own call)
+    inner: str
+    pieces: int
+    selection_s: Callable[[], float]
+
+
+@dataclass
+class LayerBench:
+    """A tuned layer's dispatcher, bound to its operands: what measure_rows and dispatch_overhead take."""
+
+    at: Callable[[int], ShapeCalls]
+    probe: Callable[[int], OverheadProbe]
+
+
+class Covered(Protocol):
+    """A layer kind with uKernels (DenseLayer, BmmLayer; a conv layer later)."""
+
+    name: str
+    what: str
+    s_max: int
+    dim: ClassVar[str]
+
+    def shape_text(self, s_max: int) -> str: ...
+    def tune(self, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]: ...
+    def bench(self, torch: Any, d: Any) -> LayerBench: ...
 
 
 @dataclass(frozen=True)
@@ -99,6 +173,44 @@ class DenseLayer:
     s_max: int
     bias: bool
     activation: str
+    dim: ClassVar[str] = "M"
+
+    def shape_text(self, s_max: int) -> str:
+        return f"{self.what}: N={self.N} K={self.K}, M=1..{s_max}"
+
+    def tune(self, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+        return tune_dense(self, s_max, args, work_dir)
+
+    def bench(self, torch: Any, d: Any) -> LayerBench:
+        return dense_bench(torch, self, d)
+
+
+@dataclass(frozen=True)
+class BmmLayer:
+    """batch_matmul with one dynamic size T in the symbolic dims `follows_t` (two of M, N, K); `bt_layout` is
+    how the caller holds Bt (bmm_tuner.BT_LAYOUTS: "BNK" contiguous, "BKN" the transposed view of [B,K,N])."""
+
+    name: str
+    what: str
+    B: int
+    static: tuple[tuple[str, int], ...]  # the static one of M, N, K
+    follows_t: tuple[str, ...]
+    bt_layout: str
+    s_max: int
+    dim: ClassVar[str] = "T"
+
+    def full_shape(self, t: int) -> dict[str, int]:
+        return {"B": self.B, **dict(self.static), **dict.fromkeys(self.follows_t, t)}
+
+    def shape_text(self, s_max: int) -> str:
+        static = " ".join(f"{d}={v}" for d, v in (("B", self.B), *self.static))
+        return f"{self.what}: {static}, T in {','.join(self.follows_t)}, T=1..{s_max}"
+
+    def tune(self, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+        return tune_bmm(self, s_max, args, work_dir)
+
+    def bench(self, torch: Any, d: Any) -> LayerBench:
+        return bmm_bench(torch, self, d)
 
 
 @dataclass(frozen=True)
@@ -121,32 +233,43 @@ DENSE: dict[str, DenseLayer] = {
         DenseLayer("odd", "dims not multiples of 8, + bias", 1000, 777, 200, True, "none"),
     )
 }
+BMM: dict[str, BmmLayer] = {
+    layer.name: layer
+    for layer in (
+        BmmLayer(
+            "attn-qk",
+            f"attention Q·Kᵀ, [{HEADS},T,{HEAD_DIM}]·[{HEADS},{HEAD_DIM},T]",
+            HEADS,
+            (("K", HEAD_DIM),),
+            ("M", "N"),
+            "BNK",  # Bt = K [12,T,64] as it is
+            512,
+        ),
+        BmmLayer(
+            "attn-av",
+            f"attention A·V, [{HEADS},T,T]·[{HEADS},T,{HEAD_DIM}]",
+            HEADS,
+            (("N", HEAD_DIM),),
+            ("M", "K"),
+            "BKN",  # Bt = Vᵀ, a view of V [12,T,64]
+            512,
+        ),
+    )
+}
+# conv2d layers with uKernels go here (a class like DenseLayer/BmmLayer: shape_text, tune, bench), and their
+# names out of UNCOVERED
+CONV: dict[str, Covered] = {}
 UNCOVERED: dict[str, Uncovered] = {
     u.name: u
     for u in (
-        Uncovered(
-            "attn-qk",
-            f"attention Q·Kᵀ, [{HEADS},T,{HEAD_DIM}]·[{HEADS},{HEAD_DIM},T]",
-            "T",
-            512,
-            (1, 16, 64, 128, 256, 512),
-            "batch_matmul whose two matrix dims both follow T: ukernel jobs take dense with one dynamic dim M",
-        ),
-        Uncovered(
-            "attn-av",
-            f"attention A·V, [{HEADS},T,T]·[{HEADS},T,{HEAD_DIM}]",
-            "T",
-            512,
-            (1, 16, 64, 128, 256, 512),
-            "batch_matmul with T in both M and K: ukernel jobs take dense with one dynamic dim M and a fixed K",
-        ),
         Uncovered(
             "conv3x3",
             "ResNet-50 layer1 3×3 conv, 64→64 ch, 56×56, pad 1",
             "batch",
             32,
             (1, 4, 16, 32),
-            "conv2d: ukernel jobs take dense only (as im2col GEMM its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
+            "conv2d: ukernel jobs take dense and batch_matmul only "
+            "(as im2col GEMM its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
         ),
         Uncovered(
             "conv1x1",
@@ -154,11 +277,13 @@ UNCOVERED: dict[str, Uncovered] = {
             "batch",
             32,
             (1, 4, 16, 32),
-            "conv2d: ukernel jobs take dense only (as a dense its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
+            "conv2d: ukernel jobs take dense and batch_matmul only "
+            "(as a dense its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
         ),
     )
 }
-ALL_LAYERS = (*DENSE, *UNCOVERED)
+COVERED: dict[str, Covered] = {**DENSE, **BMM, **CONV}
+ALL_LAYERS = (*COVERED, *UNCOVERED)
 QUICK = {"s_max": 32, "rounds": 3, "min_sample_ms": 2.0}
 
 
@@ -166,7 +291,7 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
-def layer_s_max(layer: DenseLayer | Uncovered, args: argparse.Namespace) -> int:
+def layer_s_max(layer: Covered | Uncovered, args: argparse.Namespace) -> int:
     """The layer's range after --s-max-scale and --s-max (a cap); at least 1."""
     scale: float = args.s_max_scale
     s = max(1, round(layer.s_max * scale))
@@ -186,12 +311,23 @@ def hot_shapes(s_max: int) -> list[int]:
     return list(range(s_max, max(0, s_max - BUDGET_HOT_SHAPES), -1))
 
 
+def intervals(values: Sequence[int]) -> list[list[int]]:
+    """Sorted ints as [lo, hi] runs of consecutive values."""
+    out: list[list[int]] = []
+    for v in sorted(values):
+        if out and v == out[-1][1] + 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Tuning
 # ------------------------------------------------------------------------------------------------
 
 
-def tune(layer: DenseLayer, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+def tune_dense(layer: DenseLayer, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
     from kernelfleet.dispatcher import Dispatcher
     from service.models import WorkloadSpec
     from service.tuning.hardware import host_target
@@ -238,8 +374,79 @@ def tune(layer: DenseLayer, s_max: int, args: argparse.Namespace, work_dir: Path
     return Dispatcher(out.table, out.kernels, N=layer.N, K=layer.K), info
 
 
+def bmm_workload(layer: BmmLayer, s_max: int) -> tuple[Any, Any]:
+    """The job's workload and its distribution: uniform over T = 1..s_max, T in both symbolic dims (joint)."""
+    from service.models import WorkloadSpec
+    from service.models.distribution import Explicit, ShapePoint
+
+    workload = WorkloadSpec(
+        op="batch_matmul", dims={"B": layer.B, **dict(layer.static)}, symbolic=list(layer.follows_t)
+    )
+    points = [ShapePoint(shape=dict.fromkeys(layer.follows_t, t)) for t in range(1, s_max + 1)]
+    return workload, Explicit(points=points)
+
+
+def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """As kinds/ukernel_bmm.run_bmm_unit sets the tuner up, admitted and planned by the service's own code."""
+    from kernelfleet.bmm_dispatcher import BmmDispatcher
+    from kernelfleet.bmm_ukernel import load_bmm_ukernel
+    from kernelfleet.dispatch import VENDOR
+    from service.models import Budget
+    from service.settings import Settings
+    from service.tuning.admission import check_job
+    from service.tuning.hardware import host_target
+    from service.tuning.kinds import KINDS
+    from service.tuning.platforms import PLATFORMS, tvm_target
+    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, tune_bmm_range, verify_bmm
+
+    workload, distribution = bmm_workload(layer, s_max)
+    budget = Budget(trials=args.max_ukernels, max_shapes=BUDGET_HOT_SHAPES)
+    target = PLATFORMS.get("llvm").resolve(host_target())
+    problem = check_job("ukernel", workload, distribution, target, budget)
+    if problem is not None:
+        raise SystemExit(f"{layer.name}: the service would refuse this job: {problem}")
+    (unit,) = KINDS.get("ukernel").plan(workload, distribution, budget).units
+    static = {d: int(v) for d, v in workload.dims.items()}
+    task = BmmRangeTask(
+        static=static,
+        support=distribution.support(),
+        target=tvm_target(target),
+        work_dir=work_dir,
+        max_ukernels=unit.trials,
+        vendor_routes=Settings.model_fields["ukernel_vendor_routes"].default,
+    )
+    began = time.perf_counter()
+    out = tune_bmm_range(task)
+    error = verify_bmm(out.dispatcher(static), static)  # the job verifies before it publishes
+    wall = time.perf_counter() - began
+    kernels = {uid: load_bmm_ukernel(a.path, a.spec, a.sha256) for uid, a in out.artifacts.items()}
+    d = BmmDispatcher(out.table, kernels, static)
+    routes = {t: d.program(layer.full_shape(t)) for t in range(1, s_max + 1)}
+    vendor_t = [t for t, uid in routes.items() if uid == VENDOR]
+    info = {
+        "wall_s": wall,
+        "job_seconds": out.seconds,
+        "ukernels": sorted(out.kernels),
+        "candidates": [c["id"] for c in out.candidates],
+        "errors": [error] if error else [],
+        "vendor_intervals": intervals(vendor_t),
+        "vendor_S": len(vendor_t),
+        "missed_S": sum(uid is None for uid in routes.values()),
+        "tuples_timed_against_numpy": len(out.measured),
+        "table": out.table.to_dict(),
+    }
+    failed = f", verification FAILED: {error}" if error else ""
+    print(
+        f"  tuned in {wall:.1f} s (job's account {out.seconds:.1f} s{failed}): "
+        f"uKernels {info['ukernels']} of {info['candidates']}, T routed to numpy {len(vendor_t)} in "
+        f"{info['vendor_intervals']}, {len(out.measured)} tuples timed",
+        flush=True,
+    )
+    return d, info
+
+
 # ------------------------------------------------------------------------------------------------
-# Measuring
+# The contenders per layer kind
 # ------------------------------------------------------------------------------------------------
 
 
@@ -255,14 +462,10 @@ def torch_activation(torch: Any, activation: str) -> Callable[[Any], Any]:
     return table[activation]
 
 
-def _median_of(samples: Sequence[float]) -> float:
-    return statistics.median(samples)
-
-
-def measure_dense(torch: Any, layer: DenseLayer, d: Any, shapes: Sequence[int], args: argparse.Namespace) -> list[Any]:
+def dense_bench(torch: Any, layer: DenseLayer, d: Any) -> LayerBench:
     import numpy as np
-    from common import Contender, calibrate, python_sampler, run_rounds
 
+    from kernelfleet.dispatcher import dispatch_overhead_s
     from kernelfleet.epilogue import dense_reference
 
     rng = np.random.default_rng(0)
@@ -274,28 +477,115 @@ def measure_dense(torch: Any, layer: DenseLayer, d: Any, shapes: Sequence[int], 
     bt = torch.from_numpy(b) if b is not None else None
     act = torch_activation(torch, layer.activation)
     linear = torch.nn.functional.linear
-    rows = []
-    print(f"  {'M':>4}{'ours µs':>10}{'numpy µs':>10}{'torch µs':>10}{'vendor/ours':>12}  route   err vs torch")
-    for S in shapes:
+
+    def at(S: int) -> ShapeCalls:
         x = rng.standard_normal((S, layer.K), dtype=np.float32)
         xt = torch.from_numpy(x)
+        return ShapeCalls(
+            ours=lambda: d(x, w, bias=b),
+            numpy=lambda: dense_reference(x, w, b, epi),
+            torch=lambda: act(linear(xt, wt, bt)),
+            route="numpy" if d.table.vendor_at(S) else "uKernel",
+            program=[[p.ukernel_id, p.rows] for p in d.program(S)],
+        )
 
-        def ours(x: np.ndarray = x) -> Any:
-            return d(x, w, bias=b)
+    def probe(S: int) -> OverheadProbe:
+        x = np.random.default_rng(S).standard_normal((S, layer.K), dtype=np.float32)
+        pieces = d.program(S)
+        if pieces:
+            inner_what, inner = "its uKernels (time_evaluator)", functools.partial(_kernels_time, d, pieces)
+        else:
+            inner_what, inner = (
+                "numpy's own call",
+                functools.partial(_best_median, lambda: dense_reference(x, w, b, epi), 1),
+            )
+        return OverheadProbe(
+            call=lambda: d(x, w, bias=b),
+            inner_s=inner,
+            inner=inner_what,
+            pieces=len(pieces),
+            selection_s=lambda: dispatch_overhead_s(d, S, w, calls=5000),
+        )
 
-        def numpy_call(x: np.ndarray = x) -> Any:
-            return dense_reference(x, w, b, epi)
+    return LayerBench(at, probe)
 
-        def torch_call(xt: Any = xt) -> Any:
-            return act(linear(xt, wt, bt))
 
-        expected = torch_call().numpy()
-        err = float(np.max(np.abs(ours() - expected)))
-        err_np = float(np.max(np.abs(numpy_call() - expected)))
+def bmm_operands(torch: Any, layer: BmmLayer, t: int, seed: int) -> tuple[Any, Any, Any, Any, Any]:
+    """A and Bt as the SDK takes them, the right operand r (= Btᵀ, a view) as numpy and torch take it, and the
+    torch tensors of A and r (sharing the arrays' memory)."""
+    from service.tuning.tuners.ukernel.bmm_tuner import random_pair
+
+    a, bt = random_pair(layer.full_shape(t), seed=seed, bt_layout=layer.bt_layout)
+    r = bt.transpose(0, 2, 1)
+    return a, bt, r, torch.from_numpy(a), torch.from_numpy(r)
+
+
+def bmm_bench(torch: Any, layer: BmmLayer, d: Any) -> LayerBench:
+    import numpy as np
+
+    from kernelfleet.dispatch import VENDOR
+
+    routes = {None: "miss", VENDOR: "numpy"}
+
+    def at(t: int) -> ShapeCalls:
+        a, bt, r, at_, rt = bmm_operands(torch, layer, t, seed=t)
+        uid = d.program(layer.full_shape(t))
+        return ShapeCalls(
+            ours=lambda: d(a, bt),
+            numpy=lambda: np.matmul(a, r),
+            torch=lambda: torch.bmm(at_, rt),
+            route=routes.get(uid, "uKernel"),
+            program=[] if uid in routes else [[uid, t]],
+        )
+
+    def probe(t: int) -> OverheadProbe:
+        a, bt, r, _, _ = bmm_operands(torch, layer, t, seed=10_000 + t)
+        uid = d.program(layer.full_shape(t))
+        if uid in routes:
+            inner_what, inner = "numpy's own call", functools.partial(_best_median, lambda: np.matmul(a, r), 1)
+        else:
+            inner_what, inner = (
+                "its uKernel (time_evaluator, A and Bt packed)",
+                functools.partial(_bmm_kernel_time, d.kernels[uid], a, bt),
+            )
+        return OverheadProbe(
+            call=lambda: d(a, bt),
+            inner_s=inner,
+            inner=inner_what,
+            pieces=0 if uid in routes else 1,
+            selection_s=lambda: bmm_selection_s(d, a, bt),
+        )
+
+    return LayerBench(at, probe)
+
+
+# ------------------------------------------------------------------------------------------------
+# Measuring
+# ------------------------------------------------------------------------------------------------
+
+
+def _median_of(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+def measure_rows(
+    at: Callable[[int], ShapeCalls], shapes: Sequence[int], dim: str, args: argparse.Namespace
+) -> list[Any]:
+    """Ours, numpy and torch at every size in interleaved rounds (re-timed below CONFIRM_BELOW), with errors."""
+    import numpy as np
+    from common import Contender, calibrate, python_sampler, run_rounds
+
+    rows = []
+    print(f"  {dim:>4}{'ours µs':>10}{'numpy µs':>10}{'torch µs':>10}{'vendor/ours':>12}  route   err vs torch")
+    for S in shapes:
+        calls = at(S)
+        expected = calls.torch().numpy()
+        err = float(np.max(np.abs(calls.ours() - expected)))
+        err_np = float(np.max(np.abs(calls.numpy() - expected)))
         contenders = [
-            Contender("ours", python_sampler(ours), ours, pool="tvm"),
-            Contender("numpy", python_sampler(numpy_call), numpy_call, pool="openblas"),
-            Contender("torch", python_sampler(torch_call), lambda: torch_call().numpy(), pool="torch"),
+            Contender("ours", python_sampler(calls.ours), calls.ours, pool="tvm"),
+            Contender("numpy", python_sampler(calls.numpy), calls.numpy, pool="openblas"),
+            Contender("torch", python_sampler(calls.torch), lambda c=calls: c.torch().numpy(), pool="torch"),
         ]
         for c in contenders:
             c.number = calibrate(c.sample, args.min_sample_ms / 1e3)
@@ -308,7 +598,6 @@ def measure_dense(torch: Any, layer: DenseLayer, d: Any, shapes: Sequence[int], 
             med = {c.name: _median_of(c.samples_s) for c in contenders}
             confirmed += 1
         vendor = min(med["numpy"], med["torch"])
-        route = "numpy" if d.table.vendor_at(S) else "uKernel"
         row = {
             "S": S,
             "ours_s": med["ours"],
@@ -319,8 +608,8 @@ def measure_dense(torch: Any, layer: DenseLayer, d: Any, shapes: Sequence[int], 
             "ratio": vendor / med["ours"],
             "ratio_numpy": med["numpy"] / med["ours"],
             "ratio_torch": med["torch"] / med["ours"],
-            "route": route,
-            "program": [[p.ukernel_id, p.rows] for p in d.program(S)],
+            "route": calls.route,
+            "program": calls.program,
             "retimed": confirmed,
             "settle_s": settled,
             "rounds": len(contenders[0].samples_s),
@@ -331,40 +620,28 @@ def measure_dense(torch: Any, layer: DenseLayer, d: Any, shapes: Sequence[int], 
         rows.append(row)
         print(
             f"  {S:>4}{med['ours'] * 1e6:>10.1f}{med['numpy'] * 1e6:>10.1f}{med['torch'] * 1e6:>10.1f}"
-            f"{row['ratio']:>12.2f}  {route:<7} {err:.1e}{'  (re-timed)' if confirmed else ''}",
+            f"{row['ratio']:>12.2f}  {calls.route:<7} {err:.1e}{'  (re-timed)' if confirmed else ''}",
             flush=True,
         )
-    return [rows, w, b]
+    return rows
 
 
-def dispatch_overhead(d: Any, layer: DenseLayer, w: Any, b: Any, shapes: Sequence[int]) -> dict[str, Any]:
-    """Per M: the Python-side µs of a call beyond its kernels' own time, and the selection alone (ns)."""
-    import numpy as np
-
-    from kernelfleet.dispatcher import dispatch_overhead_s
-
-    rng = np.random.default_rng(1)
+def dispatch_overhead(probe_at: Callable[[int], OverheadProbe], shapes: Sequence[int]) -> dict[str, Any]:
+    """Per size: the Python-side µs of a call beyond its kernels' own time, and the selection alone (ns)."""
     out: dict[str, Any] = {}
     for S in shapes:
-        x = rng.standard_normal((S, layer.K), dtype=np.float32)
-        pieces = d.program(S)
-        if pieces:
-            inner_what = "its uKernels (time_evaluator)"
-            inner_once = functools.partial(_kernels_time, d, pieces)
-        else:
-            inner_what = "numpy's own call"
-            inner_once = functools.partial(_numpy_time, d, x, w, b)
+        probe = probe_at(S)
         call_s = inner = math.inf
         for _ in range(5):  # alternating, the fastest of each (other load only ever adds time)
-            call_s = min(call_s, _best_median(functools.partial(d, x, w, bias=b), rounds=1))
-            inner = min(inner, inner_once())
+            call_s = min(call_s, _best_median(probe.call, rounds=1))
+            inner = min(inner, probe.inner_s())
         out[str(S)] = {
             "call_s": call_s,
             "inner_s": inner,
-            "inner": inner_what,
-            "pieces": len(pieces),
+            "inner": probe.inner,
+            "pieces": probe.pieces,
             "overhead_s": call_s - inner,
-            "selection_ns": dispatch_overhead_s(d, S, w, calls=5000) * 1e9,
+            "selection_ns": probe.selection_s() * 1e9,
         }
     return out
 
@@ -373,10 +650,50 @@ def _kernels_time(d: Any, pieces: Sequence[Any]) -> float:
     return float(sum(d.kernels[p.ukernel_id].time(p.rows, repeat=5, min_repeat_ms=5) for p in pieces))
 
 
-def _numpy_time(d: Any, x: Any, w: Any, b: Any) -> float:
-    from kernelfleet.epilogue import dense_reference
+def _bmm_kernel_time(uk: Any, a: Any, bt: Any) -> float:
+    """Seconds of a batch_matmul uKernel's compiled function alone (time_evaluator), on A and Bt padded and
+    packed beforehand as its __call__ does on every call."""
+    import numpy as np
 
-    return _best_median(lambda: dense_reference(x, w, b, d.epilogue), rounds=1)
+    from kernelfleet.bmm_ukernel import round_up
+    from kernelfleet.tvm_runtime import aligned_empty, import_tvm
+
+    tvm = import_tvm()
+    dev = tvm.cpu(0)
+    B, M, N, K = uk.check(a, bt)
+    s = uk.spec
+    Mp, Np, Kp = round_up(M, s.mt), round_up(N, s.nt), round_up(K, s.kt)
+    ap = uk.pack_a(a, Mp, Kp).reshape(B, Mp // s.mt, s.mt, Kp // s.kt, s.kt)
+    bp = uk.pack_bt(bt, Np, Kp)
+    c = aligned_empty((B, Mp, Np), s.dtype).reshape(B, Mp // s.mt, s.mt, Np // s.nt, s.nt)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in (ap, bp, c)]
+    evaluator = uk.module.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=5)
+    return float(np.median(evaluator(*args).results))
+
+
+def _no_program(a: Any, bt: Any, out: Any = None) -> Any:
+    return out
+
+
+def bmm_selection_s(d: Any, a: Any, bt: Any, calls: int = 5000, rounds: int = 5) -> float:
+    """Median seconds per call of a BmmDispatcher's own work (shape memo, table lookup, counters): a dispatcher
+    over the same table, with every program (numpy's too) a function that does nothing, called on the arrays."""
+    from kernelfleet.bmm_dispatcher import BmmDispatcher
+    from kernelfleet.dispatch import VENDOR
+    from kernelfleet.tuple_dispatch import TupleDispatchTable
+
+    t = d.table
+    cells = tuple("no-program" if c == VENDOR else c for c in t.cells)
+    table = TupleDispatchTable(t.dims, t.starts, t.his, cells)
+    dry = BmmDispatcher(table, dict.fromkeys(table.ukernel_ids(), _no_program), d.static)
+    dry(a, bt)  # first sight: checked and looked up, as a warm dispatcher has
+    per_call = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            dry(a, bt)
+        per_call.append((time.perf_counter() - start) / calls)
+    return statistics.median(per_call)
 
 
 def _best_median(fn: Callable[[], object], rounds: int = 5, min_seconds: float = 0.02) -> float:
@@ -395,40 +712,21 @@ def _best_median(fn: Callable[[], object], rounds: int = 5, min_seconds: float =
 
 
 def measure_uncovered(torch: Any, u: Uncovered, shapes: Sequence[int], args: argparse.Namespace) -> list[Any]:
-    """The vendor baseline only: numpy (bmm) and torch, medians of interleaved rounds."""
+    """The vendor baseline only (conv2d: torch), medians of interleaved rounds."""
     import numpy as np
     from common import Contender, calibrate, python_sampler, run_rounds
 
     rng = np.random.default_rng(0)
     rows = []
     for S in shapes:
-        contenders = []
-        if u.name in ("attn-qk", "attn-av"):
-            if u.name == "attn-qk":
-                a = rng.standard_normal((HEADS, S, HEAD_DIM), dtype=np.float32)
-                bb = rng.standard_normal((HEADS, HEAD_DIM, S), dtype=np.float32)
-            else:
-                a = rng.standard_normal((HEADS, S, S), dtype=np.float32)
-                bb = rng.standard_normal((HEADS, S, HEAD_DIM), dtype=np.float32)
-            at, btt = torch.from_numpy(a), torch.from_numpy(bb)
+        cin, k = (64, 3) if u.name == "conv3x3" else (256, 1)
+        xt = torch.from_numpy(rng.standard_normal((S, cin, 56, 56), dtype=np.float32))
+        wt = torch.from_numpy(rng.standard_normal((64, cin, k, k), dtype=np.float32))
 
-            def np_bmm(a: np.ndarray = a, bb: np.ndarray = bb) -> Any:
-                return a @ bb
+        def t_conv(xt: Any = xt, wt: Any = wt, pad: int = k // 2) -> Any:
+            return torch.nn.functional.conv2d(xt, wt, padding=pad)
 
-            def t_bmm(at: Any = at, btt: Any = btt) -> Any:
-                return torch.matmul(at, btt)
-
-            contenders.append(Contender("numpy", python_sampler(np_bmm), np_bmm, pool="openblas"))
-            contenders.append(Contender("torch", python_sampler(t_bmm), t_bmm, pool="torch"))
-        else:
-            cin, k = (64, 3) if u.name == "conv3x3" else (256, 1)
-            xt = torch.from_numpy(rng.standard_normal((S, cin, 56, 56), dtype=np.float32))
-            wt = torch.from_numpy(rng.standard_normal((64, cin, k, k), dtype=np.float32))
-
-            def t_conv(xt: Any = xt, wt: Any = wt, pad: int = k // 2) -> Any:
-                return torch.nn.functional.conv2d(xt, wt, padding=pad)
-
-            contenders.append(Contender("torch", python_sampler(t_conv), t_conv, pool="torch"))
+        contenders = [Contender("torch", python_sampler(t_conv), t_conv, pool="torch")]
         for c in contenders:
             c.number = calibrate(c.sample, args.min_sample_ms / 1e3)
         run_rounds(contenders, args.rounds, 0.0, settle=args.settle)
@@ -443,7 +741,7 @@ def measure_uncovered(torch: Any, u: Uncovered, shapes: Sequence[int], args: arg
 # ------------------------------------------------------------------------------------------------
 
 
-def summarize_dense(rows: Sequence[dict[str, Any]], tuning_s: float) -> dict[str, Any]:
+def summarize(rows: Sequence[dict[str, Any]], tuning_s: float) -> dict[str, Any]:
     ratios = {r["S"]: r["ratio"] for r in rows}
     worst = min(ratios, key=ratios.__getitem__)
     below = sorted(S for S, v in ratios.items() if v < GOALS["worst"])
@@ -475,16 +773,16 @@ def _met(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
-def _shapes_text(shapes: Sequence[int]) -> str:
+def _shapes_text(shapes: Sequence[int], dim: str = "M") -> str:
     """'1..64, then every 4th to 512' style, or the explicit list when short."""
     if len(shapes) <= 8:
         return ",".join(map(str, shapes))
     steps = {b - a for a, b in itertools.pairwise(shapes)}
     if steps == {1}:
-        return f"every M 1..{shapes[-1]}"
+        return f"every {dim} 1..{shapes[-1]}"
     dense_end = next((a for a, b in itertools.pairwise(shapes) if b - a > 1), shapes[-1])
     stride = max(steps)
-    return f"every M 1..{dense_end}, then every {stride}th to {shapes[-1]} ({len(shapes)} M)"
+    return f"every {dim} 1..{dense_end}, then every {stride}th to {shapes[-1]} ({len(shapes)} {dim})"
 
 
 def _stripped(env: dict[str, str]) -> str:
@@ -506,13 +804,14 @@ def markdown(data: dict[str, Any]) -> str:
         f"{env['blas']}; torch {env['torch']}; TVM {env['tvm']}; "
         f"removed from the environment: {_stripped(env['stripped_env'])}.",
         "",
-        "Ratios are vendor / ours (> 1: the uKernel dispatcher is faster); the vendor at each M is the faster of "
+        "Ratios are vendor / ours (> 1: the uKernel dispatcher is faster); the vendor at each M (dense) or T "
+        "(batch_matmul) is the faster of "
         f"numpy and PyTorch (medians of {data['rounds']} interleaved rounds, more at an M re-timed below "
         f"{CONFIRM_BELOW}). Goals (issue 22, per layer): geomean ≥ {GOALS['geomean']}×, no M below "
         f"{GOALS['worst']}×, tuning ≤ {GOALS['tuning_s']:.0f} s.",
         "",
-        "| layer | shape | M measured | geomean vs faster vendor | worst (M) | M < 0.95× | geomean vs numpy / torch "
-        "| tuning s | dispatch overhead µs (selection ns) | max abs err vs torch | goals geomean / worst / tuning |",
+        "| layer | shape | M (T) measured | geomean vs faster vendor | worst (M) | M < 0.95× | geomean vs numpy / torch"
+        " | tuning s | dispatch overhead µs (selection ns) | max abs err vs torch | goals geomean / worst / tuning |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for res in data["layers"]:
@@ -521,11 +820,11 @@ def markdown(data: dict[str, Any]) -> str:
         s, ov = res["summary"], res["overhead"]
         over = [v["overhead_s"] * 1e6 for v in ov.values()]
         sel = [v["selection_ns"] for v in ov.values()]
-        g = s["goals"]
+        g, dim = s["goals"], res["dim"]
         lines.append(
-            f"| {res['name']} | {res['what']}: N={res['N']} K={res['K']}, M=1..{res['s_max']} "
-            f"| {_shapes_text([r['S'] for r in res['rows']])} | **{s['geomean']:.2f}×** "
-            f"| {s['worst']:.2f}× (M={s['worst_S']}, {s['worst_route']}) | {len(s['below_0_95'])} "
+            f"| {res['name']} | {res['shape']} "
+            f"| {_shapes_text([r['S'] for r in res['rows']], dim)} | **{s['geomean']:.2f}×** "
+            f"| {s['worst']:.2f}× ({dim}={s['worst_S']}, {s['worst_route']}) | {len(s['below_0_95'])} "
             f"| {s['geomean_vs_numpy']:.2f}× / {s['geomean_vs_torch']:.2f}× | {s['tuning_s']:.1f} "
             f"| {min(over):.1f}–{max(over):.1f} ({max(sel):.0f}) | {s['max_abs_err_vs_torch']:.1e} "
             f"| {_met(g['geomean'])} {_met(g['worst'])} {_met(g['tuning_s'])} |"
@@ -547,13 +846,13 @@ def markdown(data: dict[str, Any]) -> str:
     for res in data["layers"]:
         if not res["covered"]:
             continue
-        s, t = res["summary"], res["tuning"]
+        s, t, dim = res["summary"], res["tuning"], res["dim"]
         below = s["below_0_95"]
         lines.append(
-            f"- `{res['name']}`: uKernels {', '.join(t['ukernels'])}; {s['numpy_routed_S']} of {s['shapes']} "
-            f"measured M routed to numpy by the table (intervals {t['vendor_intervals']}); "
+            f"- `{res['name']}`: uKernels {', '.join(t['ukernels']) or 'none'}; {s['numpy_routed_S']} of "
+            f"{s['shapes']} measured {dim} routed to numpy by the table (intervals {t['vendor_intervals']}); "
             f"torch was the faster vendor at "
-            f"{s['torch_faster_S']} M; M below 0.95×: {below[:20]}{' …' if len(below) > 20 else ''}; "
+            f"{s['torch_faster_S']} {dim}; {dim} below 0.95×: {below[:20]}{' …' if len(below) > 20 else ''}; "
             f"job's own account {t['job_seconds']:.1f} s; "
             f"numpy's max abs err vs torch {s['numpy_max_abs_err_vs_torch']:.1e}"
         )
@@ -632,24 +931,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kf-ukernel-layers-") as tmp, torch.inference_mode():
         for name in args.layers:
-            if name in DENSE:
-                layer = DENSE[name]
+            if name in COVERED:
+                layer = COVERED[name]
+                dim = layer.dim
                 s_max = layer_s_max(layer, args)
                 shapes = measured_shapes(s_max, args.every_upto, args.stride)
-                print(f"{name}: {layer.what}, N={layer.N} K={layer.K}, M=1..{s_max}, {len(shapes)} M measured")
-                d, tuning = tune(layer, s_max, args, Path(tmp) / name)
-                rows, w, b = measure_dense(torch, layer, d, shapes, args)
-                overhead = dispatch_overhead(d, layer, w, b, sorted({1, max(1, s_max // 2), s_max}))
-                res = {**asdict(layer), "covered": True, "s_max": s_max, "tuning": tuning, "rows": rows}
-                res["overhead"] = overhead
-                res["summary"] = summarize_dense(rows, tuning["wall_s"])
+                print(f"{name}: {layer.shape_text(s_max)}, {len(shapes)} {dim} measured")
+                d, tuning = layer.tune(s_max, args, Path(tmp) / name)
+                bench = layer.bench(torch, d)
+                rows = measure_rows(bench.at, shapes, dim, args)
+                overhead = dispatch_overhead(bench.probe, sorted({1, max(1, s_max // 2), s_max}))
+                res = {**asdict(layer), "covered": True, "dim": dim, "shape": layer.shape_text(s_max)}
+                res.update(s_max=s_max, tuning=tuning, rows=rows, overhead=overhead)
+                res["summary"] = summarize(rows, tuning["wall_s"])
                 s = res["summary"]
                 print(
-                    f"  => geomean {s['geomean']:.2f}× vs the faster vendor (numpy {s['geomean_vs_numpy']:.2f}×, torch "
-                    f"{s['geomean_vs_torch']:.2f}×), worst {s['worst']:.2f}× at M={s['worst_S']} ({s['worst_route']}), "
-                    f"{len(s['below_0_95'])} M below 0.95×; tuning {s['tuning_s']:.1f} s; max abs err vs torch "
+                    f"  => geomean {s['geomean']:.2f}× vs the faster vendor (numpy {s['geomean_vs_numpy']:.2f}×, "
+                    f"torch {s['geomean_vs_torch']:.2f}×), worst {s['worst']:.2f}× at {dim}={s['worst_S']} "
+                    f"({s['worst_route']}), "
+                    f"{len(s['below_0_95'])} {dim} below 0.95×; tuning {s['tuning_s']:.1f} s; max abs err vs torch "
                     f"{s['max_abs_err_vs_torch']:.1e}; dispatch overhead "
-                    + ", ".join(f"M={S}: {v['overhead_s'] * 1e6:.1f} µs" for S, v in overhead.items()),
+                    + ", ".join(
+                        f"{dim}={S}: {v['overhead_s'] * 1e6:.1f} µs (selection {v['selection_ns']:.0f} ns)"
+                        for S, v in overhead.items()
+                    ),
                 )
             else:
                 u = UNCOVERED[name]

@@ -1,4 +1,5 @@
-"""bench/ukernel_layers.py without tuning or timing anything: its options, the M it measures, the summary and the
+"""bench/ukernel_layers.py without tuning or timing anything: its options, the M it measures, the batch_matmul
+jobs it would submit, its contenders at a T (no uKernels: a table that routes to numpy), the summary and the
 markdown table it renders from synthetic results."""
 
 from __future__ import annotations
@@ -61,19 +62,27 @@ def _row(S: int, ours: float, numpy_: float, torch_: float, route: str = "uKerne
 
 def _results() -> dict[str, Any]:
     rows = [_row(1, 2.0, 1.0, 3.0, "numpy"), _row(2, 1.0, 2.0, 4.0), _row(3, 1.0, 4.0, 2.0)]
-    summary = layers.summarize_dense(rows, tuning_s=12.5)
+    summary = layers.summarize(rows, tuning_s=12.5)
     dense = {"name": "odd", "what": "dims not multiples of 8, + bias", "N": 1000, "K": 777, "s_max": 3,
              "bias": True, "activation": "none", "covered": True, "rows": rows, "summary": summary,
+             "dim": "M", "shape": layers.DENSE["odd"].shape_text(3),
              "tuning": {"ukernels": ["mt4_nt96_kt3"], "vendor_intervals": [[1, 1]], "job_seconds": 12.0},
              "overhead": {"1": {"overhead_s": 2e-6, "selection_ns": 300.0},
                           "3": {"overhead_s": 5e-6, "selection_ns": 250.0}}}  # fmt: skip
+    bmm_rows = [_row(1, 2.0, 1.0, 3.0, "numpy"), _row(2, 1.0, 1.5, 1.2)]
+    qk = layers.BMM["attn-qk"]
+    bmm = {**dataclasses.asdict(qk), "covered": True, "dim": "T", "shape": qk.shape_text(2), "s_max": 2,
+           "rows": bmm_rows, "summary": layers.summarize(bmm_rows, tuning_s=50.0),
+           "tuning": {"ukernels": ["bmm4x32x4"], "vendor_intervals": [[1, 1]], "job_seconds": 49.0},
+           "overhead": {"1": {"overhead_s": 1e-6, "selection_ns": 400.0},
+                        "2": {"overhead_s": 3e-6, "selection_ns": 410.0}}}  # fmt: skip
     uncovered = {**dataclasses.asdict(layers.UNCOVERED["conv1x1"]), "covered": False, "s_max": 32,
                  "rows": [{"S": 1, "torch_s": 1.3e-3, "vendor_s": 1.3e-3}]}  # fmt: skip
     machine = {"cpu_model": "Synthetic CPU", "cores": 2, "loadavg_start": [0.1, 0.2, 0.3],
                "loadavg_end": [0.4, 0.2, 0.3], "other_load": 0.01, "tvm_threads": 2,
                "blas": "openblas 0.3 (Haswell kernel, 2 threads)", "torch": "2.13.0+cpu (mkl)", "tvm": "0.27",
                "stripped_env": {"OPENBLAS_CORETYPE": "Haswell"}}  # fmt: skip
-    return {"command": "python bench/ukernel_layers.py --quick", "rounds": 5, "layers": [dense, uncovered],
+    return {"command": "python bench/ukernel_layers.py --quick", "rounds": 5, "layers": [dense, bmm, uncovered],
             "machine": machine}  # fmt: skip
 
 
@@ -92,10 +101,73 @@ def test_markdown_table() -> None:
     lines = md.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| layer |"))
     columns = lines[header].count("|")
-    table = lines[header : header + 4]
-    assert all(line.count("|") == columns for line in table)  # header, rule, the dense row, the uncovered row
+    table = lines[header : header + 5]
+    assert all(line.count("|") == columns for line in table)  # header, rule, dense, batch_matmul, uncovered
     assert "| odd |" in table[2] and "**1.26×**" in table[2] and "0.50× (M=1, numpy)" in table[2]
-    assert "2.0–5.0 (300)" in table[2] and "✗ ✗ ✓" in table[2]
-    assert "| conv1x1 |" in table[3] and "not covered by uKernels yet" in table[3] and "batch=1: 1300 µs" in table[3]
+    assert "N=1000 K=777, M=1..3" in table[2] and "2.0–5.0 (300)" in table[2] and "✗ ✗ ✓" in table[2]
+    assert "| attn-qk |" in table[3] and "B=12 K=64, T in M,N, T=1..2" in table[3] and "| 1,2 |" in table[3]
+    assert "0.50× (T=1, numpy)" in table[3] and "1.0–3.0 (410)" in table[3] and "✗ ✗ ✗" in table[3]
+    assert "| conv1x1 |" in table[4] and "not covered by uKernels yet" in table[4] and "batch=1: 1300 µs" in table[4]
+    assert "- `attn-qk`: uKernels bmm4x32x4; 1 of 2 measured T routed to numpy by the table" in md
     assert "Synthetic CPU, 2 cores" in md and "OPENBLAS_CORETYPE=Haswell" in md and "busy machine" not in md
     assert "MAX_S" in md  # why conv1x1 is not covered
+
+
+def test_covered_and_uncovered_layers() -> None:
+    assert set(layers.BMM) == {"attn-qk", "attn-av"} and set(layers.UNCOVERED) == {"conv3x3", "conv1x1"}
+    assert list(layers.COVERED) == [*layers.DENSE, *layers.BMM, *layers.CONV]
+    assert layers.BMM["attn-qk"].full_shape(7) == {"B": 12, "M": 7, "N": 7, "K": 64}
+    assert layers.BMM["attn-av"].full_shape(7) == {"B": 12, "M": 7, "N": 64, "K": 7}
+    assert layers.intervals([5, 1, 2, 3, 7, 8]) == [[1, 3], [5, 5], [7, 8]] and layers.intervals([]) == []
+
+
+@pytest.mark.parametrize("name", ["attn-qk", "attn-av"])
+def test_the_bmm_jobs_are_what_the_service_admits_and_plans(name: str) -> None:
+    from service.models import Budget
+    from service.tuning.admission import check_job
+    from service.tuning.hardware import host_target
+    from service.tuning.kinds import KINDS
+
+    layer = layers.BMM[name]
+    workload, distribution = layers.bmm_workload(layer, 512)
+    support = distribution.support()
+    assert len(support) == 512 and all(len(set(shape.values())) == 1 for shape, _ in support)  # T in both dims
+    assert sorted(workload.symbolic) == sorted(layer.follows_t) and workload.dims["B"] == 12
+    budget = Budget(trials=layers.BUDGET_UKERNELS)
+    assert check_job("ukernel", workload, distribution, host_target(), budget) is None
+    (unit,) = KINDS.get("ukernel").plan(workload, distribution, budget).units
+    assert unit.trials == layers.BUDGET_UKERNELS
+
+
+def _vendor_dispatcher(layer: Any, s_max: int) -> Any:
+    """A BmmDispatcher whose table routes every T = 1..s_max to numpy (no uKernels, so no TVM needed)."""
+    from kernelfleet.bmm_dispatcher import BmmDispatcher
+    from kernelfleet.dispatch import VENDOR
+    from service.tuning.tuners.ukernel.bmm_tuner import plan_cells
+
+    workload, distribution = layers.bmm_workload(layer, s_max)
+    empty, groups = plan_cells(layer.follows_t, distribution.support())
+    cells = [VENDOR if i in groups else None for i in range(len(empty.cells))]
+    table = type(empty)(empty.dims, empty.starts, empty.his, tuple(cells))
+    return BmmDispatcher(table, {}, {d: int(v) for d, v in workload.dims.items()})
+
+
+@pytest.mark.parametrize("name", ["attn-qk", "attn-av"])
+def test_bmm_contenders_compute_the_same_product(name: str) -> None:
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    layer = layers.BMM[name]
+    d = _vendor_dispatcher(layer, 9)
+    bench = layer.bench(torch, d)
+    for t in (1, 5, 9):
+        calls = bench.at(t)
+        want = calls.torch().numpy()
+        assert want.shape == (12, t, t if name == "attn-qk" else 64)
+        np.testing.assert_allclose(calls.ours(), want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(calls.numpy(), want, rtol=1e-5, atol=1e-4)
+        assert (calls.route, calls.program) == ("numpy", [])
+    assert bench.at(10).route == "miss"  # past the tuned box
+    probe = bench.probe(5)
+    assert probe.pieces == 0 and probe.inner == "numpy's own call"
+    assert 0 < layers.bmm_selection_s(d, *layers.bmm_operands(torch, layer, 5, 0)[:2], calls=50, rounds=1) < 1e-3

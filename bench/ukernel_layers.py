@@ -840,8 +840,8 @@ def markdown(data: dict[str, Any]) -> str:
             f"| {res['name']} | {res['what']}, {res['dim']}=1..{res['s_max']} | — | **not covered by uKernels yet** "
             f"| — | — | faster vendor: {base} | — | — | — | — |"
         )
-    lines += ["", "Not covered, why:", ""]
-    lines += [f"- `{r['name']}`: {r['why']}" for r in data["layers"] if not r["covered"]]
+    why = [f"- `{r['name']}`: {r['why']}" for r in data["layers"] if not r["covered"]]
+    lines += ["", "Not covered, why:", "", *why] if why else []
     lines += ["", "Per layer:", ""]
     for res in data["layers"]:
         if not res["covered"]:

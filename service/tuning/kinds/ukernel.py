@@ -17,7 +17,8 @@ of every timing runs them too (numpy, as a host would); CUDA uKernels do not fus
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,6 +41,7 @@ from service.tuning.kinds.base import (
     WorkUnit,
 )
 from service.tuning.kinds.ukernel_bmm import plan_bmm, run_bmm_unit, validate_bmm
+from service.tuning.kinds.ukernel_conv import plan_conv, run_conv_unit, validate_conv
 from service.tuning.platforms import Platform
 from service.tuning.platforms.base import check_result
 from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
@@ -64,8 +66,10 @@ class UKernelKind(JobKind):
     ) -> Problem | None:
         if workload.op == "batch_matmul":
             return validate_bmm(workload, distribution, target)
+        if workload.op == "conv2d":
+            return validate_conv(workload, distribution, target)
         if workload.op != "dense":
-            return Problem(("workload",), "ukernel jobs tune dense layers (op 'dense') and batch_matmul")
+            return Problem(("workload",), "ukernel jobs tune dense layers (op 'dense'), batch_matmul and conv2d")
         if target.kind == "cuda" and (workload.attrs.get("bias") or workload.attrs.get("activation", "none") != "none"):
             return Problem(("workload", "attrs"), "CPU targets fuse bias and activation; CUDA uKernels do not yet")
         if workload.symbolic != [DIM]:
@@ -83,6 +87,8 @@ class UKernelKind(JobKind):
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         if workload.op == "batch_matmul":
             return plan_bmm(workload, distribution, budget.max_shapes, self._ukernels(budget))
+        if workload.op == "conv2d":
+            return plan_conv(workload, distribution, budget.max_shapes, self._ukernels(budget))
         hot = planning.hot_shapes(workload, distribution, budget.max_shapes)
         shapes = [PlannedShape(shape=s, weight=w, priority=p, trials=1) for s, w, p in hot]
         s_max = max(shape[DIM] for shape, _ in distribution.support())
@@ -95,43 +101,16 @@ class UKernelKind(JobKind):
         return min(int(budget.trials), MAX_UKERNELS)
 
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
-        from service.tuning.tuners.base import TuningStopped
-        from service.tuning.tuners.ukernel.tuner import RangeTask, UKernelTuner
+        from service.tuning.tuners.ukernel.tuner import RangeTask
 
+        hot = self.plan(ctx.workload, ctx.distribution, ctx.budget).shapes
         if ctx.workload.op == "batch_matmul":  # several dynamic dims: a tuple table (kinds/ukernel_bmm.py)
-            return run_bmm_unit(unit, ctx, self.plan(ctx.workload, ctx.distribution, ctx.budget).shapes)
-        tuner: Any = UKernelTuner()
-        if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
-            from service.tuning.tuners.ukernel.gpu_tuner import GPUUKernelTuner
-
-            tuner = GPUUKernelTuner()
-
+            return run_bmm_unit(unit, ctx, hot)
+        if ctx.workload.op == "conv2d":  # an implicit GEMM over M = N·OH·OW (kinds/ukernel_conv.py)
+            return run_conv_unit(unit, ctx, hot)
         support = ctx.distribution.support()
         s_max = max(shape[DIM] for shape, _ in support)
         total = sum(w for _, w in support)
-        representative = max(1, round(sum(shape[DIM] * w for shape, w in support) / total))
-        hot = self.plan(ctx.workload, ctx.distribution, ctx.budget).shapes
-
-        class _Progress:
-            def on_ukernel(self, record: dict[str, Any]) -> None:
-                ctx.sink.on_candidates(unit.key, _candidates([record]))
-
-            def on_validated(self, S: int, measured: int) -> None:
-                ctx.sink.on_progress(shape_key({DIM: S}), 1)
-
-            def should_stop(self) -> bool:
-                return ctx.sink.should_stop()
-
-        # a retried job rebuilds the uKernels an earlier attempt measured and keeps their timings
-        measured_before = {
-            str(c.config["id"]): c.config["measured"]
-            for c in ctx.sink.earlier_candidates(unit.key)
-            if c.status == "ok" and c.config.get("measured")
-        }
-        if measured_before:
-            log.info("job %s: resuming from %d measured uKernels", ctx.job_id, len(measured_before))
-            ctx.sink.on_progress(None, len(measured_before))  # they count toward progress again
-
         task = RangeTask(
             workload=ctx.workload,
             s_max=s_max,
@@ -139,14 +118,9 @@ class UKernelKind(JobKind):
             target=ctx.target,
             max_ukernels=unit.trials,
             work_dir=ctx.work_dir,
-            representative_m=representative,
-            measured_before=measured_before,
-            vendor_routes=ctx.settings.ukernel_vendor_routes,
-            measure_timeout_s=ctx.settings.measure_timeout_s,
+            representative_m=max(1, round(sum(shape[DIM] * w for shape, w in support) / total)),
         )
-        outcome = tuner.tune_range(task, _Progress())
-        if ctx.sink.should_stop():
-            raise TuningStopped("stopped by the job")
+        outcome = tune_unit(unit, ctx, task, lambda S: shape_key({DIM: S}))
         error = verify(outcome, ctx.workload, ctx.platform)
         if error:
             return UnitResult(fatal=error)
@@ -158,23 +132,7 @@ class UKernelKind(JobKind):
             )
             for p in hot
         ]
-        if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
-            # every S went to the vendor: a table of vendor routes only would change nothing for anyone
-            routes = outcome.validation.get("vendor_routes", {})
-            return UnitResult(
-                shapes=shapes,
-                not_published=f"the vendor (numpy) is faster as the SDK calls both at every {DIM} in 1..{s_max} "
-                f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
-            )
-        publication = DispatchPublication(
-            dim=DIM,
-            table=outcome.table.to_dict(),
-            artifacts=artifacts_of(outcome),
-            predicted=outcome.predicted_s,
-            measured=outcome.measured_s,
-            validation=validation_record(outcome, ctx.worker),
-        )
-        return UnitResult(shapes=shapes, dispatch=publication)
+        return publish_range(outcome, ctx, shapes, f"{DIM} in 1..{s_max}")
 
     # -- the fleet loop ------------------------------------------------------------------------------
     def fleet_trials(self, units: int, unit_trials: int) -> int:
@@ -265,6 +223,74 @@ def validation_record(outcome: Any, worker: str) -> dict[str, Any]:
         "hardware": outcome.hardware,
         "worker": worker,
     }
+
+
+def tune_unit(unit: WorkUnit, ctx: UnitContext, task: Any, progress_key: Callable[[int], str | None]) -> Any:
+    """Run a dense range task (tuners.ukernel.tuner.RangeTask) as a job's unit: the target's tuner, every uKernel
+    reported as a candidate as soon as it is measured, a retry resuming from what an earlier attempt measured,
+    each validated S counted on the shape row `progress_key(S)` names. Returns the RangeOutcome."""
+    from service.tuning.tuners.base import TuningStopped
+    from service.tuning.tuners.ukernel.tuner import UKernelTuner
+
+    tuner: Any = UKernelTuner()
+    if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
+        from service.tuning.tuners.ukernel.gpu_tuner import GPUUKernelTuner
+
+        tuner = GPUUKernelTuner()
+
+    class _Progress:
+        def on_ukernel(self, record: dict[str, Any]) -> None:
+            ctx.sink.on_candidates(unit.key, _candidates([record]))
+
+        def on_validated(self, S: int, measured: int) -> None:
+            ctx.sink.on_progress(progress_key(S), 1)
+
+        def should_stop(self) -> bool:
+            return ctx.sink.should_stop()
+
+    # a retried job rebuilds the uKernels an earlier attempt measured and keeps their timings
+    measured_before = {
+        str(c.config["id"]): c.config["measured"]
+        for c in ctx.sink.earlier_candidates(unit.key)
+        if c.status == "ok" and c.config.get("measured")
+    }
+    if measured_before:
+        log.info("job %s: resuming from %d measured uKernels", ctx.job_id, len(measured_before))
+        ctx.sink.on_progress(None, len(measured_before))  # they count toward progress again
+    task = replace(
+        task,
+        measured_before=measured_before,
+        vendor_routes=ctx.settings.ukernel_vendor_routes,
+        measure_timeout_s=ctx.settings.measure_timeout_s,
+    )
+    outcome = tuner.tune_range(task, _Progress())
+    if ctx.sink.should_stop():
+        raise TuningStopped("stopped by the job")
+    return outcome
+
+
+def publish_range(
+    outcome: Any, ctx: UnitContext, shapes: list[ShapeOutcome], covers: str, extra: Mapping[str, Any] | None = None
+) -> UnitResult:
+    """A verified range outcome as the unit's dispatch table over M (`extra`: more keys in the table), or why
+    it is not published: the vendor is faster at every S it `covers` (e.g. "M in 1..128")."""
+    if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
+        # every S went to the vendor: a table of vendor routes only would change nothing for anyone
+        routes = outcome.validation.get("vendor_routes", {})
+        return UnitResult(
+            shapes=shapes,
+            not_published=f"the vendor (numpy) is faster as the SDK calls both at every {covers} "
+            f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
+        )
+    publication = DispatchPublication(
+        dim=DIM,
+        table={**outcome.table.to_dict(), **(extra or {})},
+        artifacts=artifacts_of(outcome),
+        predicted=outcome.predicted_s,
+        measured=outcome.measured_s,
+        validation=validation_record(outcome, ctx.worker),
+    )
+    return UnitResult(shapes=shapes, dispatch=publication)
 
 
 # -- the dashboard ----------------------------------------------------------------------------------------

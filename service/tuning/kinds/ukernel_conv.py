@@ -61,7 +61,7 @@ def plan_conv(workload: WorkloadSpec, distribution: ShapeDistribution, max_shape
 
 
 def run_conv_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> UnitResult:
-    from service.tuning.kinds.ukernel import publish_range, tune_unit, verify
+    from service.tuning.kinds.ukernel_range import publish_range, tune_unit, verify
     from service.tuning.tuners.ukernel import conv
 
     w = ctx.workload

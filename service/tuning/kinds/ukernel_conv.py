@@ -32,10 +32,10 @@ def validate_conv(workload: WorkloadSpec, distribution: ShapeDistribution, targe
         return Problem(("target", "kind"), "conv2d uKernels run on CPU (llvm) targets; there are no CUDA ones yet")
     if workload.dtype != "float32":
         return Problem(("workload", "dtype"), f"ukernel jobs support float32, not {workload.dtype}")
-    for i, d in enumerate(workload.symbolic):
+    for d in workload.symbolic:  # (no index in the loc: the service may hold the list in another order)
         if d not in CONV_DIMS:
             return Problem(
-                ("workload", "symbolic", i),
+                ("workload", "symbolic"),
                 f"conv2d ukernel jobs take dynamic {', '.join(CONV_DIMS)} (they change only M = N·OH·OW); "
                 f"{d} must be static",
             )

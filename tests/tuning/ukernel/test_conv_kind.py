@@ -62,7 +62,7 @@ def test_what_the_kind_refuses_names_the_field() -> None:
     f16 = CONV.model_copy(update={"dtype": "float16"})
     assert _problem_loc(f16, DIST) == ("workload", "dtype")
     ci = WorkloadSpec(op="conv2d", dims={"N": 1, "H": 8, "W": 8, "CO": 8, "KH": 3, "KW": 3}, symbolic=["CI"])
-    assert _problem_loc(ci, Uniform(dim="CI", low=1, high=8)) == ("workload", "symbolic", 0)
+    assert _problem_loc(ci, Uniform(dim="CI", low=1, high=8)) == ("workload", "symbolic")
     big = Explicit(points=[ShapePoint(shape={"N": 8, "H": 64, "W": 64})])  # M = 8·64·64 > MAX_S
     assert _problem_loc(CONV, big) == ("distribution",)
     # the operator is NHWC/HWIO with no dilation or groups: a workload asking for them is no conv2d workload

@@ -12,6 +12,9 @@ runs every S ≤ 256, both ends of every interval and two primes past S_max agai
 
 A layer's bias and activation (dense attrs) are fused into every uKernel on CPU targets, and the vendor side
 of every timing runs them too (numpy, as a host would); CUDA uKernels do not fuse them yet.
+
+batch_matmul jobs (several dynamic dims, a tuple table) are in kinds/ukernel_bmm.py; conv2d jobs (NHWC, an
+implicit GEMM over M = N·OH·OW through this same range unit, kinds/ukernel_range.py) in kinds/ukernel_conv.py.
 """
 
 from __future__ import annotations

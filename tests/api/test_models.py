@@ -139,7 +139,12 @@ def test_a_model_starts_one_job_per_op_with_the_budget_split_by_flops_weight_and
 
 
 def test_an_op_the_kind_cannot_tune_on_the_target_is_listed_as_skipped(api: TestClient) -> None:
-    conv = {"op": "conv2d", "dims": {"H": 8, "W": 8, "CI": 4, "CO": 8, "KH": 3, "KW": 3}, "symbolic": ["N"]}
+    conv = {  # ukernel jobs tune float32 conv2d layers only
+        "op": "conv2d",
+        "dtype": "float16",
+        "dims": {"H": 8, "W": 8, "CI": 4, "CO": 8, "KH": 3, "KW": 3},
+        "symbolic": ["N"],
+    }
     ops = [_op("fc", _dense(64, 32)), _op("conv", conv, 2, _explicit((1, 1.0), dim="N"))]
     resp = api.post("/v1/models", json=model_body(kind="ukernel", ops=ops))
     assert resp.status_code == 202, resp.text
@@ -188,7 +193,12 @@ def test_the_dashboard_lists_models_and_shows_a_models_ops_jobs_and_progress(api
     from service.models.auth import Scope
     from service.store import keys
 
-    conv = {"op": "conv2d", "dims": {"H": 8, "W": 8, "CI": 4, "CO": 8, "KH": 3, "KW": 3}, "symbolic": ["N"]}
+    conv = {  # ukernel jobs tune float32 conv2d layers only
+        "op": "conv2d",
+        "dtype": "float16",
+        "dims": {"H": 8, "W": 8, "CI": 4, "CO": 8, "KH": 3, "KW": 3},
+        "symbolic": ["N"],
+    }
     ops = [_op("fc<1>", _dense(64, 32)), _op("conv", conv, 2, _explicit((1, 1.0), dim="N"))]
     model = api.post("/v1/models", json=model_body(kind="ukernel", ops=ops)).json()
     with session_scope() as s:

@@ -225,3 +225,57 @@ def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
         assert "published: false" in shown.output and "vendor (numpy) is faster" in shown.output, shown.output
     finally:
         fleet.stop()
+
+
+CONV = {
+    "op": "conv2d",
+    "dims": {"CI": 4, "CO": 16, "KH": 3, "KW": 3},
+    "symbolic": ["N", "H", "W"],
+    "attrs": {"padding": 1},
+}
+CONV_DIST = {
+    "kind": "independent",
+    "factors": [
+        {"kind": "uniform", "dim": "N", "low": 1, "high": 2},
+        {"kind": "uniform", "dim": "H", "low": 2, "high": 6},
+        {"kind": "uniform", "dim": "W", "low": 2, "high": 6},
+    ],
+}
+
+
+def test_a_conv2d_ukernel_job_publishes_an_implicit_gemm_table_the_sdk_runs(fleet: Fleet, tmp_path: Path) -> None:
+    from service.models import WorkloadSpec
+    from service.tuning.compute import reference
+
+    fleet.start_api()
+    fleet.start_worker("w1")
+    client = fleet.client()
+    target = _target(client)
+    with_ci = {**CONV, "symbolic": ["N", "H", "CI"], "dims": {"W": 8, "CO": 16, "KH": 3, "KW": 3}}
+    ci_dist = {
+        **CONV_DIST,
+        "factors": [*CONV_DIST["factors"][:2], {"kind": "uniform", "dim": "CI", "low": 1, "high": 4}],
+    }
+    for workload, dist, loc in [  # what the kind cannot tune: 422 naming the field
+        (with_ci, ci_dist, ["workload", "symbolic"]),
+        ({**CONV, "attrs": {"padding": 1, "layout": "NCHW"}}, CONV_DIST, ["attrs", "layout"]),
+        ({**CONV, "attrs": {"padding": 1, "dilation": 2}}, CONV_DIST, ["attrs", "dilation"]),
+    ]:
+        resp = client._http.post(
+            "/v1/jobs", json={"kind": "ukernel", "workload": workload, "target": target, "distribution": dist}
+        )
+        assert resp.status_code == 422 and resp.json()["detail"][0]["loc"][-2:] == loc, resp.text
+
+    job = client.submit(CONV, target, CONV_DIST, kind="ukernel", budget={"trials": 2, "max_shapes": 2})
+    done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+    assert done.state == "succeeded" and done.published is True, done
+    assert all(s.best_latency_s and s.baseline_latency_s for s in done.shapes)
+    d = client.conv2d_dispatcher(done.workload_hash, done.target_fingerprint or "", cache_dir=tmp_path / "cache")
+    assert d.source == "service" and not d.fallback and d.geometry.filter == (3, 3, 4, 16)
+    conv = reference(WorkloadSpec.model_validate(CONV))
+    rng = np.random.default_rng(5)
+    f = rng.standard_normal((3, 3, 4, 16)).astype("float32")
+    for n, h, w in [(1, 2, 2), (2, 6, 6), (2, 3, 5), (3, 9, 7)]:  # the box's corners, inside, past it
+        x = rng.standard_normal((n, h, w, 4)).astype("float32")
+        np.testing.assert_allclose(d(x, f), conv(x, f), rtol=1e-4, atol=1e-3, err_msg=f"{(n, h, w)}")
+    assert sum(u.fallbacks for u in d.usage().values()) == 0

@@ -29,6 +29,7 @@ log = logging.getLogger("kernelfleet")
 
 if TYPE_CHECKING:
     from kernelfleet.bmm_dispatcher import BmmDispatcher
+    from kernelfleet.conv_dispatcher import ConvDispatcher
     from kernelfleet.cuda_ukernel import CudaDispatcher
     from kernelfleet.dispatcher import Dispatcher
     from kernelfleet.epilogue import Epilogue
@@ -439,7 +440,7 @@ class Client:
         cache_dir: Path | None = None,
         trusted_key: str | None = None,
         epilogue: Epilogue | None = None,
-    ) -> Dispatcher | CudaDispatcher | BmmDispatcher:
+    ) -> Dispatcher | CudaDispatcher | BmmDispatcher | ConvDispatcher:
         """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
 
         Fetched once (revalidated by ETag), the document's signature and every artifact's hash verified; falls
@@ -457,6 +458,8 @@ class Client:
 
         A batch_matmul table (several dynamic dims) gives a `BmmDispatcher` (kernelfleet.bmm_dispatcher):
         `d(a, bt)` for A[B,M,K], Bt[B,N,K]; `bmm_dispatcher` also gives one when no table is known.
+        A conv2d table (an implicit GEMM over M = N·OH·OW) gives a `ConvDispatcher` (kernelfleet.conv_dispatcher):
+        `d(i, f)` for NHWC I[N,H,W,CI], F[KH,KW,CI,CO]; `conv2d_dispatcher` also gives one when no table is known.
         """
         from kernelfleet.dispatch_cache import load_dispatcher
 
@@ -477,13 +480,42 @@ class Client:
         verified table (service unreachable and nothing cached, or no TVM runtime) it runs numpy, every call
         a miss; `static` ({dim: size}, the workload's fixed dims) then checks the calls' shapes."""
         from kernelfleet.bmm_dispatcher import BmmDispatcher
+        from kernelfleet.dispatcher import Dispatcher
 
         d = self.dispatcher(workload, target, cache_dir=cache_dir, trusted_key=trusted_key)
         if isinstance(d, BmmDispatcher):
             return d
-        if d.table is None:  # the numpy fallback: no table was loaded
+        if type(d) is Dispatcher and d.table is None:  # the numpy fallback: no table was loaded
             return BmmDispatcher(None, static=static)
-        raise ValueError(f"the table of {workload} on {target} is over one dim {d.meta.get('dim')!r}, not batch_matmul")
+        raise ValueError(f"the table of {workload} on {target} is no batch_matmul table (a {type(d).__name__})")
+
+    def conv2d_dispatcher(
+        self,
+        workload: str,
+        target: str,
+        *,
+        stride: int | None = None,
+        padding: int | None = None,
+        cache_dir: Path | None = None,
+        trusted_key: str | None = None,
+    ) -> ConvDispatcher:
+        """`dispatcher` for an NHWC conv2d workload: O = I ⊛ F for any (N, H, W), through the dense uKernels of
+        its table over M = N·OH·OW. With no verified table (service unreachable and nothing cached, or no TVM
+        runtime) it runs im2col and numpy, every call a miss: `stride` and `padding` (the workload's attrs;
+        default 1 and 0) then say what to compute; with a table they must match the table's when given."""
+        from kernelfleet.conv_dispatcher import ConvDispatcher, ConvGeometry
+        from kernelfleet.dispatcher import Dispatcher
+
+        d = self.dispatcher(workload, target, cache_dir=cache_dir, trusted_key=trusted_key)
+        if isinstance(d, ConvDispatcher):
+            g = d.geometry
+            for name, given, tuned in (("stride", stride, g.stride), ("padding", padding, g.padding)):
+                if given is not None and given != tuned:
+                    raise ValueError(f"the table of {workload} on {target} has {name}={tuned}, not {given}")
+            return d
+        if type(d) is not Dispatcher or d.table is not None:  # a dense, CUDA or batch_matmul table
+            raise ValueError(f"the table of {workload} on {target} is no conv2d table (a {type(d).__name__})")
+        return ConvDispatcher(d, ConvGeometry(stride=1 if stride is None else stride, padding=padding or 0))
 
     # -- fleet -----------------------------------------------------------------------------------
     def send_telemetry(self, batch: Mapping[str, Any]) -> dict[str, Any]:

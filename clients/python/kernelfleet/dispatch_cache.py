@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 import numpy as np
 
+from kernelfleet.conv_dispatcher import TABLE_KEY as CONV_KEY
+from kernelfleet.conv_dispatcher import ConvDispatcher, ConvGeometry
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
@@ -193,7 +195,7 @@ class _LazyKernel:
 
 def dispatcher_from_doc(
     doc: DispatchDoc, cache: DispatchCache, source: str, epilogue: Epilogue | None = None
-) -> Dispatcher | CudaDispatcher | BmmDispatcher:
+) -> Dispatcher | CudaDispatcher | BmmDispatcher | ConvDispatcher:
     """Load a verified document's uKernels from the cache, checking each library's hash before loading it.
     `epilogue`, when given, must be the table's (the layer the caller runs is the layer that was tuned)."""
     from kernelfleet.cuda_ukernel import is_cuda_spec
@@ -210,7 +212,7 @@ def dispatcher_from_doc(
         verify_bytes(path.read_bytes(), u.sha256)
         kernels[u.id] = load_ukernel(path, UKernelSpec.from_dict(u.spec))
     spec = next(iter(kernels.values())).spec if kernels else None  # None: every S routed to the vendor
-    return Dispatcher(
+    dense = Dispatcher(
         DispatchTable.from_dict(doc.table),
         kernels,
         N=spec.N if spec else None,
@@ -225,6 +227,9 @@ def dispatcher_from_doc(
             "job_id": doc.job_id,
         },
     )
+    if CONV_KEY in doc.table:  # a conv2d layer as an implicit GEMM over M = N·OH·OW
+        return ConvDispatcher(dense, ConvGeometry.from_dict(doc.table[CONV_KEY]))
+    return dense
 
 
 def bmm_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache) -> BmmDispatcher:
@@ -282,7 +287,7 @@ def load_dispatcher(
     cache_dir: Path | None = None,
     trusted_key: str | None = None,
     epilogue: Epilogue | None = None,
-) -> Dispatcher | CudaDispatcher | BmmDispatcher:
+) -> Dispatcher | CudaDispatcher | BmmDispatcher | ConvDispatcher:
     """The dispatcher for `workload` on `target` (see Client.dispatcher). `epilogue` is the layer's bias and
     activation: the numpy fallback (no table) needs it to compute the layer; a table carries its own, and one
     that differs from `epilogue` is an error."""

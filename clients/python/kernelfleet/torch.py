@@ -537,11 +537,13 @@ def accelerate(
     def dispatcher_for(h: str) -> Dispatcher | CudaDispatcher | None:
         if h not in loaded:
             from kernelfleet.bmm_dispatcher import BmmDispatcher
+            from kernelfleet.conv_dispatcher import ConvDispatcher
             from kernelfleet.cuda_ukernel import NoCudaDevice
 
             try:
                 d = load_dispatcher(loader, h, fingerprint, cache_root, key)
-                loaded[h] = None if isinstance(d, BmmDispatcher) else d  # Linear layers run dense tables only
+                # Linear layers run dense tables only
+                loaded[h] = None if isinstance(d, BmmDispatcher | ConvDispatcher) else d
             except NoCudaDevice as exc:  # a CUDA table on a host without a GPU: PyTorch runs the layer
                 log.warning("workload %s: %s", h, exc)
                 loaded[h] = None

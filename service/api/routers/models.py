@@ -4,7 +4,7 @@ The model was parsed on the client (`kernelfleet.model_import`); the request car
 never the model. Each op is validated as a job of the model's kind on its target would be: a workload or
 distribution the service refuses is a 422 at `ops.<i>.…`, an attribute the kind cannot do there (e.g. an
 activation CUDA uKernels do not fuse) a 422 at `ops.<i>.workload.attrs…`, while an op the kind cannot tune at all
-on that target (a conv2d for `ukernel`) is listed as skipped in the response, not dropped.
+on that target (a float16 conv2d for `ukernel`) is listed as skipped in the response, not dropped.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def _timed_against_vendor(data: ui.JobData) -> tuple[list[tuple[float, float, fl
     rows = [
         (float(s.shape[dim]), at[s.shape[dim]], s.baseline_latency_s)
         for s in data.job.shapes
-        if s.baseline_latency_s and at.get(s.shape[dim])
+        if s.baseline_latency_s and dim in s.shape and at.get(s.shape[dim])  # conv2d rows are (N, H, W) tuples
     ]
     return sorted(rows), "at the validated shapes"
 

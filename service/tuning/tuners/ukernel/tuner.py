@@ -147,14 +147,14 @@ def time_dispatcher(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 
     bias = _bias(dispatcher.epilogue, N, rng)
     out = aligned_empty((S, N))
     dispatcher(x, w, out, bias=bias)
-    return _median_call(lambda: dispatcher(x, w, out, bias=bias), min_seconds)
+    return median_call(lambda: dispatcher(x, w, out, bias=bias), min_seconds)
 
 
 def _bias(epilogue: Epilogue, N: int, rng: np.random.Generator) -> np.ndarray | None:
     return rng.standard_normal(N, dtype=np.float32) if epilogue.bias else None
 
 
-def _median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5) -> float:
+def median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5) -> float:
     samples: list[float] = []
     deadline = time.perf_counter() + min_seconds
     while len(samples) < min_samples or (time.perf_counter() < deadline and len(samples) < 1000):
@@ -181,8 +181,8 @@ def time_against_vendor(
     ours: list[float] = []
     theirs: list[float] = []
     for _ in range(rounds):
-        ours.append(_median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3))
-        theirs.append(_median_call(lambda: dense_reference(x, w, bias, epilogue), min_seconds, 3))
+        ours.append(median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3))
+        theirs.append(median_call(lambda: dense_reference(x, w, bias, epilogue), min_seconds, 3))
     return min(ours), min(theirs)
 
 
@@ -210,6 +210,7 @@ class UKernelTuner:
         if not proposals:
             raise ValueError(f"no uKernel tile passes the hardware rules for N={N}, K={K} on {hw.name}")
         from service.tuning.platforms import tvm_target  # here: GPU hosts import this module without pydantic
+
         target = tvm_target(task.target)
         kernels: dict[str, UKernel] = {}
         artifacts: dict[str, UKernelArtifact] = {}

@@ -1,0 +1,87 @@
+"""`ukernel` jobs on conv2d (CPU targets): an NHWC layer with any of N, H, W symbolic, tuned as an implicit GEMM.
+
+The layer is the dense layer Y[M, CO] = im2col(I)[M, KH·KW·CI]·Wᵀ over M = N·OH·OW (tuners.ukernel.conv): the
+job tunes that dense layer over the distribution its tuples induce on M with the dense machinery (rules, cost
+model, combination DP, vendor routes), exactly as a `dense` ukernel job would, and publishes the dense table
+over M with the conv's geometry under "conv2d" (stride, padding, filter sizes, static dims), signed like any
+other; the SDK loads it as a ConvDispatcher (kernelfleet.conv_dispatcher), which maps a tuple to M in O(1). Its
+shape rows are the hot tuples, timed through the conv dispatcher (im2col included) next to the vendor's conv.
+
+Before publishing, the dense dispatcher is verified over M as for a dense job, and the conv dispatcher against
+the numpy conv at every corner of the support's box and past it. Not covered: CUDA targets, float16, symbolic
+CI, CO, KH or KW (they change K or the output width, not M), and bias or activation epilogues (the conv2d
+operator has none). The operator is NHWC with an HWIO filter and has no dilation or groups: a workload naming
+another layout or those attributes is refused when it is registered (422 at `workload.attrs.<name>`).
+"""
+
+from __future__ import annotations
+
+from kernelfleet.conv_dispatcher import CONV_DIMS, TABLE_KEY
+from service.models import TargetSpec, WorkloadSpec, shape_key
+from service.models.distribution import ShapeDistribution
+from service.models.plan import PlannedShape
+from service.tuning import planning
+from service.tuning.kinds.base import Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.tuning.tuners.ukernel.limits import MAX_S
+
+
+def validate_conv(workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec) -> Problem | None:
+    from service.tuning.tuners.ukernel.conv import rows_support
+
+    if target.kind != "llvm":
+        return Problem(("target", "kind"), "conv2d uKernels run on CPU (llvm) targets; there are no CUDA ones yet")
+    if workload.dtype != "float32":
+        return Problem(("workload", "dtype"), f"ukernel jobs support float32, not {workload.dtype}")
+    for d in workload.symbolic:  # (no index in the loc: the service may hold the list in another order)
+        if d not in CONV_DIMS:
+            return Problem(
+                ("workload", "symbolic"),
+                f"conv2d ukernel jobs take dynamic {', '.join(CONV_DIMS)} (they change only M = N·OH·OW); "
+                f"{d} must be static",
+            )
+    if not workload.symbolic:
+        return Problem(("workload", "symbolic"), f"conv2d ukernel jobs need at least one of {list(CONV_DIMS)} dynamic")
+    high = max(m[0]["M"] for m in rows_support(workload, distribution.support()))
+    if high > MAX_S:
+        return Problem(
+            ("distribution",), f"ukernel jobs tune M = N·OH·OW up to {MAX_S}; the distribution reaches M={high}"
+        )
+    return None
+
+
+def plan_conv(workload: WorkloadSpec, distribution: ShapeDistribution, max_shapes: int, ukernels: int) -> Plan:
+    from service.tuning.tuners.ukernel.conv import rows_support
+
+    hot = planning.hot_shapes(workload, distribution, max_shapes)
+    shapes = [PlannedShape(shape=s, weight=w, priority=p, trials=1) for s, w, p in hot]
+    s_max = max(m["M"] for m, _ in rows_support(workload, distribution.support()))
+    dims = ",".join(d for d in CONV_DIMS if d in workload.symbolic)
+    unit = WorkUnit(f"{dims} as M=N·OH·OW=1..{s_max}", tuple(shape_key(p.shape) for p in shapes), ukernels)
+    return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + len(shapes))
+
+
+def run_conv_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> UnitResult:
+    from service.tuning.kinds.ukernel_range import publish_range, tune_unit, verify
+    from service.tuning.tuners.ukernel import conv
+
+    w = ctx.workload
+    support = ctx.distribution.support()
+    task = conv.conv_range_task(
+        w, support, ctx.target, ctx.work_dir, max_ukernels=unit.trials, validate=[p.shape for p in hot]
+    )
+    row_of = {}  # each validated M counts on the first hot tuple that gives it
+    for p in reversed(hot):
+        row_of[conv.rows(w, p.shape)] = shape_key(p.shape)
+    outcome = tune_unit(unit, ctx, task, row_of.get)
+    dispatcher = conv.dispatcher_of(outcome, w)
+    error = verify(outcome, task.workload, ctx.platform) or conv.verify_conv(
+        dispatcher, w, conv.check_tuples(w, support)
+    )
+    if error:
+        return UnitResult(fatal=error)
+    shapes = [
+        ShapeOutcome(p.shape, latency_s=conv.time_conv(dispatcher, w, p.shape), vendor=ctx.platform.vendor(w, p.shape))
+        for p in hot
+    ]
+    geometry = {TABLE_KEY: conv.geometry(w).to_dict()}
+    return publish_range(outcome, ctx, shapes, f"M = N·OH·OW in 1..{task.s_max}", geometry)

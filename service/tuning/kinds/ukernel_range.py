@@ -1,0 +1,166 @@
+"""A `ukernel` unit over one dynamic M, shared by the dense and conv2d paths (kinds/ukernel.py, kinds/ukernel_conv.py):
+tune a dense range task as a job's unit (candidates, resuming, progress), verify its dispatcher as the SDK runs it,
+and publish its table over M or say why not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from service.models import WorkloadSpec
+from service.models.artifact import Artifact
+from service.models.config import MeasuredCandidate
+from service.tuning.kinds.base import DispatchPublication, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.tuning.platforms import Platform
+from service.tuning.platforms.base import check_result
+
+log = logging.getLogger(__name__)
+
+DIM = "M"
+
+
+def _candidates(records: list[dict[str, Any]]) -> list[MeasuredCandidate]:
+    """Every uKernel the rules proposed, as the job's measured candidates (its time at the largest M sampled)."""
+    out = []
+    for r in records:
+        measured = r.get("measured") or {}
+        latency = measured[max(measured, key=int)] if measured else None
+        out.append(
+            MeasuredCandidate(
+                config={"format": "ukernel-tile", **r},
+                latency_s=latency,
+                status="ok" if "error" not in r else "error",
+                error=r.get("error"),
+            )
+        )
+    return out
+
+
+def _next_prime(n: int) -> int:
+    while n < 2 or any(n % d == 0 for d in range(2, int(n**0.5) + 1)):
+        n += 1
+    return n
+
+
+def verification_shapes(outcome: Any) -> list[int]:
+    """Every S up to 256, both ends of every interval (so every program shape runs), and primes past the
+    tuned range (where the table extends its last interval)."""
+    s_max = outcome.table.s_max
+    shapes = set(range(1, min(s_max, 256) + 1))
+    for iv in outcome.table.intervals:
+        shapes |= {iv.lo, iv.hi}
+    shapes |= {_next_prime(s_max + 1), _next_prime(2 * s_max + 1)}
+    return sorted(shapes)
+
+
+def verify(outcome: Any, workload: WorkloadSpec, platform: Platform | None = None) -> str | None:
+    """Run the dispatcher exactly as the SDK will and compare with the reference; the first error, or None."""
+    from kernelfleet.dispatcher import Dispatcher
+    from service.tuning.compute import random_inputs, reference, tolerance
+
+    N, K = workload.dims["N"], workload.dims["K"]
+    # GPU outcomes bring their CudaDispatcher (numpy in, copied to the device, numpy out)
+    dispatcher = outcome.dispatcher or Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
+    x_all, w, *bias = random_inputs(workload, {DIM: max(verification_shapes(outcome))}, seed=1)
+    b = bias[0] if bias else None  # present iff the layer adds one
+    for S in verification_shapes(outcome):
+        x = x_all[:S]
+        check = platform.check if platform is not None else check_result
+        got = dispatcher(x, w) if b is None else dispatcher(x, w, bias=b)
+        error = check(got, np.asarray(reference(workload)(x, w, *bias)), tolerance(workload, {DIM: S}))
+        if error:
+            return f"program for {DIM}={S}: {error}"
+    return None
+
+
+def artifacts_of(outcome: Any) -> list[Artifact]:
+    """The outcome's libraries, read while its work dir exists."""
+    return [
+        Artifact(ukernel_id=uid, sha256=a.sha256, spec=a.spec.to_dict(), data=a.path.read_bytes())
+        for uid, a in outcome.artifacts.items()
+    ]
+
+
+def validation_record(outcome: Any, worker: str) -> dict[str, Any]:
+    """What is stored with a table about how it was chosen and how well the models ranked."""
+    return {
+        **outcome.validation,
+        "tuning_seconds": outcome.seconds,
+        "padding_ratio": outcome.padding_ratio,
+        "candidates": outcome.candidates,
+        "hardware": outcome.hardware,
+        "worker": worker,
+    }
+
+
+def tune_unit(unit: WorkUnit, ctx: UnitContext, task: Any, progress_key: Callable[[int], str | None]) -> Any:
+    """Run a dense range task (tuners.ukernel.tuner.RangeTask) as a job's unit: the target's tuner, every uKernel
+    reported as a candidate as soon as it is measured, a retry resuming from what an earlier attempt measured,
+    each validated S counted on the shape row `progress_key(S)` names. Returns the RangeOutcome."""
+    from service.tuning.tuners.base import TuningStopped
+    from service.tuning.tuners.ukernel.tuner import UKernelTuner
+
+    tuner: Any = UKernelTuner()
+    if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
+        from service.tuning.tuners.ukernel.gpu_tuner import GPUUKernelTuner
+
+        tuner = GPUUKernelTuner()
+
+    class _Progress:
+        def on_ukernel(self, record: dict[str, Any]) -> None:
+            ctx.sink.on_candidates(unit.key, _candidates([record]))
+
+        def on_validated(self, S: int, measured: int) -> None:
+            ctx.sink.on_progress(progress_key(S), 1)
+
+        def should_stop(self) -> bool:
+            return ctx.sink.should_stop()
+
+    # a retried job rebuilds the uKernels an earlier attempt measured and keeps their timings
+    measured_before = {
+        str(c.config["id"]): c.config["measured"]
+        for c in ctx.sink.earlier_candidates(unit.key)
+        if c.status == "ok" and c.config.get("measured")
+    }
+    if measured_before:
+        log.info("job %s: resuming from %d measured uKernels", ctx.job_id, len(measured_before))
+        ctx.sink.on_progress(None, len(measured_before))  # they count toward progress again
+    task = replace(
+        task,
+        measured_before=measured_before,
+        vendor_routes=ctx.settings.ukernel_vendor_routes,
+        measure_timeout_s=ctx.settings.measure_timeout_s,
+    )
+    outcome = tuner.tune_range(task, _Progress())
+    if ctx.sink.should_stop():
+        raise TuningStopped("stopped by the job")
+    return outcome
+
+
+def publish_range(
+    outcome: Any, ctx: UnitContext, shapes: list[ShapeOutcome], covers: str, extra: Mapping[str, Any] | None = None
+) -> UnitResult:
+    """A verified range outcome as the unit's dispatch table over M (`extra`: more keys in the table), or why
+    it is not published: the vendor is faster at every S it `covers` (e.g. "M in 1..128")."""
+    if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
+        # every S went to the vendor: a table of vendor routes only would change nothing for anyone
+        routes = outcome.validation.get("vendor_routes", {})
+        return UnitResult(
+            shapes=shapes,
+            not_published=f"the vendor (numpy) is faster as the SDK calls both at every {covers} "
+            f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
+        )
+    publication = DispatchPublication(
+        dim=DIM,
+        table={**outcome.table.to_dict(), **(extra or {})},
+        artifacts=artifacts_of(outcome),
+        predicted=outcome.predicted_s,
+        measured=outcome.measured_s,
+        validation=validation_record(outcome, ctx.worker),
+    )
+    return UnitResult(shapes=shapes, dispatch=publication)

@@ -1,0 +1,182 @@
+"""conv2d uKernels as an implicit GEMM: an NHWC conv layer tuned as the dense layer it is over M = N·OH·OW.
+
+O[N,OH,OW,CO] = I[N,H,W,CI] ⊛ F[KH,KW,CI,CO] is Y[M, CO] = X[M, K]·Wᵀ with M = N·OH·OW and K = KH·KW·CI
+(X the input's im2col matrix, W the filter as a matrix: kernelfleet.conv_dispatcher). Whatever subset of N, H and
+W is symbolic, a tuple only changes M, so the conv layer is tuned by the dense uKernel machinery (rules, cost
+model, combination DP, vendor routes: tuners.ukernel.tuner) over the distribution the tuples induce on M (each
+M weighted by the mass of the tuples that give it), and served by the dense table behind a ConvDispatcher that
+maps a tuple to M in O(1). Nothing here is a second kernel family: only the mapping, and the checks that the
+conv built on the dense table computes the conv.
+
+Free of Celery and the store: the job kind drives it, benchmarks call `tune_conv_range` directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kernelfleet.conv_dispatcher import CONV_DIMS, ConvDispatcher, ConvGeometry
+from kernelfleet.dispatcher import Dispatcher
+from service.models import TargetSpec, WorkloadSpec
+from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
+from service.tuning.tuners.ukernel.tuner import (
+    QuietRangeSink,
+    RangeOutcome,
+    RangeSink,
+    RangeTask,
+    UKernelTuner,
+    median_call,
+)
+
+Weighted = Sequence[tuple[Mapping[str, int], float]]
+GEMM_DIM = "M"
+
+
+def geometry(workload: WorkloadSpec) -> ConvGeometry:
+    """A conv2d workload's stride, padding, filter sizes and static N, H, W, as the SDK dispatcher reads them."""
+    d = workload.dims
+    return ConvGeometry(
+        stride=int(workload.attrs["stride"]),
+        padding=int(workload.attrs["padding"]),
+        filter=(d["KH"], d["KW"], d["CI"], d["CO"]),
+        static={k: d[k] for k in CONV_DIMS if k in d},
+    )
+
+
+def gemm_workload(workload: WorkloadSpec) -> WorkloadSpec:
+    """The dense layer a conv2d workload is: N = CO, K = KH·KW·CI, one dynamic M = N·OH·OW."""
+    d = workload.dims
+    return WorkloadSpec(
+        op="dense", dtype=workload.dtype, dims={"N": d["CO"], "K": d["KH"] * d["KW"] * d["CI"]}, symbolic=[GEMM_DIM]
+    )
+
+
+def rows(workload: WorkloadSpec, shape: Mapping[str, int]) -> int:
+    """M = N·OH·OW of one tuple of the workload's symbolic dims."""
+    return geometry(workload).rows(shape)
+
+
+def rows_support(workload: WorkloadSpec, support: Weighted) -> list[tuple[dict[str, int], float]]:
+    """The distribution the tuples induce on M: each M with the summed weight of the tuples that give it."""
+    g = geometry(workload)
+    mass: dict[int, float] = {}
+    for shape, w in support:
+        m = g.rows(shape)
+        mass[m] = mass.get(m, 0.0) + w
+    return [({GEMM_DIM: m}, w) for m, w in sorted(mass.items())]
+
+
+def check_tuples(workload: WorkloadSpec, support: Weighted) -> list[dict[str, int]]:
+    """Tuples the conv dispatcher is checked at before anything is published: every corner of the support's
+    box and, per symbolic dim, one and a half times its largest value (past the tuned range, where the
+    table extends its last interval), skipping tuples whose output would be empty."""
+    dims = [d for d in CONV_DIMS if d in workload.symbolic]
+    ends = [sorted({min(s[d] for s, _ in support), max(s[d] for s, _ in support)}) for d in dims]
+    tuples = [dict(zip(dims, combo, strict=True)) for combo in itertools.product(*ends)]
+    top = {d: e[-1] for d, e in zip(dims, ends, strict=True)}
+    tuples += [{**top, d: top[d] + top[d] // 2 + 1} for d in dims]
+    return [t for t in tuples if rows(workload, t) > 0]
+
+
+def dispatcher_of(outcome: RangeOutcome, workload: WorkloadSpec) -> ConvDispatcher:
+    """The SDK's conv dispatcher over a tuned dense outcome, exactly as a host loads it from the table."""
+    g = geometry(workload)
+    dense = Dispatcher(outcome.table, outcome.kernels, N=g.filter[3] if g.filter else None, K=g.K)
+    return ConvDispatcher(dense, g)
+
+
+def verify_conv(dispatcher: ConvDispatcher, workload: WorkloadSpec, tuples: Sequence[Mapping[str, int]]) -> str | None:
+    """Run the conv dispatcher at each tuple against the numpy reference; the first error, or None."""
+    from service.tuning.compute import random_inputs, reference, tolerance
+
+    ref = reference(workload)
+    for t in tuples:
+        inp, flt = random_inputs(workload, t, seed=1)
+        got, want = dispatcher(inp, flt), ref(inp, flt)
+        if got.shape != want.shape:
+            return f"conv at {dict(t)}: output {list(got.shape)}, expected {list(want.shape)}"
+        err = float(np.max(np.abs(got - want)))
+        if not err <= tolerance(workload, t):
+            return f"conv at {dict(t)} (M={rows(workload, t)}): max abs error {err:.3g}"
+    return None
+
+
+def conv_range_task(
+    workload: WorkloadSpec,
+    support: Weighted,
+    target: TargetSpec,
+    work_dir: Path,
+    *,
+    max_ukernels: int = MAX_UKERNELS,
+    validate: Sequence[Mapping[str, int]] = (),
+    vendor_routes: bool = True,
+) -> RangeTask:
+    """The dense range task a conv layer is: M = 1..max M of the support, its weighted mean M representative,
+    the hot tuples' M validated."""
+    over_m = rows_support(workload, support)
+    total = sum(w for _, w in over_m)
+    ms = list(dict.fromkeys(rows(workload, t) for t in validate))
+    return RangeTask(
+        workload=gemm_workload(workload),
+        s_max=max(s[GEMM_DIM] for s, _ in over_m),
+        validate=ms,
+        target=target,
+        max_ukernels=max_ukernels,
+        work_dir=work_dir,
+        representative_m=max(1, round(sum(s[GEMM_DIM] * w for s, w in over_m) / total)),
+        vendor_routes=vendor_routes,
+    )
+
+
+@dataclass
+class ConvRangeOutcome:
+    workload: WorkloadSpec
+    dense: RangeOutcome  # the dense tuning over M: its table, uKernels and validation
+
+    def dispatcher(self) -> ConvDispatcher:
+        return dispatcher_of(self.dense, self.workload)
+
+
+def tune_conv_range(
+    workload: WorkloadSpec,
+    support: Weighted,
+    target: TargetSpec,
+    work_dir: Path,
+    *,
+    max_ukernels: int = MAX_UKERNELS,
+    validate: Sequence[Mapping[str, int]] = (),
+    vendor_routes: bool = True,
+    sink: RangeSink | None = None,
+) -> ConvRangeOutcome:
+    """Tune an NHWC conv2d layer (CPU) for every tuple of `support` (over its symbolic N, H, W): the dense
+    uKernels over M, checked as a conv at the support's corners and past them. Raises when the check fails."""
+    task = conv_range_task(
+        workload,
+        support,
+        target,
+        work_dir,
+        max_ukernels=max_ukernels,
+        validate=validate,
+        vendor_routes=vendor_routes,
+    )
+    out = ConvRangeOutcome(workload, UKernelTuner().tune_range(task, sink or QuietRangeSink()))
+    error = verify_conv(out.dispatcher(), workload, check_tuples(workload, support))
+    if error:
+        raise RuntimeError(error)
+    return out
+
+
+def time_conv(
+    dispatcher: ConvDispatcher, workload: WorkloadSpec, shape: Mapping[str, int], min_seconds: float = 0.002
+) -> float:
+    """Median seconds per call of the conv dispatcher at one tuple, as an inference host calls it (im2col included)."""
+    from service.tuning.compute import random_inputs
+
+    inp, flt = random_inputs(workload, shape)
+    dispatcher(inp, flt)  # packs the filter
+    return median_call(lambda: dispatcher(inp, flt), min_seconds)

@@ -1,0 +1,145 @@
+"""The `ukernel` kind on conv2d (NHWC, symbolic N/H/W): what it accepts (422 naming the field otherwise), one unit
+run end to end through the dense machinery over M = N·OH·OW, and the published table loaded by the SDK from its
+signed cache, offline, as a ConvDispatcher (`Client.conv2d_dispatcher`)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pydantic import ValidationError
+
+from kernelfleet.client import Client
+from kernelfleet.conv_dispatcher import ConvDispatcher
+from kernelfleet.dispatch_cache import CachedDoc, DispatchCache
+from kernelfleet.models import DispatchDoc, UKernelRef
+from kernelfleet.signing import document_message
+from service.models import Budget, TargetSpec, WorkloadSpec
+from service.models.distribution import Explicit, Independent, ShapePoint, Uniform
+from service.settings import Settings
+from service.tuning.admission import check_job
+from service.tuning.hardware import host_target
+from service.tuning.kinds import KINDS
+from service.tuning.kinds.base import UnitContext
+from service.tuning.platforms import PLATFORMS
+from tests.tuning.sinks import RecordingSink
+
+LLVM = TargetSpec(kind="llvm", mcpu="skylake-avx512", num_cores=2)
+CI, CO = 4, 8
+CONV = WorkloadSpec(
+    op="conv2d", dims={"CI": CI, "CO": CO, "KH": 3, "KW": 3}, symbolic=["N", "H", "W"], attrs={"padding": 1}
+)
+DIST = Explicit(points=[ShapePoint(shape={"N": n, "H": h, "W": h}, weight=n) for n in (1, 2) for h in (4, 6, 9)])
+WH, TARGET = "ab" * 16, "cd" * 16
+
+
+def _problem_loc(workload: WorkloadSpec, dist: Any, target: TargetSpec = LLVM) -> tuple[str | int, ...] | None:
+    problem = check_job("ukernel", workload, dist, target, Budget(trials=2))
+    return None if problem is None else problem.loc
+
+
+def test_what_the_kind_accepts_for_conv2d() -> None:
+    assert _problem_loc(CONV, DIST) is None
+    only_h = WorkloadSpec(op="conv2d", dims={"N": 1, "W": 16, "CI": 8, "CO": 8, "KH": 3, "KW": 3}, symbolic=["H"])
+    assert _problem_loc(only_h, Uniform(dim="H", low=3, high=64)) is None
+    only_n = WorkloadSpec(op="conv2d", dims={"H": 14, "W": 14, "CI": 8, "CO": 8, "KH": 1, "KW": 1}, symbolic=["N"])
+    assert _problem_loc(only_n, Uniform(dim="N", low=1, high=16)) is None
+    hw = WorkloadSpec(op="conv2d", dims={"N": 2, "CI": 8, "CO": 8, "KH": 3, "KW": 3}, symbolic=["H", "W"])
+    grid = Independent(factors=[Uniform(dim="H", low=3, high=20), Uniform(dim="W", low=3, high=20)])
+    assert _problem_loc(hw, grid) is None
+
+
+def test_what_the_kind_refuses_names_the_field() -> None:
+    assert _problem_loc(CONV, DIST, TargetSpec(kind="cuda", arch="sm_90")) == ("target", "kind")
+    f16 = CONV.model_copy(update={"dtype": "float16"})
+    assert _problem_loc(f16, DIST) == ("workload", "dtype")
+    ci = WorkloadSpec(op="conv2d", dims={"N": 1, "H": 8, "W": 8, "CO": 8, "KH": 3, "KW": 3}, symbolic=["CI"])
+    assert _problem_loc(ci, Uniform(dim="CI", low=1, high=8)) == ("workload", "symbolic")
+    big = Explicit(points=[ShapePoint(shape={"N": 8, "H": 64, "W": 64})])  # M = 8·64·64 > MAX_S
+    assert _problem_loc(CONV, big) == ("distribution",)
+    # the operator is NHWC/HWIO with no dilation or groups: a workload asking for them is no conv2d workload
+    for attr, value in (("layout", "NCHW"), ("dilation", 2), ("groups", 2)):
+        with pytest.raises(ValidationError) as err:
+            WorkloadSpec(op="conv2d", dims=dict(CONV.dims), symbolic=["N", "H", "W"], attrs={attr: value})
+        assert err.value.errors()[0]["loc"][-2:] == ("attrs", attr)
+
+
+def _torch_conv(x: np.ndarray, f: np.ndarray, padding: int) -> np.ndarray:
+    xt, ft = torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(f).permute(3, 2, 0, 1)
+    return F.conv2d(xt, ft, padding=padding).permute(0, 2, 3, 1).numpy()
+
+
+def test_a_unit_publishes_a_table_the_sdk_runs_offline_from_its_signed_cache(tmp_path: Path) -> None:
+    kind = KINDS.get("ukernel")
+    platform: Any = PLATFORMS.get("llvm")
+    budget = Budget(trials=2, max_shapes=2)
+    (unit,) = kind.plan(CONV, DIST, budget).units
+    sink = RecordingSink()
+    ctx = UnitContext(
+        job_id="j",
+        worker="w",
+        workload=CONV,
+        target=platform.resolve(host_target()),
+        platform=platform,
+        distribution=DIST,
+        budget=budget,
+        settings=Settings(ukernel_vendor_routes=False),  # tiny sizes: numpy wins; keep the uKernels running
+        work_dir=tmp_path / "work",
+        sink=sink,
+    )
+    result = kind.run_unit(unit, ctx)
+    assert result.fatal is None and result.dispatch is not None and sink.candidates
+    pub = result.dispatch
+    assert pub.dim == "M" and len(pub.predicted) == 2 * 9 * 9  # the largest M = N·OH·OW
+    assert pub.table["conv2d"] == {"stride": 1, "padding": 1, "filter": [3, 3, CI, CO], "static": {}}
+    assert [s.shape for s in result.shapes] == [{"N": 2, "H": 9, "W": 9}, {"N": 2, "H": 6, "W": 6}]
+    assert all(s.latency_s and s.vendor for s in result.shapes)
+
+    # signed and cached as the service serves it; the service is unreachable
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    doc = DispatchDoc(
+        workload_hash=WH,
+        target_fingerprint=TARGET,
+        dim=pub.dim,
+        s_max=len(pub.predicted),
+        table=pub.table,
+        ukernels=[
+            UKernelRef(id=a.ukernel_id, sha256=a.sha256, spec=a.spec, size_bytes=len(a.data)) for a in pub.artifacts
+        ],
+        predicted_latency_s=pub.predicted,
+        measured_latency_s={str(k): v for k, v in pub.measured.items()},
+        created_at=dt.datetime.now(dt.UTC),
+    )
+    body = doc.model_dump_json().encode()
+    signature = base64.b64encode(key.sign(document_message(WH, TARGET, body))).decode()
+    cache = DispatchCache(tmp_path / "cache")
+    for a in pub.artifacts:
+        cache.put_artifact(a.sha256, a.data)
+    cache.write_doc(WH, TARGET, CachedDoc('"e"', body, signature))
+    client = Client("http://127.0.0.1:9", retries=0, cache_dir=tmp_path / "cache", trusted_key=public)
+    d = client.conv2d_dispatcher(WH, TARGET)
+    assert isinstance(d, ConvDispatcher) and d.source == "cache" and not d.fallback
+    rng = np.random.default_rng(0)
+    f = rng.standard_normal((3, 3, CI, CO), dtype=np.float32)
+    for n, h, w in [(1, 4, 4), (2, 9, 9), (2, 5, 7), (3, 11, 10)]:  # in the box, between its points, past it
+        x = rng.standard_normal((n, h, w, CI), dtype=np.float32)
+        assert d.program({"N": n, "H": h, "W": w})  # uKernels, not numpy
+        np.testing.assert_allclose(d(x, f), _torch_conv(x, f, 1), rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="stride=1"):
+        client.conv2d_dispatcher(WH, TARGET, stride=2)
+
+    # nothing cached: numpy, every call a miss, with the stride and padding the caller names
+    bare = client.conv2d_dispatcher(WH, TARGET, padding=1, cache_dir=tmp_path / "empty")
+    assert bare.fallback and bare.source == "fallback"
+    x = rng.standard_normal((2, 5, 6, CI), dtype=np.float32)
+    np.testing.assert_allclose(bare(x, f), _torch_conv(x, f, 1), rtol=1e-4, atol=1e-3)
+    assert sum(u.fallbacks for u in bare.usage().values()) == 1

@@ -19,6 +19,14 @@ pytestmark = pytest.mark.slow
 
 DIST = {"kind": "explicit", "points": [{"shape": {"M": 13}, "weight": 1}, {"shape": {"M": 8}, "weight": 1}]}
 
+# The tests of the fleet's mechanics (redelivery, reaping, cancel, broker outages) are not about the search:
+# their jobs run the test suite's `exhaustive` kind (a plugin: real TVM builds of a fixed list of schedules,
+# about half a second per candidate) instead of MetaSchedule, whose fixed cost per job is 15-20 s here. The
+# sketch search through the whole fleet is test_flow_api_worker_store_sdk_on_postgres_and_redis's.
+REPO = Path(__file__).resolve().parents[2]
+EXHAUSTIVE = {"KERNELFLEET_PLUGINS": "tests.workers.exhaustive_kind"}
+FOUR_SHAPES = {"kind": "explicit", "points": [{"shape": {"M": m}} for m in (5, 8, 13, 21)]}  # 16 candidates
+
 
 @pytest.fixture
 def fleet_factory(tmp_path: Path) -> Iterator[object]:
@@ -82,11 +90,12 @@ def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redi
         KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S="1",
         KERNELFLEET_HEARTBEAT_INTERVAL_S="1",
         KERNELFLEET_STALE_AFTER_S="4",
+        **EXHAUSTIVE,
     )
     fleet.start_api()
     fleet.start_worker("victim")
     client = fleet.client()
-    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 24, "max_shapes": 2, "seed": 1})
+    job = client.submit(TINY_DENSE, _target(client), FOUR_SHAPES, kind="exhaustive", budget={"max_shapes": 4})
     wait_for(lambda: _running_with_progress(client, job.id), 180, "the job to be mid-run", poll_s=0.1)
     fleet.kill("victim")  # SIGKILL the worker and its measurement processes
     fleet.start_worker("rescuer")  # no beat: recovery must come from the broker's redelivery
@@ -94,18 +103,21 @@ def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redi
     assert done.state == "succeeded" and done.attempts == 2
     assert all(s.state == "succeeded" for s in done.shapes)
     assert "rescuer" in (done.worker or "")
-    assert len(client.configs(workload=done.workload_hash)) == 2  # one best per shape, no duplicates
+    assert len(client.configs(workload=done.workload_hash)) == 4  # one best per shape, no duplicates
 
 
 def test_worker_sigkill_on_embedded_broker_is_reaped(fleet_factory) -> None:  # type: ignore[no-untyped-def]
     fleet = fleet_factory(
-        KERNELFLEET_HEARTBEAT_INTERVAL_S="1", KERNELFLEET_STALE_AFTER_S="4", KERNELFLEET_REAP_INTERVAL_S="2"
+        KERNELFLEET_HEARTBEAT_INTERVAL_S="1",
+        KERNELFLEET_STALE_AFTER_S="4",
+        KERNELFLEET_REAP_INTERVAL_S="2",
+        **EXHAUSTIVE,
     )
     fleet.start_api()
     fleet.start_beat()
     fleet.start_worker("victim")
     client = fleet.client()
-    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 24, "max_shapes": 2, "seed": 2})
+    job = client.submit(TINY_DENSE, _target(client), FOUR_SHAPES, kind="exhaustive", budget={"max_shapes": 4})
     wait_for(lambda: _running_with_progress(client, job.id), 180, "the job to be mid-run", poll_s=0.1)
     fleet.kill("victim")  # the SQLite transport never redelivers: the store's reaper must
     fleet.start_worker("rescuer")
@@ -120,6 +132,8 @@ def test_standalone_runs_a_job_on_the_embedded_default_and_stops_cleanly(tmp_pat
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFLEET_")}
     env["KERNELFLEET_DATA_DIR"] = str(tmp_path / "data")
+    # its parts inherit the environment, plugins included; a console script has no cwd on its path
+    env.update(EXHAUSTIVE, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     cli = Path(sys.executable).parent / "kernelfleet"
     proc = subprocess.Popen(
         [str(cli), "standalone", "--port", str(port)],
@@ -137,7 +151,8 @@ def test_standalone_runs_a_job_on_the_embedded_default_and_stops_cleanly(tmp_pat
             TINY_DENSE,
             _target(client),
             {"kind": "uniform", "dim": "M", "low": 4, "high": 6},
-            budget={"trials": 8, "max_shapes": 1},
+            kind="exhaustive",
+            budget={"max_shapes": 1},
         )
         assert client.wait(job.id, timeout_s=300, poll_s=0.5).state == "succeeded"
         assert (tmp_path / "data" / "kernelfleet.db").exists() and (tmp_path / "data" / "broker.db").exists()
@@ -218,6 +233,7 @@ def test_redis_restart_loses_no_job(fleet_factory, pg_url: str, private_redis: P
         KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S="1",
         KERNELFLEET_HEARTBEAT_INTERVAL_S="1",
         KERNELFLEET_STALE_AFTER_S="4",
+        **EXHAUSTIVE,
     )
     fleet.start_api()
     client = fleet.client()
@@ -228,7 +244,8 @@ def test_redis_restart_loses_no_job(fleet_factory, pg_url: str, private_redis: P
             TINY_DENSE,
             target,
             {"kind": "explicit", "points": [{"shape": {"M": m}}]},
-            budget={"trials": 4, "max_shapes": 1},
+            kind="exhaustive",
+            budget={"max_shapes": 1},
         ).id
         for m in (3, 5, 7)
     ]
@@ -241,15 +258,16 @@ def test_redis_restart_loses_no_job(fleet_factory, pg_url: str, private_redis: P
 
 
 def test_cancel_stops_a_running_job(fleet_factory) -> None:  # type: ignore[no-untyped-def]
-    fleet = fleet_factory(KERNELFLEET_HEARTBEAT_INTERVAL_S="1")
+    fleet = fleet_factory(KERNELFLEET_HEARTBEAT_INTERVAL_S="1", **EXHAUSTIVE)
     fleet.start_api()
     fleet.start_worker("w1")
     client = fleet.client()
-    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 96, "max_shapes": 1})
+    many = {"kind": "explicit", "points": [{"shape": {"M": m}} for m in range(1, 17)]}  # 64 candidates
+    job = client.submit(TINY_DENSE, _target(client), many, kind="exhaustive", budget={"max_shapes": 16})
     wait_for(lambda: _running_with_progress(client, job.id), 180, "the job to be mid-run", poll_s=0.1)
     assert client.cancel(job.id).state == "running"  # a running job stops at its next heartbeat
     done = client.wait(job.id, timeout_s=120, poll_s=0.5, raise_on_failure=False)
-    assert done.state == "cancelled" and done.trials_done < 96
+    assert done.state == "cancelled" and done.trials_done < done.trials_total == 64
     # the store says cancelled when the runner confirms it; the task logs its outcome just after
     wait_for(lambda: "outcome: cancelled" in fleet.log("w1"), 30, "the worker to log the cancelled outcome")
 
@@ -258,16 +276,17 @@ def test_job_accepted_while_the_broker_is_down_is_dispatched_later(  # type: ign
     fleet_factory, pg_url: str, private_redis: PrivateRedis
 ) -> None:
     fleet = fleet_factory(
-        KERNELFLEET_DATABASE_URL=pg_url, KERNELFLEET_BROKER_URL=private_redis.url, KERNELFLEET_REAP_INTERVAL_S="2"
+        KERNELFLEET_DATABASE_URL=pg_url,
+        KERNELFLEET_BROKER_URL=private_redis.url,
+        KERNELFLEET_REAP_INTERVAL_S="2",
+        **EXHAUSTIVE,
     )
     fleet.start_api()
     client = fleet.client()
     hw = __import__("service.tuning.hardware", fromlist=["host_target"]).host_target()
     target = hw.model_dump(exclude={"toolchain", "arch"})
     private_redis.stop()  # the broker is gone: the API must still accept and keep the job
-    job = client.submit(
-        TINY_DENSE, target, {"kind": "explicit", "points": [{"shape": {"M": 4}}]}, budget={"trials": 4, "max_shapes": 1}
-    )
+    job = client.submit(TINY_DENSE, target, {"kind": "explicit", "points": [{"shape": {"M": 4}}]}, kind="exhaustive")
     assert job.state == "queued"
     private_redis.start()
     fleet.start_beat()  # the reaper publishes jobs whose message was never sent

@@ -214,6 +214,67 @@ class BmmLayer:
 
 
 @dataclass(frozen=True)
+class ConvLayer:
+    """An NHWC conv2d (HWIO filter) with the batch N dynamic, H and W static: the `ukernel` kind's conv2d unit
+    (kinds/ukernel_conv.py), the dense uKernels over M = N·OH·OW behind the SDK's ConvDispatcher."""
+
+    name: str
+    what: str
+    CI: int
+    CO: int
+    k: int  # KH = KW
+    padding: int
+    s_max: int
+    HW: int = 56
+    stride: int = 1
+    dim: ClassVar[str] = "N"
+
+    @property
+    def out_hw(self) -> int:
+        return (self.HW + 2 * self.padding - self.k) // self.stride + 1
+
+    def rows(self, n: int) -> int:
+        """M = N·OH·OW, the dense layer's row count at batch n."""
+        return n * self.out_hw**2
+
+    def job_n_max(self, s_max: int) -> int:
+        """The largest batch a job may cover: the service tunes M = N·OH·OW up to MAX_S (kinds/ukernel_conv)."""
+        from service.tuning.tuners.ukernel.limits import MAX_S
+
+        return min(s_max, MAX_S // self.rows(1))
+
+    def workload(self) -> Any:
+        from service.models import WorkloadSpec
+
+        return WorkloadSpec(
+            op="conv2d",
+            dims={"H": self.HW, "W": self.HW, "CI": self.CI, "CO": self.CO, "KH": self.k, "KW": self.k},
+            symbolic=["N"],
+            attrs={"stride": self.stride, "padding": self.padding},
+        )
+
+    def distribution(self, n_max: int) -> Any:
+        """Uniform over N = 1..n_max."""
+        from service.models.distribution import Explicit, ShapePoint
+
+        return Explicit(points=[ShapePoint(shape={"N": n}) for n in range(1, n_max + 1)])
+
+    def shape_text(self, s_max: int) -> str:
+        job = self.job_n_max(s_max)
+        beyond = f"; job N=1..{job} (M≤{self.rows(job)}), N>{job} past its table" if job < s_max else ""
+        return (
+            f"{self.what}: CI={self.CI} CO={self.CO} {self.k}×{self.k} pad {self.padding}, H=W={self.HW}, "
+            f"N=1..{s_max}{beyond}"
+        )
+
+    def tune(self, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+        return tune_conv(self, s_max, args, work_dir)
+
+    def bench(self, torch: Any, d: Any) -> LayerBench:
+        return conv_bench(torch, self, d)
+
+
+@dataclass(frozen=True)
 class Uncovered:
     name: str
     what: str
@@ -256,32 +317,15 @@ BMM: dict[str, BmmLayer] = {
         ),
     )
 }
-# conv2d layers with uKernels go here (a class like DenseLayer/BmmLayer: shape_text, tune, bench), and their
-# names out of UNCOVERED
-CONV: dict[str, Covered] = {}
-UNCOVERED: dict[str, Uncovered] = {
-    u.name: u
-    for u in (
-        Uncovered(
-            "conv3x3",
-            "ResNet-50 layer1 3×3 conv, 64→64 ch, 56×56, pad 1",
-            "batch",
-            32,
-            (1, 4, 16, 32),
-            "conv2d: ukernel jobs take dense and batch_matmul only "
-            "(as im2col GEMM its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
-        ),
-        Uncovered(
-            "conv1x1",
-            "ResNet-50 layer1 1×1 conv, 256→64 ch, 56×56",
-            "batch",
-            32,
-            (1, 4, 16, 32),
-            "conv2d: ukernel jobs take dense and batch_matmul only "
-            "(as a dense its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
-        ),
+CONV: dict[str, ConvLayer] = {
+    layer.name: layer
+    for layer in (
+        ConvLayer("conv3x3", "ResNet-50 layer1 3×3 conv", 64, 64, 3, 1, 32),
+        ConvLayer("conv1x1", "ResNet-50 layer1 1×1 conv", 256, 64, 1, 0, 32),
     )
 }
+# layers without uKernels (one row each in the table, saying why, with the vendor time at a few shapes): none now
+UNCOVERED: dict[str, Uncovered] = {}
 COVERED: dict[str, Covered] = {**DENSE, **BMM, **CONV}
 ALL_LAYERS = (*COVERED, *UNCOVERED)
 QUICK = {"s_max": 32, "rounds": 3, "min_sample_ms": 2.0}
@@ -445,6 +489,79 @@ def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Pa
     return d, info
 
 
+def tune_conv(layer: ConvLayer, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """As kinds/ukernel_conv.run_conv_unit sets the tuner up, admitted and planned by the service's own code.
+
+    The service tunes M = N·OH·OW up to MAX_S only (56×56: N ≤ 1), so a job over N = 1..s_max is refused past
+    that; the job tuned here is the largest it admits, N = 1..job_n_max, and larger N run the table's extended
+    last interval, as they would for a user of that job's table. The refusal is recorded."""
+    from service.models import Budget
+    from service.tuning.admission import check_job
+    from service.tuning.hardware import host_target
+    from service.tuning.kinds import KINDS
+    from service.tuning.kinds.ukernel_range import verify
+    from service.tuning.platforms import PLATFORMS
+    from service.tuning.tuners.ukernel import conv
+
+    workload = layer.workload()
+    budget = Budget(trials=args.max_ukernels, max_shapes=BUDGET_HOT_SHAPES)
+    target = PLATFORMS.get("llvm").resolve(host_target())
+    refused = check_job("ukernel", workload, layer.distribution(s_max), target, budget)
+    job_n = layer.job_n_max(s_max)
+    if job_n < 1:
+        raise SystemExit(f"{layer.name}: the service refuses every batch: {refused}")
+    distribution = layer.distribution(job_n)
+    problem = check_job("ukernel", workload, distribution, target, budget)
+    if problem is not None:
+        raise SystemExit(f"{layer.name}: the service would refuse this job: {problem}")
+    plan = KINDS.get("ukernel").plan(workload, distribution, budget)
+    (unit,) = plan.units
+    hot = [p.shape for p in plan.shapes]
+    began = time.perf_counter()
+    out = conv.tune_conv_range(  # verifies the conv dispatcher at the support's corners and past them
+        workload,
+        distribution.support(),
+        target,
+        work_dir,
+        max_ukernels=unit.trials,
+        validate=hot,
+        vendor_routes=True,  # as run_conv_unit (conv_range_task's default)
+    )
+    error = verify(out.dense, conv.gemm_workload(workload))  # the job verifies the dense table too
+    wall = time.perf_counter() - began
+    d = out.dispatcher()
+    vendor_n = [n for n in range(1, s_max + 1) if not d.program({"N": n})]
+    routes = out.dense.validation["vendor_routes"]
+    info = {
+        "wall_s": wall,
+        "job_seconds": out.dense.seconds,
+        "job_N": [1, job_n],
+        "job_M": [1, layer.rows(job_n)],
+        "refused_full_range": refused.message if refused is not None else None,
+        "hot_shapes": hot,
+        "ukernels": sorted(out.dense.kernels),
+        "candidates": [c["id"] for c in out.dense.candidates],
+        "errors": out.dense.errors,
+        "verify_error": error,
+        "vendor_intervals": intervals(vendor_n),
+        "vendor_S": len(vendor_n),
+        "vendor_intervals_M": routes["intervals"],
+        "shapes_timed_against_numpy": routes["shapes_timed"],
+        "decided_by": routes["decided_by"],
+        "padding_ratio": out.dense.padding_ratio,
+        "table": out.dense.table.to_dict(),
+    }
+    failed = f", verification FAILED: {error}" if error else ""
+    print(
+        f"  job N=1..{job_n} (M=1..{layer.rows(job_n)})"
+        + (f"; N=1..{s_max} refused: {refused.message}" if refused is not None else "")
+        + f"\n  tuned in {wall:.1f} s (job's account {out.dense.seconds:.1f} s{failed}): uKernels {info['ukernels']}, "
+        f"N routed to numpy {vendor_n} (M intervals {routes['intervals']}), {routes['shapes_timed']} M timed",
+        flush=True,
+    )
+    return d, info
+
+
 # ------------------------------------------------------------------------------------------------
 # The contenders per layer kind
 # ------------------------------------------------------------------------------------------------
@@ -554,6 +671,73 @@ def bmm_bench(torch: Any, layer: BmmLayer, d: Any) -> LayerBench:
             inner=inner_what,
             pieces=0 if uid in routes else 1,
             selection_s=lambda: bmm_selection_s(d, a, bt),
+        )
+
+    return LayerBench(at, probe)
+
+
+def conv_numpy(layer: ConvLayer) -> Any:
+    """numpy's conv: the SDK's own fallback (a ConvDispatcher with no table: im2col, then one BLAS GEMM;
+    for a 1×1 layer the im2col is a free reshape). Faster than np.einsum over sliding windows
+    (service.tuning.compute's reference), which contracts the 3×3 windows in pieces."""
+    from kernelfleet.conv_dispatcher import ConvDispatcher, ConvGeometry
+    from kernelfleet.dispatcher import Dispatcher
+
+    return ConvDispatcher(Dispatcher(None, {}, N=None, K=None), ConvGeometry(layer.stride, layer.padding))
+
+
+def conv_operands(torch: Any, layer: ConvLayer, n: int, seed: int) -> tuple[Any, Any]:
+    """The NHWC input as numpy (contiguous) and as torch sees it: the NCHW view of the same memory, which
+    torch treats as channels_last."""
+    import numpy as np
+
+    x = np.random.default_rng(seed).standard_normal((n, layer.HW, layer.HW, layer.CI), dtype=np.float32)
+    return x, torch.from_numpy(x).permute(0, 3, 1, 2)
+
+
+def conv_bench(torch: Any, layer: ConvLayer, d: Any) -> LayerBench:
+    import numpy as np
+
+    from kernelfleet.dispatcher import dispatch_overhead_s
+
+    f = np.random.default_rng(0).standard_normal((layer.k, layer.k, layer.CI, layer.CO), dtype=np.float32)
+    # PyTorch's OIHW weight, channels_last like the input (as model.to(memory_format=torch.channels_last))
+    wt = torch.from_numpy(f).permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
+    conv2d = torch.nn.functional.conv2d
+    fallback = conv_numpy(layer)
+    d(conv_operands(torch, layer, 1, 0)[0], f)  # the filter as W[CO, K], packed once, as a warm host has it
+
+    def at(n: int) -> ShapeCalls:
+        x, xt = conv_operands(torch, layer, n, seed=n)
+        return ShapeCalls(
+            ours=lambda: d(x, f),
+            numpy=lambda: fallback(x, f),
+            torch=lambda: conv2d(xt, wt, stride=layer.stride, padding=layer.padding).permute(0, 2, 3, 1),
+            route="numpy" if d.dense.table.vendor_at(layer.rows(n)) else "uKernel",
+            program=[[p.ukernel_id, p.rows] for p in d.program({"N": n})],
+        )
+
+    def probe(n: int) -> OverheadProbe:
+        x, _ = conv_operands(torch, layer, n, seed=10_000 + n)
+        pieces = d.program({"N": n})
+        w = d.weight(f)
+        if pieces:
+            inner_what, inner = (
+                "its uKernels (time_evaluator; the im2col is overhead)",
+                functools.partial(_kernels_time, d.dense, pieces),
+            )
+        else:
+            cols = d.geometry.columns(x, layer.k, layer.k, layer.out_hw, layer.out_hw)
+            inner_what, inner = (
+                "numpy's GEMM on the im2col matrix (the im2col is overhead)",
+                functools.partial(_best_median, lambda: cols @ w.T, 1),
+            )
+        return OverheadProbe(
+            call=lambda: d(x, f),
+            inner_s=inner,
+            inner=inner_what,
+            pieces=len(pieces),
+            selection_s=lambda: dispatch_overhead_s(d.dense, layer.rows(n), w, calls=5000),
         )
 
     return LayerBench(at, probe)

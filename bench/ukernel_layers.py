@@ -15,15 +15,20 @@ Covered, batch_matmul (the operator's C[B,M,N] = A[B,M,K]·Bt[B,N,K]ᵀ; T = 1..
 - `attn-av`: attention A·V, [12,T,T]·[12,T,64]: B=12 N=64 static, T in M and K; the SDK takes Bt = Vᵀ, the
   transposed view of a contiguous V [12,T,64]
 
-Not covered by uKernels yet (one row each in the table, saying why; their vendor time is measured at a few
-shapes so the table has the baseline to beat, unless `--no-uncovered`):
+Covered, conv2d (NHWC input, HWIO filter; batch N dynamic, H = W = 56 static; the `ukernel` kind's conv2d unit:
+the dense uKernels over M = N·OH·OW behind the SDK's ConvDispatcher, which does the im2col):
 
-- `conv3x3`: ResNet-50 layer1 3×3 conv, 64→64 channels at 56×56, pad 1, batch 1..32
-- `conv1x1`: ResNet-50 layer1 1×1 conv, 256→64 channels at 56×56, batch 1..32
+- `conv3x3`: ResNet-50 layer1 3×3 conv, 64→64 channels at 56×56, pad 1, N = 1..32 (K = 576)
+- `conv1x1`: ResNet-50 layer1 1×1 conv, 256→64 channels at 56×56, N = 1..32 (K = 256; its im2col is a reshape)
 
-(conv2d uKernels are being added: a conv layer goes into `CONV` below, as a class with the same `tune`,
-`bench` and `shape_text` as `DenseLayer` and `BmmLayer`, and out of `UNCOVERED`; the rest of the script
-measures and reports it like the others.)
+  The service tunes M = N·OH·OW up to MAX_S = 4,096 and refuses a job past it (kinds/ukernel_conv.py): at
+  56×56 that is N = 1 only (M = 3,136; N = 32 is M = 100,352). So the job tuned here is the largest the service
+  admits, N = 1..1, and every N > 1 runs that job's table past its range (the dense table extends its last
+  interval), as it would for a user of that table; the refusal of N = 1..32 is recorded, and the table's shape
+  column says which N were past the job's table.
+
+Not covered by uKernels: none now (`UNCOVERED` is the place for a layer without them: one row in the table
+saying why, with the vendor time at a few shapes, unless `--no-uncovered`).
 
 For each covered layer:
 
@@ -36,12 +41,17 @@ For each covered layer:
      service's own code, then `tune_bmm_range` with the kind's `BmmRangeTask` (the target resolved by the
      llvm platform, vendor routes on as in the service's settings) and `verify_bmm`, which the job runs
      before it publishes. The dispatcher is a `BmmDispatcher` over the uKernels loaded back from their
-     exported libraries (sha256 checked), as the SDK loads them.
+     exported libraries (sha256 checked), as the SDK loads them;
+   - conv2d: as kinds/ukernel_conv.run_conv_unit: the job (uniform over N = 1..job N, an Explicit distribution)
+     admitted by `check_job` and planned by the kind (its uKernel count, its hot tuples), then `tune_conv_range`
+     with the hot tuples validated and vendor routes on (the unit's settings), which verifies the conv
+     dispatcher at the support's corners and past them, and the dense verification the unit runs too
+     (`ukernel_range.verify`). The dispatcher is the outcome's `ConvDispatcher`.
 
    The tuning wall time is the time around that (dense: `tune_range`; batch_matmul: `tune_bmm_range` and
-   `verify_bmm`); the job's own account (`seconds`) is recorded too. It runs in this process before torch is
-   used (`import tvm` imports torch when it is installed; nothing in a uKernel job starts a Python worker that
-   would import it again).
+   `verify_bmm`; conv2d: `tune_conv_range` and `verify`); the job's own account (`seconds`) is recorded too. It
+   runs in this process before torch is used (`import tvm` imports torch when it is installed; nothing in a
+   uKernel job starts a Python worker that would import it again).
 2. **Measure** the SDK dispatcher over the job's table and uKernels, called as a user calls it (plain numpy
    arrays, out=None), side by side with numpy and PyTorch:
    - dense: ours `d(x, w, bias=b)` after `d.prepare(w)`; numpy `x @ w.T`, then + b and the activation in
@@ -50,6 +60,12 @@ For each covered layer:
      gelu_tanh) / `relu` / `silu`;
    - batch_matmul: ours `d(a, bt)`; numpy `np.matmul(a, r)`; PyTorch `torch.bmm(a, r)` (r: Kᵀ as a view of
      K for attn-qk, V for attn-av: the same arrays);
+   - conv2d: ours `d(x, f)` (x NHWC, f HWIO, the filter's W[CO, K] made and packed by a first call, as on a
+     warm host); numpy: the SDK's own fallback (a ConvDispatcher without a table: im2col, then one GEMM `X @
+     Wᵀ`), the fastest numpy conv we have (`np.einsum` over `sliding_window_view`, the service's reference, is
+     1.6–4× slower at N = 1 and 4); PyTorch `F.conv2d(x_t.permute(0, 3, 1, 2), w)` on the contiguous NHWC
+     tensor's NCHW view (channels_last to torch) with the weight channels_last too (a model moved to
+     channels_last), its output permuted back to NHWC (a view);
 
    PyTorch under `torch.inference_mode()`; all three on the same number of threads (TVM's;
    `torch.set_num_threads` and threadpoolctl's BLAS limit set to it), in interleaved rounds (each round starts
@@ -66,7 +82,12 @@ For each covered layer:
    does for one piece; batch_matmul: the uKernel on A and Bt already padded and packed, so the overhead
    includes the per-call packing of Bt); at an M the table routes to numpy, minus numpy's own call. Plus the
    selection and bookkeeping alone, in ns (dense: `kernelfleet.dispatcher.dispatch_overhead_s`; batch_matmul:
-   a call of a BmmDispatcher over the same table whose programs, numpy's included, do nothing).
+   a call of a BmmDispatcher over the same table whose programs, numpy's included, do nothing; conv2d: the
+   dense dispatcher's at M, as for dense). For conv2d the overhead includes the im2col (a copy per filter tap
+   for 3×3; a reshape for 1×1): numpy's GEMM on the im2col matrix is the inner time at an N routed to numpy.
+
+   Per-point cost (conv2d): a call is ~0.1–0.3 ms per image on two cores, so a sample is one call at most N
+   and each N costs about (1 + rounds·(1 + confirm)) calls per contender: N = 1..32 is ~2 minutes per layer.
 
 Environment, as in the other benchmarks (bench/common.py): OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE and
 OMP_NUM_THREADS are removed by re-executing before numpy loads (the removed values are recorded); kernelfleet
@@ -81,6 +102,8 @@ Writes `--json` (default bench/results/ukernel_layers.json, git-ignored) and the
     PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers odd --s-max 32 --json /tmp/ul.json
     PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers attn-qk,attn-av --s-max 16 \\
         --max-ukernels 2 --rounds 3 --min-sample-ms 2 --json /tmp/ul.json                     # bmm smoke
+    PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers conv3x3,conv1x1 --s-max 3 \\
+        --max-ukernels 2 --rounds 3 --min-sample-ms 2 --json /tmp/ul.json                     # conv smoke
 """
 
 from __future__ import annotations
@@ -152,7 +175,7 @@ class LayerBench:
 
 
 class Covered(Protocol):
-    """A layer kind with uKernels (DenseLayer, BmmLayer; a conv layer later)."""
+    """A layer kind with uKernels (DenseLayer, BmmLayer, ConvLayer)."""
 
     name: str
     what: str
@@ -989,7 +1012,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"removed from the environment: {_stripped(env['stripped_env'])}.",
         "",
         "Ratios are vendor / ours (> 1: the uKernel dispatcher is faster); the vendor at each M (dense) or T "
-        "(batch_matmul) is the faster of "
+        "(batch_matmul) or N (conv2d) is the faster of "
         f"numpy and PyTorch (medians of {data['rounds']} interleaved rounds, more at an M re-timed below "
         f"{CONFIRM_BELOW}). Goals (issue 22, per layer): geomean ≥ {GOALS['geomean']}×, no M below "
         f"{GOALS['worst']}×, tuning ≤ {GOALS['tuning_s']:.0f} s.",

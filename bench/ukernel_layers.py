@@ -15,15 +15,20 @@ Covered, batch_matmul (the operator's C[B,M,N] = A[B,M,K]·Bt[B,N,K]ᵀ; T = 1..
 - `attn-av`: attention A·V, [12,T,T]·[12,T,64]: B=12 N=64 static, T in M and K; the SDK takes Bt = Vᵀ, the
   transposed view of a contiguous V [12,T,64]
 
-Not covered by uKernels yet (one row each in the table, saying why; their vendor time is measured at a few
-shapes so the table has the baseline to beat, unless `--no-uncovered`):
+Covered, conv2d (NHWC input, HWIO filter; batch N dynamic, H = W = 56 static; the `ukernel` kind's conv2d unit:
+the dense uKernels over M = N·OH·OW behind the SDK's ConvDispatcher, which does the im2col):
 
-- `conv3x3`: ResNet-50 layer1 3×3 conv, 64→64 channels at 56×56, pad 1, batch 1..32
-- `conv1x1`: ResNet-50 layer1 1×1 conv, 256→64 channels at 56×56, batch 1..32
+- `conv3x3`: ResNet-50 layer1 3×3 conv, 64→64 channels at 56×56, pad 1, N = 1..32 (K = 576)
+- `conv1x1`: ResNet-50 layer1 1×1 conv, 256→64 channels at 56×56, N = 1..32 (K = 256; its im2col is a reshape)
 
-(conv2d uKernels are being added: a conv layer goes into `CONV` below, as a class with the same `tune`,
-`bench` and `shape_text` as `DenseLayer` and `BmmLayer`, and out of `UNCOVERED`; the rest of the script
-measures and reports it like the others.)
+  The service tunes M = N·OH·OW up to MAX_S = 4,096 and refuses a job past it (kinds/ukernel_conv.py): at
+  56×56 that is N = 1 only (M = 3,136; N = 32 is M = 100,352). So the job tuned here is the largest the service
+  admits, N = 1..1, and every N > 1 runs that job's table past its range (the dense table extends its last
+  interval), as it would for a user of that table; the refusal of N = 1..32 is recorded, and the table's shape
+  column says which N were past the job's table.
+
+Not covered by uKernels: none now (`UNCOVERED` is the place for a layer without them: one row in the table
+saying why, with the vendor time at a few shapes, unless `--no-uncovered`).
 
 For each covered layer:
 
@@ -36,12 +41,17 @@ For each covered layer:
      service's own code, then `tune_bmm_range` with the kind's `BmmRangeTask` (the target resolved by the
      llvm platform, vendor routes on as in the service's settings) and `verify_bmm`, which the job runs
      before it publishes. The dispatcher is a `BmmDispatcher` over the uKernels loaded back from their
-     exported libraries (sha256 checked), as the SDK loads them.
+     exported libraries (sha256 checked), as the SDK loads them;
+   - conv2d: as kinds/ukernel_conv.run_conv_unit: the job (uniform over N = 1..job N, an Explicit distribution)
+     admitted by `check_job` and planned by the kind (its uKernel count, its hot tuples), then `tune_conv_range`
+     with the hot tuples validated and vendor routes on (the unit's settings), which verifies the conv
+     dispatcher at the support's corners and past them, and the dense verification the unit runs too
+     (`ukernel_range.verify`). The dispatcher is the outcome's `ConvDispatcher`.
 
    The tuning wall time is the time around that (dense: `tune_range`; batch_matmul: `tune_bmm_range` and
-   `verify_bmm`); the job's own account (`seconds`) is recorded too. It runs in this process before torch is
-   used (`import tvm` imports torch when it is installed; nothing in a uKernel job starts a Python worker that
-   would import it again).
+   `verify_bmm`; conv2d: `tune_conv_range` and `verify`); the job's own account (`seconds`) is recorded too. It
+   runs in this process before torch is used (`import tvm` imports torch when it is installed; nothing in a
+   uKernel job starts a Python worker that would import it again).
 2. **Measure** the SDK dispatcher over the job's table and uKernels, called as a user calls it (plain numpy
    arrays, out=None), side by side with numpy and PyTorch:
    - dense: ours `d(x, w, bias=b)` after `d.prepare(w)`; numpy `x @ w.T`, then + b and the activation in
@@ -50,6 +60,12 @@ For each covered layer:
      gelu_tanh) / `relu` / `silu`;
    - batch_matmul: ours `d(a, bt)`; numpy `np.matmul(a, r)`; PyTorch `torch.bmm(a, r)` (r: Kᵀ as a view of
      K for attn-qk, V for attn-av: the same arrays);
+   - conv2d: ours `d(x, f)` (x NHWC, f HWIO, the filter's W[CO, K] made and packed by a first call, as on a
+     warm host); numpy: the SDK's own fallback (a ConvDispatcher without a table: im2col, then one GEMM `X @
+     Wᵀ`), the fastest numpy conv we have (`np.einsum` over `sliding_window_view`, the service's reference, is
+     1.6–4× slower at N = 1 and 4); PyTorch `F.conv2d(x_t.permute(0, 3, 1, 2), w)` on the contiguous NHWC
+     tensor's NCHW view (channels_last to torch) with the weight channels_last too (a model moved to
+     channels_last), its output permuted back to NHWC (a view);
 
    PyTorch under `torch.inference_mode()`; all three on the same number of threads (TVM's;
    `torch.set_num_threads` and threadpoolctl's BLAS limit set to it), in interleaved rounds (each round starts
@@ -66,7 +82,12 @@ For each covered layer:
    does for one piece; batch_matmul: the uKernel on A and Bt already padded and packed, so the overhead
    includes the per-call packing of Bt); at an M the table routes to numpy, minus numpy's own call. Plus the
    selection and bookkeeping alone, in ns (dense: `kernelfleet.dispatcher.dispatch_overhead_s`; batch_matmul:
-   a call of a BmmDispatcher over the same table whose programs, numpy's included, do nothing).
+   a call of a BmmDispatcher over the same table whose programs, numpy's included, do nothing; conv2d: the
+   dense dispatcher's at M, as for dense). For conv2d the overhead includes the im2col (a copy per filter tap
+   for 3×3; a reshape for 1×1): numpy's GEMM on the im2col matrix is the inner time at an N routed to numpy.
+
+   Per-point cost (conv2d): a call is ~0.1–0.3 ms per image on two cores, so a sample is one call at most N
+   and each N costs about (1 + rounds·(1 + confirm)) calls per contender: N = 1..32 is ~2 minutes per layer.
 
 Environment, as in the other benchmarks (bench/common.py): OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE and
 OMP_NUM_THREADS are removed by re-executing before numpy loads (the removed values are recorded); kernelfleet
@@ -81,6 +102,8 @@ Writes `--json` (default bench/results/ukernel_layers.json, git-ignored) and the
     PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers odd --s-max 32 --json /tmp/ul.json
     PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers attn-qk,attn-av --s-max 16 \\
         --max-ukernels 2 --rounds 3 --min-sample-ms 2 --json /tmp/ul.json                     # bmm smoke
+    PYTHONPATH=.:clients/python .venv/bin/python bench/ukernel_layers.py --layers conv3x3,conv1x1 --s-max 3 \\
+        --max-ukernels 2 --rounds 3 --min-sample-ms 2 --json /tmp/ul.json                     # conv smoke
 """
 
 from __future__ import annotations
@@ -152,7 +175,7 @@ class LayerBench:
 
 
 class Covered(Protocol):
-    """A layer kind with uKernels (DenseLayer, BmmLayer; a conv layer later)."""
+    """A layer kind with uKernels (DenseLayer, BmmLayer, ConvLayer)."""
 
     name: str
     what: str
@@ -214,6 +237,67 @@ class BmmLayer:
 
 
 @dataclass(frozen=True)
+class ConvLayer:
+    """An NHWC conv2d (HWIO filter) with the batch N dynamic, H and W static: the `ukernel` kind's conv2d unit
+    (kinds/ukernel_conv.py), the dense uKernels over M = N·OH·OW behind the SDK's ConvDispatcher."""
+
+    name: str
+    what: str
+    CI: int
+    CO: int
+    k: int  # KH = KW
+    padding: int
+    s_max: int
+    HW: int = 56
+    stride: int = 1
+    dim: ClassVar[str] = "N"
+
+    @property
+    def out_hw(self) -> int:
+        return (self.HW + 2 * self.padding - self.k) // self.stride + 1
+
+    def rows(self, n: int) -> int:
+        """M = N·OH·OW, the dense layer's row count at batch n."""
+        return n * self.out_hw**2
+
+    def job_n_max(self, s_max: int) -> int:
+        """The largest batch a job may cover: the service tunes M = N·OH·OW up to MAX_S (kinds/ukernel_conv)."""
+        from service.tuning.tuners.ukernel.limits import MAX_S
+
+        return min(s_max, MAX_S // self.rows(1))
+
+    def workload(self) -> Any:
+        from service.models import WorkloadSpec
+
+        return WorkloadSpec(
+            op="conv2d",
+            dims={"H": self.HW, "W": self.HW, "CI": self.CI, "CO": self.CO, "KH": self.k, "KW": self.k},
+            symbolic=["N"],
+            attrs={"stride": self.stride, "padding": self.padding},
+        )
+
+    def distribution(self, n_max: int) -> Any:
+        """Uniform over N = 1..n_max."""
+        from service.models.distribution import Explicit, ShapePoint
+
+        return Explicit(points=[ShapePoint(shape={"N": n}) for n in range(1, n_max + 1)])
+
+    def shape_text(self, s_max: int) -> str:
+        job = self.job_n_max(s_max)
+        beyond = f"; job N=1..{job} (M≤{self.rows(job)}), N>{job} past its table" if job < s_max else ""
+        return (
+            f"{self.what}: CI={self.CI} CO={self.CO} {self.k}×{self.k} pad {self.padding}, H=W={self.HW}, "
+            f"N=1..{s_max}{beyond}"
+        )
+
+    def tune(self, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+        return tune_conv(self, s_max, args, work_dir)
+
+    def bench(self, torch: Any, d: Any) -> LayerBench:
+        return conv_bench(torch, self, d)
+
+
+@dataclass(frozen=True)
 class Uncovered:
     name: str
     what: str
@@ -256,32 +340,15 @@ BMM: dict[str, BmmLayer] = {
         ),
     )
 }
-# conv2d layers with uKernels go here (a class like DenseLayer/BmmLayer: shape_text, tune, bench), and their
-# names out of UNCOVERED
-CONV: dict[str, Covered] = {}
-UNCOVERED: dict[str, Uncovered] = {
-    u.name: u
-    for u in (
-        Uncovered(
-            "conv3x3",
-            "ResNet-50 layer1 3×3 conv, 64→64 ch, 56×56, pad 1",
-            "batch",
-            32,
-            (1, 4, 16, 32),
-            "conv2d: ukernel jobs take dense and batch_matmul only "
-            "(as im2col GEMM its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
-        ),
-        Uncovered(
-            "conv1x1",
-            "ResNet-50 layer1 1×1 conv, 256→64 ch, 56×56",
-            "batch",
-            32,
-            (1, 4, 16, 32),
-            "conv2d: ukernel jobs take dense and batch_matmul only "
-            "(as a dense its M = batch·3136 reaches 100,352 > MAX_S 4,096)",
-        ),
+CONV: dict[str, ConvLayer] = {
+    layer.name: layer
+    for layer in (
+        ConvLayer("conv3x3", "ResNet-50 layer1 3×3 conv", 64, 64, 3, 1, 32),
+        ConvLayer("conv1x1", "ResNet-50 layer1 1×1 conv", 256, 64, 1, 0, 32),
     )
 }
+# layers without uKernels (one row each in the table, saying why, with the vendor time at a few shapes): none now
+UNCOVERED: dict[str, Uncovered] = {}
 COVERED: dict[str, Covered] = {**DENSE, **BMM, **CONV}
 ALL_LAYERS = (*COVERED, *UNCOVERED)
 QUICK = {"s_max": 32, "rounds": 3, "min_sample_ms": 2.0}
@@ -445,6 +512,79 @@ def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Pa
     return d, info
 
 
+def tune_conv(layer: ConvLayer, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """As kinds/ukernel_conv.run_conv_unit sets the tuner up, admitted and planned by the service's own code.
+
+    The service tunes M = N·OH·OW up to MAX_S only (56×56: N ≤ 1), so a job over N = 1..s_max is refused past
+    that; the job tuned here is the largest it admits, N = 1..job_n_max, and larger N run the table's extended
+    last interval, as they would for a user of that job's table. The refusal is recorded."""
+    from service.models import Budget
+    from service.tuning.admission import check_job
+    from service.tuning.hardware import host_target
+    from service.tuning.kinds import KINDS
+    from service.tuning.kinds.ukernel_range import verify
+    from service.tuning.platforms import PLATFORMS
+    from service.tuning.tuners.ukernel import conv
+
+    workload = layer.workload()
+    budget = Budget(trials=args.max_ukernels, max_shapes=BUDGET_HOT_SHAPES)
+    target = PLATFORMS.get("llvm").resolve(host_target())
+    refused = check_job("ukernel", workload, layer.distribution(s_max), target, budget)
+    job_n = layer.job_n_max(s_max)
+    if job_n < 1:
+        raise SystemExit(f"{layer.name}: the service refuses every batch: {refused}")
+    distribution = layer.distribution(job_n)
+    problem = check_job("ukernel", workload, distribution, target, budget)
+    if problem is not None:
+        raise SystemExit(f"{layer.name}: the service would refuse this job: {problem}")
+    plan = KINDS.get("ukernel").plan(workload, distribution, budget)
+    (unit,) = plan.units
+    hot = [p.shape for p in plan.shapes]
+    began = time.perf_counter()
+    out = conv.tune_conv_range(  # verifies the conv dispatcher at the support's corners and past them
+        workload,
+        distribution.support(),
+        target,
+        work_dir,
+        max_ukernels=unit.trials,
+        validate=hot,
+        vendor_routes=True,  # as run_conv_unit (conv_range_task's default)
+    )
+    error = verify(out.dense, conv.gemm_workload(workload))  # the job verifies the dense table too
+    wall = time.perf_counter() - began
+    d = out.dispatcher()
+    vendor_n = [n for n in range(1, s_max + 1) if not d.program({"N": n})]
+    routes = out.dense.validation["vendor_routes"]
+    info = {
+        "wall_s": wall,
+        "job_seconds": out.dense.seconds,
+        "job_N": [1, job_n],
+        "job_M": [1, layer.rows(job_n)],
+        "refused_full_range": refused.message if refused is not None else None,
+        "hot_shapes": hot,
+        "ukernels": sorted(out.dense.kernels),
+        "candidates": [c["id"] for c in out.dense.candidates],
+        "errors": out.dense.errors,
+        "verify_error": error,
+        "vendor_intervals": intervals(vendor_n),
+        "vendor_S": len(vendor_n),
+        "vendor_intervals_M": routes["intervals"],
+        "shapes_timed_against_numpy": routes["shapes_timed"],
+        "decided_by": routes["decided_by"],
+        "padding_ratio": out.dense.padding_ratio,
+        "table": out.dense.table.to_dict(),
+    }
+    failed = f", verification FAILED: {error}" if error else ""
+    print(
+        f"  job N=1..{job_n} (M=1..{layer.rows(job_n)})"
+        + (f"; N=1..{s_max} refused: {refused.message}" if refused is not None else "")
+        + f"\n  tuned in {wall:.1f} s (job's account {out.dense.seconds:.1f} s{failed}): uKernels {info['ukernels']}, "
+        f"N routed to numpy {vendor_n} (M intervals {routes['intervals']}), {routes['shapes_timed']} M timed",
+        flush=True,
+    )
+    return d, info
+
+
 # ------------------------------------------------------------------------------------------------
 # The contenders per layer kind
 # ------------------------------------------------------------------------------------------------
@@ -554,6 +694,73 @@ def bmm_bench(torch: Any, layer: BmmLayer, d: Any) -> LayerBench:
             inner=inner_what,
             pieces=0 if uid in routes else 1,
             selection_s=lambda: bmm_selection_s(d, a, bt),
+        )
+
+    return LayerBench(at, probe)
+
+
+def conv_numpy(layer: ConvLayer) -> Any:
+    """numpy's conv: the SDK's own fallback (a ConvDispatcher with no table: im2col, then one BLAS GEMM;
+    for a 1×1 layer the im2col is a free reshape). Faster than np.einsum over sliding windows
+    (service.tuning.compute's reference), which contracts the 3×3 windows in pieces."""
+    from kernelfleet.conv_dispatcher import ConvDispatcher, ConvGeometry
+    from kernelfleet.dispatcher import Dispatcher
+
+    return ConvDispatcher(Dispatcher(None, {}, N=None, K=None), ConvGeometry(layer.stride, layer.padding))
+
+
+def conv_operands(torch: Any, layer: ConvLayer, n: int, seed: int) -> tuple[Any, Any]:
+    """The NHWC input as numpy (contiguous) and as torch sees it: the NCHW view of the same memory, which
+    torch treats as channels_last."""
+    import numpy as np
+
+    x = np.random.default_rng(seed).standard_normal((n, layer.HW, layer.HW, layer.CI), dtype=np.float32)
+    return x, torch.from_numpy(x).permute(0, 3, 1, 2)
+
+
+def conv_bench(torch: Any, layer: ConvLayer, d: Any) -> LayerBench:
+    import numpy as np
+
+    from kernelfleet.dispatcher import dispatch_overhead_s
+
+    f = np.random.default_rng(0).standard_normal((layer.k, layer.k, layer.CI, layer.CO), dtype=np.float32)
+    # PyTorch's OIHW weight, channels_last like the input (as model.to(memory_format=torch.channels_last))
+    wt = torch.from_numpy(f).permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
+    conv2d = torch.nn.functional.conv2d
+    fallback = conv_numpy(layer)
+    d(conv_operands(torch, layer, 1, 0)[0], f)  # the filter as W[CO, K], packed once, as a warm host has it
+
+    def at(n: int) -> ShapeCalls:
+        x, xt = conv_operands(torch, layer, n, seed=n)
+        return ShapeCalls(
+            ours=lambda: d(x, f),
+            numpy=lambda: fallback(x, f),
+            torch=lambda: conv2d(xt, wt, stride=layer.stride, padding=layer.padding).permute(0, 2, 3, 1),
+            route="numpy" if d.dense.table.vendor_at(layer.rows(n)) else "uKernel",
+            program=[[p.ukernel_id, p.rows] for p in d.program({"N": n})],
+        )
+
+    def probe(n: int) -> OverheadProbe:
+        x, _ = conv_operands(torch, layer, n, seed=10_000 + n)
+        pieces = d.program({"N": n})
+        w = d.weight(f)
+        if pieces:
+            inner_what, inner = (
+                "its uKernels (time_evaluator; the im2col is overhead)",
+                functools.partial(_kernels_time, d.dense, pieces),
+            )
+        else:
+            cols = d.geometry.columns(x, layer.k, layer.k, layer.out_hw, layer.out_hw)
+            inner_what, inner = (
+                "numpy's GEMM on the im2col matrix (the im2col is overhead)",
+                functools.partial(_best_median, lambda: cols @ w.T, 1),
+            )
+        return OverheadProbe(
+            call=lambda: d(x, f),
+            inner_s=inner,
+            inner=inner_what,
+            pieces=len(pieces),
+            selection_s=lambda: dispatch_overhead_s(d.dense, layer.rows(n), w, calls=5000),
         )
 
     return LayerBench(at, probe)
@@ -805,7 +1012,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"removed from the environment: {_stripped(env['stripped_env'])}.",
         "",
         "Ratios are vendor / ours (> 1: the uKernel dispatcher is faster); the vendor at each M (dense) or T "
-        "(batch_matmul) is the faster of "
+        "(batch_matmul) or N (conv2d) is the faster of "
         f"numpy and PyTorch (medians of {data['rounds']} interleaved rounds, more at an M re-timed below "
         f"{CONFIRM_BELOW}). Goals (issue 22, per layer): geomean ≥ {GOALS['geomean']}×, no M below "
         f"{GOALS['worst']}×, tuning ≤ {GOALS['tuning_s']:.0f} s.",

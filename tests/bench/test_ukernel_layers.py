@@ -76,13 +76,21 @@ def _results() -> dict[str, Any]:
            "tuning": {"ukernels": ["bmm4x32x4"], "vendor_intervals": [[1, 1]], "job_seconds": 49.0},
            "overhead": {"1": {"overhead_s": 1e-6, "selection_ns": 400.0},
                         "2": {"overhead_s": 3e-6, "selection_ns": 410.0}}}  # fmt: skip
-    uncovered = {**dataclasses.asdict(layers.UNCOVERED["conv1x1"]), "covered": False, "s_max": 32,
+    conv_rows = [_row(1, 1.0, 2.0, 1.1), _row(2, 2.0, 4.0, 1.9)]
+    c1 = layers.CONV["conv1x1"]
+    conv = {**dataclasses.asdict(c1), "covered": True, "dim": "N", "shape": c1.shape_text(2), "s_max": 2,
+            "rows": conv_rows, "summary": layers.summarize(conv_rows, tuning_s=20.0),
+            "tuning": {"ukernels": ["mt6_nt64_kt4"], "vendor_intervals": [], "job_seconds": 19.0},
+            "overhead": {"1": {"overhead_s": 9e-6, "selection_ns": 350.0},
+                         "2": {"overhead_s": 1.4e-4, "selection_ns": 360.0}}}  # fmt: skip
+    gone = layers.Uncovered("deconv", "a transposed conv", "batch", 32, (1,), "conv2d_transpose: no uKernels (MAX_S)")
+    uncovered = {**dataclasses.asdict(gone), "covered": False, "s_max": 32,
                  "rows": [{"S": 1, "torch_s": 1.3e-3, "vendor_s": 1.3e-3}]}  # fmt: skip
     machine = {"cpu_model": "Synthetic CPU", "cores": 2, "loadavg_start": [0.1, 0.2, 0.3],
                "loadavg_end": [0.4, 0.2, 0.3], "other_load": 0.01, "tvm_threads": 2,
                "blas": "openblas 0.3 (Haswell kernel, 2 threads)", "torch": "2.13.0+cpu (mkl)", "tvm": "0.27",
                "stripped_env": {"OPENBLAS_CORETYPE": "Haswell"}}  # fmt: skip
-    return {"command": "python bench/ukernel_layers.py --quick", "rounds": 5, "layers": [dense, bmm, uncovered],
+    return {"command": "python bench/ukernel_layers.py --quick", "rounds": 5, "layers": [dense, bmm, conv, uncovered],
             "machine": machine}  # fmt: skip
 
 
@@ -101,20 +109,23 @@ def test_markdown_table() -> None:
     lines = md.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| layer |"))
     columns = lines[header].count("|")
-    table = lines[header : header + 5]
-    assert all(line.count("|") == columns for line in table)  # header, rule, dense, batch_matmul, uncovered
+    table = lines[header : header + 6]
+    assert all(line.count("|") == columns for line in table)  # header, rule, dense, batch_matmul, conv, uncovered
     assert "| odd |" in table[2] and "**1.26×**" in table[2] and "0.50× (M=1, numpy)" in table[2]
     assert "N=1000 K=777, M=1..3" in table[2] and "2.0–5.0 (300)" in table[2] and "✗ ✗ ✓" in table[2]
     assert "| attn-qk |" in table[3] and "B=12 K=64, T in M,N, T=1..2" in table[3] and "| 1,2 |" in table[3]
     assert "0.50× (T=1, numpy)" in table[3] and "1.0–3.0 (410)" in table[3] and "✗ ✗ ✗" in table[3]
-    assert "| conv1x1 |" in table[4] and "not covered by uKernels yet" in table[4] and "batch=1: 1300 µs" in table[4]
+    assert "| conv1x1 |" in table[4] and "H=W=56, N=1..2; job N=1..1 (M≤3136), N>1 past its table" in table[4]
+    assert "0.95× (N=2, uKernel)" in table[4] and "9.0–140.0 (360)" in table[4]
+    assert "| deconv |" in table[5] and "not covered by uKernels yet" in table[5] and "batch=1: 1300 µs" in table[5]
     assert "- `attn-qk`: uKernels bmm4x32x4; 1 of 2 measured T routed to numpy by the table" in md
     assert "Synthetic CPU, 2 cores" in md and "OPENBLAS_CORETYPE=Haswell" in md and "busy machine" not in md
-    assert "MAX_S" in md  # why conv1x1 is not covered
+    assert "MAX_S" in md  # why deconv is not covered
 
 
 def test_covered_and_uncovered_layers() -> None:
-    assert set(layers.BMM) == {"attn-qk", "attn-av"} and set(layers.UNCOVERED) == {"conv3x3", "conv1x1"}
+    assert set(layers.BMM) == {"attn-qk", "attn-av"} and set(layers.CONV) == {"conv3x3", "conv1x1"}
+    assert not layers.UNCOVERED
     assert list(layers.COVERED) == [*layers.DENSE, *layers.BMM, *layers.CONV]
     assert layers.BMM["attn-qk"].full_shape(7) == {"B": 12, "M": 7, "N": 7, "K": 64}
     assert layers.BMM["attn-av"].full_shape(7) == {"B": 12, "M": 7, "N": 64, "K": 7}
@@ -171,3 +182,61 @@ def test_bmm_contenders_compute_the_same_product(name: str) -> None:
     probe = bench.probe(5)
     assert probe.pieces == 0 and probe.inner == "numpy's own call"
     assert 0 < layers.bmm_selection_s(d, *layers.bmm_operands(torch, layer, 5, 0)[:2], calls=50, rounds=1) < 1e-3
+
+
+def test_the_conv_jobs_are_what_the_service_admits_and_plans() -> None:
+    """N = 1..32 at 56×56 reaches M = 100,352 > MAX_S: refused; the bench tunes the largest admitted job."""
+    from service.models import Budget
+    from service.tuning.admission import check_job
+    from service.tuning.hardware import host_target
+    from service.tuning.kinds import KINDS
+
+    budget = Budget(trials=layers.BUDGET_UKERNELS, max_shapes=layers.BUDGET_HOT_SHAPES)
+    for name, (k, ci, pad) in {"conv3x3": (3, 64, 1), "conv1x1": (1, 256, 0)}.items():
+        layer = layers.CONV[name]
+        workload = layer.workload()
+        assert workload.dims == {"H": 56, "W": 56, "CI": ci, "CO": 64, "KH": k, "KW": k}
+        assert workload.symbolic == ["N"] and workload.attrs == {"stride": 1, "padding": pad}
+        assert layer.out_hw == 56 and layer.rows(32) == 32 * 3136 and layer.s_max == 32
+        assert layer.job_n_max(32) == 1 and layer.job_n_max(1) == 1
+        full = check_job("ukernel", workload, layer.distribution(32), host_target(), budget)
+        assert full is not None and "M=100352" in full.message
+        assert check_job("ukernel", workload, layer.distribution(1), host_target(), budget) is None
+        plan = KINDS.get("ukernel").plan(workload, layer.distribution(1), budget)
+        (unit,) = plan.units
+        assert unit.trials == layers.BUDGET_UKERNELS and [p.shape for p in plan.shapes] == [{"N": 1}]
+        assert "job N=1..1 (M≤3136), N>1 past its table" in layer.shape_text(32)
+        assert "past its table" not in layers.ConvLayer("small", "x", 3, 8, 3, 1, 4, HW=8).shape_text(4)
+
+
+@pytest.mark.parametrize("name", ["conv3x3", "conv1x1"])
+def test_conv_contenders_compute_the_same_conv(name: str) -> None:
+    """A ConvDispatcher whose table routes every M to numpy (no uKernels, so no TVM), numpy's conv (the SDK
+    fallback) and PyTorch's on the channels_last view, all against a float64 conv."""
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    from kernelfleet.conv_dispatcher import ConvDispatcher
+    from kernelfleet.dispatch import DispatchTable, Interval
+    from kernelfleet.dispatcher import Dispatcher
+    from service.tuning.tuners.ukernel.conv import geometry
+
+    layer = layers.CONV[name]
+    table = DispatchTable((Interval(1, layer.rows(1), None),), {})
+    g = geometry(layer.workload())
+    d = ConvDispatcher(Dispatcher(table, {}, N=layer.CO, K=g.K), g)
+    with torch.inference_mode():
+        bench = layer.bench(torch, d)
+        calls = bench.at(1)
+        want = calls.torch().numpy()
+        assert want.shape == (1, 56, 56, 64)
+        x, xt = layers.conv_operands(torch, layer, 1, seed=1)  # what at(1) ran on: the same arrays
+        assert xt.is_contiguous(memory_format=torch.channels_last) and xt.shape == (1, layer.CI, 56, 56)
+        f = np.random.default_rng(0).standard_normal((layer.k, layer.k, layer.CI, layer.CO), dtype=np.float32)
+        exact = layers.conv_numpy(layer)(x.astype(np.float64), f.astype(np.float64))
+        for got in (calls.ours(), calls.numpy(), want):
+            np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-3)
+        assert (calls.route, calls.program) == ("numpy", [])
+        probe = bench.probe(1)
+        assert probe.pieces == 0 and probe.inner.startswith("numpy's GEMM")
+        assert probe.call().shape == (1, 56, 56, 64) and 0 < probe.selection_s() < 1e-3

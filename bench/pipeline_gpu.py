@@ -136,8 +136,10 @@ def metaschedule(gemm: GemmShape, arch: str, trials: int) -> MetaScheduleRun:
     from service.tuning.tuners.pipeline.lowering import batch_matmul_module
     from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module, pass_config
 
-    mod = dense_module(gemm.n, gemm.k, gemm.m) if gemm.batch == 1 else batch_matmul_module(
-        gemm.batch, gemm.n, gemm.k, gemm.m
+    mod = (
+        dense_module(gemm.n, gemm.k, gemm.m)
+        if gemm.batch == 1
+        else batch_matmul_module(gemm.batch, gemm.n, gemm.k, gemm.m)
     )
     try:
         import xgboost  # noqa: F401

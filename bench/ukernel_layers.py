@@ -27,9 +27,6 @@ the dense uKernels over M = N·OH·OW behind the SDK's ConvDispatcher, which doe
   interval), as it would for a user of that table; the refusal of N = 1..32 is recorded, and the table's shape
   column says which N were past the job's table.
 
-Not covered by uKernels: none now (`UNCOVERED` is the place for a layer without them: one row in the table
-saying why, with the vendor time at a few shapes, unless `--no-uncovered`).
-
 For each covered layer:
 
 1. **Tune** as the job runner sets the job up, with the README's budget (`trials` 8 = up to 8 uKernels):
@@ -297,16 +294,6 @@ class ConvLayer:
         return conv_bench(torch, self, d)
 
 
-@dataclass(frozen=True)
-class Uncovered:
-    name: str
-    what: str
-    dim: str  # the dynamic dimension's name in the table
-    s_max: int
-    shapes: tuple[int, ...]  # where the vendor baseline is measured
-    why: str
-
-
 DENSE: dict[str, DenseLayer] = {
     layer.name: layer
     for layer in (
@@ -347,10 +334,8 @@ CONV: dict[str, ConvLayer] = {
         ConvLayer("conv1x1", "ResNet-50 layer1 1×1 conv", 256, 64, 1, 0, 32),
     )
 }
-# layers without uKernels (one row each in the table, saying why, with the vendor time at a few shapes): none now
-UNCOVERED: dict[str, Uncovered] = {}
 COVERED: dict[str, Covered] = {**DENSE, **BMM, **CONV}
-ALL_LAYERS = (*COVERED, *UNCOVERED)
+ALL_LAYERS = tuple(COVERED)
 QUICK = {"s_max": 32, "rounds": 3, "min_sample_ms": 2.0}
 
 
@@ -358,7 +343,7 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
-def layer_s_max(layer: Covered | Uncovered, args: argparse.Namespace) -> int:
+def layer_s_max(layer: Covered, args: argparse.Namespace) -> int:
     """The layer's range after --s-max-scale and --s-max (a cap); at least 1."""
     scale: float = args.s_max_scale
     s = max(1, round(layer.s_max * scale))
@@ -918,31 +903,6 @@ def _best_median(fn: Callable[[], object], rounds: int = 5, min_seconds: float =
     return best
 
 
-def measure_uncovered(torch: Any, u: Uncovered, shapes: Sequence[int], args: argparse.Namespace) -> list[Any]:
-    """The vendor baseline only (conv2d: torch), medians of interleaved rounds."""
-    import numpy as np
-    from common import Contender, calibrate, python_sampler, run_rounds
-
-    rng = np.random.default_rng(0)
-    rows = []
-    for S in shapes:
-        cin, k = (64, 3) if u.name == "conv3x3" else (256, 1)
-        xt = torch.from_numpy(rng.standard_normal((S, cin, 56, 56), dtype=np.float32))
-        wt = torch.from_numpy(rng.standard_normal((64, cin, k, k), dtype=np.float32))
-
-        def t_conv(xt: Any = xt, wt: Any = wt, pad: int = k // 2) -> Any:
-            return torch.nn.functional.conv2d(xt, wt, padding=pad)
-
-        contenders = [Contender("torch", python_sampler(t_conv), t_conv, pool="torch")]
-        for c in contenders:
-            c.number = calibrate(c.sample, args.min_sample_ms / 1e3)
-        run_rounds(contenders, args.rounds, 0.0, settle=args.settle)
-        med = {c.name: _median_of(c.samples_s) for c in contenders}
-        rows.append({"S": S, **{f"{n}_s": v for n, v in med.items()}, "vendor_s": min(med.values())})
-        print("  " + f"{u.dim}={S}: " + ", ".join(f"{n} {v * 1e6:.1f} µs" for n, v in med.items()), flush=True)
-    return rows
-
-
 # ------------------------------------------------------------------------------------------------
 # Summary and report
 # ------------------------------------------------------------------------------------------------
@@ -1022,8 +982,6 @@ def markdown(data: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for res in data["layers"]:
-        if not res["covered"]:
-            continue
         s, ov = res["summary"], res["overhead"]
         over = [v["overhead_s"] * 1e6 for v in ov.values()]
         sel = [v["selection_ns"] for v in ov.values()]
@@ -1036,23 +994,8 @@ def markdown(data: dict[str, Any]) -> str:
             f"| {min(over):.1f}–{max(over):.1f} ({max(sel):.0f}) | {s['max_abs_err_vs_torch']:.1e} "
             f"| {_met(g['geomean'])} {_met(g['worst'])} {_met(g['tuning_s'])} |"
         )
-    for res in data["layers"]:
-        if res["covered"]:
-            continue
-        base = (
-            "; ".join(f"{res['dim']}={r['S']}: {r['vendor_s'] * 1e6:.0f} µs" for r in res.get("rows", []))
-            or "vendor not measured"
-        )
-        lines.append(
-            f"| {res['name']} | {res['what']}, {res['dim']}=1..{res['s_max']} | — | **not covered by uKernels yet** "
-            f"| — | — | faster vendor: {base} | — | — | — | — |"
-        )
-    why = [f"- `{r['name']}`: {r['why']}" for r in data["layers"] if not r["covered"]]
-    lines += ["", "Not covered, why:", "", *why] if why else []
     lines += ["", "Per layer:", ""]
     for res in data["layers"]:
-        if not res["covered"]:
-            continue
         s, t, dim = res["summary"], res["tuning"], res["dim"]
         below = s["below_0_95"]
         lines.append(
@@ -1089,7 +1032,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="do not wait for the previous library's spinning threads (torch's OpenMP) before a sample",
     )
     p.add_argument("--max-ukernels", type=int, default=BUDGET_UKERNELS, help="the job's budget trials (default 8)")
-    p.add_argument("--no-uncovered", action="store_true", help="skip the vendor baseline of the uncovered layers")
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help="results; the markdown goes next to it (.md)")
     args = p.parse_args(argv)
     quick_defaults = QUICK if args.quick else {}
@@ -1138,39 +1080,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kf-ukernel-layers-") as tmp, torch.inference_mode():
         for name in args.layers:
-            if name in COVERED:
-                layer = COVERED[name]
-                dim = layer.dim
-                s_max = layer_s_max(layer, args)
-                shapes = measured_shapes(s_max, args.every_upto, args.stride)
-                print(f"{name}: {layer.shape_text(s_max)}, {len(shapes)} {dim} measured")
-                d, tuning = layer.tune(s_max, args, Path(tmp) / name)
-                bench = layer.bench(torch, d)
-                rows = measure_rows(bench.at, shapes, dim, args)
-                overhead = dispatch_overhead(bench.probe, sorted({1, max(1, s_max // 2), s_max}))
-                res = {**asdict(layer), "covered": True, "dim": dim, "shape": layer.shape_text(s_max)}
-                res.update(s_max=s_max, tuning=tuning, rows=rows, overhead=overhead)
-                res["summary"] = summarize(rows, tuning["wall_s"])
-                s = res["summary"]
-                print(
-                    f"  => geomean {s['geomean']:.2f}× vs the faster vendor (numpy {s['geomean_vs_numpy']:.2f}×, "
-                    f"torch {s['geomean_vs_torch']:.2f}×), worst {s['worst']:.2f}× at {dim}={s['worst_S']} "
-                    f"({s['worst_route']}), "
-                    f"{len(s['below_0_95'])} {dim} below 0.95×; tuning {s['tuning_s']:.1f} s; max abs err vs torch "
-                    f"{s['max_abs_err_vs_torch']:.1e}; dispatch overhead "
-                    + ", ".join(
-                        f"{dim}={S}: {v['overhead_s'] * 1e6:.1f} µs (selection {v['selection_ns']:.0f} ns)"
-                        for S, v in overhead.items()
-                    ),
-                )
-            else:
-                u = UNCOVERED[name]
-                s_max = layer_s_max(u, args)
-                res = {**asdict(u), "covered": False, "s_max": s_max}
-                print(f"{name}: {u.what}: NOT covered by uKernels yet ({u.why})")
-                if not args.no_uncovered:
-                    shapes = sorted({m for m in u.shapes if m <= s_max} | {s_max})
-                    res["rows"] = measure_uncovered(torch, u, shapes, args)
+            layer = COVERED[name]
+            dim = layer.dim
+            s_max = layer_s_max(layer, args)
+            shapes = measured_shapes(s_max, args.every_upto, args.stride)
+            print(f"{name}: {layer.shape_text(s_max)}, {len(shapes)} {dim} measured")
+            d, tuning = layer.tune(s_max, args, Path(tmp) / name)
+            bench = layer.bench(torch, d)
+            rows = measure_rows(bench.at, shapes, dim, args)
+            overhead = dispatch_overhead(bench.probe, sorted({1, max(1, s_max // 2), s_max}))
+            res = {**asdict(layer), "dim": dim, "shape": layer.shape_text(s_max)}
+            res.update(s_max=s_max, tuning=tuning, rows=rows, overhead=overhead)
+            res["summary"] = summarize(rows, tuning["wall_s"])
+            s = res["summary"]
+            print(
+                f"  => geomean {s['geomean']:.2f}× vs the faster vendor (numpy {s['geomean_vs_numpy']:.2f}×, "
+                f"torch {s['geomean_vs_torch']:.2f}×), worst {s['worst']:.2f}× at {dim}={s['worst_S']} "
+                f"({s['worst_route']}), "
+                f"{len(s['below_0_95'])} {dim} below 0.95×; tuning {s['tuning_s']:.1f} s; max abs err vs torch "
+                f"{s['max_abs_err_vs_torch']:.1e}; dispatch overhead "
+                + ", ".join(
+                    f"{dim}={S}: {v['overhead_s'] * 1e6:.1f} µs (selection {v['selection_ns']:.0f} ns)"
+                    for S, v in overhead.items()
+                ),
+            )
             data["layers"].append(res)
             data["machine"] = {
                 **info,

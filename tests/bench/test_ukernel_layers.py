@@ -64,33 +64,30 @@ def _results() -> dict[str, Any]:
     rows = [_row(1, 2.0, 1.0, 3.0, "numpy"), _row(2, 1.0, 2.0, 4.0), _row(3, 1.0, 4.0, 2.0)]
     summary = layers.summarize(rows, tuning_s=12.5)
     dense = {"name": "odd", "what": "dims not multiples of 8, + bias", "N": 1000, "K": 777, "s_max": 3,
-             "bias": True, "activation": "none", "covered": True, "rows": rows, "summary": summary,
+             "bias": True, "activation": "none", "rows": rows, "summary": summary,
              "dim": "M", "shape": layers.DENSE["odd"].shape_text(3),
              "tuning": {"ukernels": ["mt4_nt96_kt3"], "vendor_intervals": [[1, 1]], "job_seconds": 12.0},
              "overhead": {"1": {"overhead_s": 2e-6, "selection_ns": 300.0},
                           "3": {"overhead_s": 5e-6, "selection_ns": 250.0}}}  # fmt: skip
     bmm_rows = [_row(1, 2.0, 1.0, 3.0, "numpy"), _row(2, 1.0, 1.5, 1.2)]
     qk = layers.BMM["attn-qk"]
-    bmm = {**dataclasses.asdict(qk), "covered": True, "dim": "T", "shape": qk.shape_text(2), "s_max": 2,
+    bmm = {**dataclasses.asdict(qk), "dim": "T", "shape": qk.shape_text(2), "s_max": 2,
            "rows": bmm_rows, "summary": layers.summarize(bmm_rows, tuning_s=50.0),
            "tuning": {"ukernels": ["bmm4x32x4"], "vendor_intervals": [[1, 1]], "job_seconds": 49.0},
            "overhead": {"1": {"overhead_s": 1e-6, "selection_ns": 400.0},
                         "2": {"overhead_s": 3e-6, "selection_ns": 410.0}}}  # fmt: skip
     conv_rows = [_row(1, 1.0, 2.0, 1.1), _row(2, 2.0, 4.0, 1.9)]
     c1 = layers.CONV["conv1x1"]
-    conv = {**dataclasses.asdict(c1), "covered": True, "dim": "N", "shape": c1.shape_text(2), "s_max": 2,
+    conv = {**dataclasses.asdict(c1), "dim": "N", "shape": c1.shape_text(2), "s_max": 2,
             "rows": conv_rows, "summary": layers.summarize(conv_rows, tuning_s=20.0),
             "tuning": {"ukernels": ["mt6_nt64_kt4"], "vendor_intervals": [], "job_seconds": 19.0},
             "overhead": {"1": {"overhead_s": 9e-6, "selection_ns": 350.0},
                          "2": {"overhead_s": 1.4e-4, "selection_ns": 360.0}}}  # fmt: skip
-    gone = layers.Uncovered("deconv", "a transposed conv", "batch", 32, (1,), "conv2d_transpose: no uKernels (MAX_S)")
-    uncovered = {**dataclasses.asdict(gone), "covered": False, "s_max": 32,
-                 "rows": [{"S": 1, "torch_s": 1.3e-3, "vendor_s": 1.3e-3}]}  # fmt: skip
     machine = {"cpu_model": "Synthetic CPU", "cores": 2, "loadavg_start": [0.1, 0.2, 0.3],
                "loadavg_end": [0.4, 0.2, 0.3], "other_load": 0.01, "tvm_threads": 2,
                "blas": "openblas 0.3 (Haswell kernel, 2 threads)", "torch": "2.13.0+cpu (mkl)", "tvm": "0.27",
                "stripped_env": {"OPENBLAS_CORETYPE": "Haswell"}}  # fmt: skip
-    return {"command": "python bench/ukernel_layers.py --quick", "rounds": 5, "layers": [dense, bmm, conv, uncovered],
+    return {"command": "python bench/ukernel_layers.py --quick", "rounds": 5, "layers": [dense, bmm, conv],
             "machine": machine}  # fmt: skip
 
 
@@ -109,23 +106,20 @@ def test_markdown_table() -> None:
     lines = md.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| layer |"))
     columns = lines[header].count("|")
-    table = lines[header : header + 6]
-    assert all(line.count("|") == columns for line in table)  # header, rule, dense, batch_matmul, conv, uncovered
+    table = lines[header : header + 5]
+    assert all(line.count("|") == columns for line in table)  # header, rule, dense, batch_matmul, conv
     assert "| odd |" in table[2] and "**1.26×**" in table[2] and "0.50× (M=1, numpy)" in table[2]
     assert "N=1000 K=777, M=1..3" in table[2] and "2.0–5.0 (300)" in table[2] and "✗ ✗ ✓" in table[2]
     assert "| attn-qk |" in table[3] and "B=12 K=64, T in M,N, T=1..2" in table[3] and "| 1,2 |" in table[3]
     assert "0.50× (T=1, numpy)" in table[3] and "1.0–3.0 (410)" in table[3] and "✗ ✗ ✗" in table[3]
     assert "| conv1x1 |" in table[4] and "H=W=56, N=1..2; job N=1..1 (M≤3136), N>1 past its table" in table[4]
     assert "0.95× (N=2, uKernel)" in table[4] and "9.0–140.0 (360)" in table[4]
-    assert "| deconv |" in table[5] and "not covered by uKernels yet" in table[5] and "batch=1: 1300 µs" in table[5]
     assert "- `attn-qk`: uKernels bmm4x32x4; 1 of 2 measured T routed to numpy by the table" in md
     assert "Synthetic CPU, 2 cores" in md and "OPENBLAS_CORETYPE=Haswell" in md and "busy machine" not in md
-    assert "MAX_S" in md  # why deconv is not covered
 
 
-def test_covered_and_uncovered_layers() -> None:
+def test_the_layer_sets() -> None:
     assert set(layers.BMM) == {"attn-qk", "attn-av"} and set(layers.CONV) == {"conv3x3", "conv1x1"}
-    assert not layers.UNCOVERED
     assert list(layers.COVERED) == [*layers.DENSE, *layers.BMM, *layers.CONV]
     assert layers.BMM["attn-qk"].full_shape(7) == {"B": 12, "M": 7, "N": 7, "K": 64}
     assert layers.BMM["attn-av"].full_shape(7) == {"B": 12, "M": 7, "N": 64, "K": 7}

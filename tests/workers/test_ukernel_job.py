@@ -279,3 +279,43 @@ def test_a_conv2d_ukernel_job_publishes_an_implicit_gemm_table_the_sdk_runs(flee
         x = rng.standard_normal((n, h, w, 4)).astype("float32")
         np.testing.assert_allclose(d(x, f), conv(x, f), rtol=1e-4, atol=1e-3, err_msg=f"{(n, h, w)}")
     assert sum(u.fallbacks for u in d.usage().values()) == 0
+
+
+BMM = {"op": "batch_matmul", "dims": {"N": 16}, "symbolic": ["B", "M", "K"]}
+BMM_DIST = {  # three dynamic dims, the reduction K among them
+    "kind": "independent",
+    "factors": [
+        {"kind": "uniform", "dim": "B", "low": 1, "high": 3},
+        {"kind": "uniform", "dim": "M", "low": 1, "high": 12},
+        {"kind": "uniform", "dim": "K", "low": 1, "high": 20},
+    ],
+}
+
+
+def test_a_batch_matmul_job_over_three_dynamic_dims_runs_through_the_fleet_and_the_sdk(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    fleet.start_api()
+    fleet.start_worker("w1")
+    client = fleet.client()
+    job = client.submit(BMM, _target(client), BMM_DIST, kind="ukernel", budget={"trials": 2, "max_shapes": 2})
+    done = client.wait(job.id, timeout_s=300, poll_s=0.5)
+    assert done.state == "succeeded" and done.published is True, done
+    assert all(set(s.shape) == {"B", "M", "K"} for s in done.shapes)
+    d = client.bmm_dispatcher(done.workload_hash, done.target_fingerprint or "", cache_dir=tmp_path / "cache")
+    assert d.source == "service" and not d.fallback
+    rng = np.random.default_rng(11)
+    inside = [(1, 1, 1), (3, 12, 20), (2, 7, 13), (1, 12, 1)]  # the box's corners and inside
+    past = [(4, 5, 5), (2, 13, 21)]  # beyond it: numpy, counted as misses
+    for b, m, k in inside + past:
+        a = rng.standard_normal((b, m, k), dtype=np.float32)
+        bt = rng.standard_normal((b, 16, k), dtype=np.float32)
+        np.testing.assert_allclose(d(a, bt), a @ bt.transpose(0, 2, 1), rtol=1e-4, atol=1e-3, err_msg=f"{(b, m, k)}")
+    assert d.misses == len(past)
+    fleet.kill("api")  # the service gone: the signed cache keeps serving the table
+    offline = fleet.client(retries=0, timeout=2).bmm_dispatcher(
+        done.workload_hash, done.target_fingerprint or "", cache_dir=tmp_path / "cache"
+    )
+    assert offline.source == "cache" and not offline.fallback
+    a, bt = rng.standard_normal((2, 7, 13), dtype=np.float32), rng.standard_normal((2, 16, 13), dtype=np.float32)
+    np.testing.assert_allclose(offline(a, bt), a @ bt.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)

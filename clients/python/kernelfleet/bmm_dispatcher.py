@@ -42,8 +42,10 @@ class BmmDispatcher:
         table: TupleDispatchTable | None,
         kernels: Mapping[str, BmmUKernel] | None = None,
         static: Mapping[str, int] | None = None,
+        source: str = "fallback",
     ) -> None:
         self.table = table
+        self.source = source  # where the table came from: "service", "cache", or "fallback" (no table: numpy)
         self.kernels = dict(kernels or {})
         self.static = dict(static or {})  # the workload's static dims: a call with other sizes is refused
         if table is not None:

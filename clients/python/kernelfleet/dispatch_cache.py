@@ -201,7 +201,7 @@ def dispatcher_from_doc(
     from kernelfleet.cuda_ukernel import is_cuda_spec
 
     if doc.table.get("format") == TUPLE_FORMAT:  # batch_matmul over several dynamic dims
-        return bmm_dispatcher_from_doc(doc, cache)
+        return bmm_dispatcher_from_doc(doc, cache, source)
     if doc.ukernels and is_cuda_spec(doc.ukernels[0].spec):
         return cuda_dispatcher_from_doc(doc, cache, source)
     from kernelfleet.ukernel import UKernelSpec, load_ukernel
@@ -232,7 +232,7 @@ def dispatcher_from_doc(
     return dense
 
 
-def bmm_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache) -> BmmDispatcher:
+def bmm_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> BmmDispatcher:
     """A batch_matmul tuple table's dispatcher (kernelfleet.bmm_dispatcher), each library's hash checked first."""
     from kernelfleet.bmm_dispatcher import BmmDispatcher
     from kernelfleet.bmm_ukernel import BmmSpec, load_bmm_ukernel
@@ -244,7 +244,7 @@ def bmm_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache) -> BmmDispat
         verify_bytes(path.read_bytes(), u.sha256)
         kernels[u.id] = load_bmm_ukernel(path, BmmSpec.from_dict(u.spec))
     static = {str(d): int(v) for d, v in doc.table.get("static", {}).items()}
-    return BmmDispatcher(TupleDispatchTable.from_dict(doc.table), kernels, static)
+    return BmmDispatcher(TupleDispatchTable.from_dict(doc.table), kernels, static, source)
 
 
 def cuda_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> CudaDispatcher:

@@ -3,26 +3,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from kernelfleet.bmm_dispatcher import BmmDispatcher
 from kernelfleet.dispatch_cache import DispatchCache, dispatcher_from_doc
-from kernelfleet.models import DispatchDoc, UKernelRef
 from service.models import Budget, TargetSpec, WorkloadSpec
 from service.models.distribution import Explicit, Independent, ShapePoint, Uniform
-from service.settings import Settings
 from service.tuning.admission import check_job
-from service.tuning.hardware import host_target
-from service.tuning.kinds import KINDS
-from service.tuning.kinds.base import UnitContext
-from service.tuning.platforms import PLATFORMS
 from service.tuning.tuners.ukernel.bmm_tuner import random_pair
-from tests.tuning.sinks import RecordingSink
+from tests.tuning.ukernel.units import publication_doc, run_ukernel_unit
 
 LLVM = TargetSpec(kind="llvm", mcpu="skylake-avx512", num_cores=2)
 AV = WorkloadSpec(op="batch_matmul", dims={"B": 2, "N": 64}, symbolic=["M", "K"])
@@ -50,42 +42,14 @@ def test_what_the_kind_accepts_for_batch_matmul() -> None:
 
 
 def test_a_unit_publishes_a_tuple_table_the_sdk_runs(tmp_path: Path) -> None:
-    kind = KINDS.get("ukernel")
-    platform: Any = PLATFORMS.get("llvm")
-    budget = Budget(trials=2, max_shapes=2)
-    (unit,) = kind.plan(AV, AV_T, budget).units
-    ctx = UnitContext(
-        job_id="j",
-        worker="w",
-        workload=AV,
-        target=platform.resolve(host_target()),
-        platform=platform,
-        distribution=AV_T,
-        budget=budget,
-        settings=Settings(ukernel_vendor_routes=False),  # tiny sizes: numpy wins; keep the uKernels running
-        work_dir=tmp_path / "work",
-        sink=RecordingSink(),
-    )
-    result = kind.run_unit(unit, ctx)
+    result, _ = run_ukernel_unit(AV, AV_T, tmp_path / "work")
     assert result.fatal is None and result.dispatch is not None
     pub = result.dispatch
     assert pub.dim == "M,K" and pub.table["static"] == {"B": 2, "N": 64} and len(result.shapes) == 2
     cache = DispatchCache(tmp_path / "cache")
     for a in pub.artifacts:
         cache.put_artifact(a.sha256, a.data)
-    doc = DispatchDoc(
-        workload_hash="w",
-        target_fingerprint="t",
-        dim=pub.dim,
-        s_max=0,
-        table=pub.table,
-        ukernels=[
-            UKernelRef(id=a.ukernel_id, sha256=a.sha256, spec=a.spec, size_bytes=len(a.data)) for a in pub.artifacts
-        ],
-        predicted_latency_s=[],
-        measured_latency_s={},
-        created_at=dt.datetime.now(dt.UTC),
-    )
+    doc = publication_doc(pub, "w", "t")
     d = dispatcher_from_doc(doc, cache, "service")
     assert isinstance(d, BmmDispatcher)
     for t in (1, 5, 24, 25, 40):

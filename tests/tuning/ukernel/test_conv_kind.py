@@ -5,7 +5,6 @@ signed cache, offline, as a ConvDispatcher (`Client.conv2d_dispatcher`)."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,11 @@ from pydantic import ValidationError
 from kernelfleet.client import Client
 from kernelfleet.conv_dispatcher import ConvDispatcher
 from kernelfleet.dispatch_cache import CachedDoc, DispatchCache
-from kernelfleet.models import DispatchDoc, UKernelRef
 from kernelfleet.signing import document_message
 from service.models import Budget, TargetSpec, WorkloadSpec
 from service.models.distribution import Explicit, Independent, ShapePoint, Uniform
-from service.settings import Settings
 from service.tuning.admission import check_job
-from service.tuning.hardware import host_target
-from service.tuning.kinds import KINDS
-from service.tuning.kinds.base import UnitContext
-from service.tuning.platforms import PLATFORMS
-from tests.tuning.sinks import RecordingSink
+from tests.tuning.ukernel.units import publication_doc, run_ukernel_unit
 
 LLVM = TargetSpec(kind="llvm", mcpu="skylake-avx512", num_cores=2)
 CI, CO = 4, 8
@@ -78,24 +71,7 @@ def _torch_conv(x: np.ndarray, f: np.ndarray, padding: int) -> np.ndarray:
 
 
 def test_a_unit_publishes_a_table_the_sdk_runs_offline_from_its_signed_cache(tmp_path: Path) -> None:
-    kind = KINDS.get("ukernel")
-    platform: Any = PLATFORMS.get("llvm")
-    budget = Budget(trials=2, max_shapes=2)
-    (unit,) = kind.plan(CONV, DIST, budget).units
-    sink = RecordingSink()
-    ctx = UnitContext(
-        job_id="j",
-        worker="w",
-        workload=CONV,
-        target=platform.resolve(host_target()),
-        platform=platform,
-        distribution=DIST,
-        budget=budget,
-        settings=Settings(ukernel_vendor_routes=False),  # tiny sizes: numpy wins; keep the uKernels running
-        work_dir=tmp_path / "work",
-        sink=sink,
-    )
-    result = kind.run_unit(unit, ctx)
+    result, sink = run_ukernel_unit(CONV, DIST, tmp_path / "work")
     assert result.fatal is None and result.dispatch is not None and sink.candidates
     pub = result.dispatch
     assert pub.dim == "M" and len(pub.predicted) == 2 * 9 * 9  # the largest M = N·OH·OW
@@ -106,19 +82,7 @@ def test_a_unit_publishes_a_table_the_sdk_runs_offline_from_its_signed_cache(tmp
     # signed and cached as the service serves it; the service is unreachable
     key = Ed25519PrivateKey.generate()
     public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
-    doc = DispatchDoc(
-        workload_hash=WH,
-        target_fingerprint=TARGET,
-        dim=pub.dim,
-        s_max=len(pub.predicted),
-        table=pub.table,
-        ukernels=[
-            UKernelRef(id=a.ukernel_id, sha256=a.sha256, spec=a.spec, size_bytes=len(a.data)) for a in pub.artifacts
-        ],
-        predicted_latency_s=pub.predicted,
-        measured_latency_s={str(k): v for k, v in pub.measured.items()},
-        created_at=dt.datetime.now(dt.UTC),
-    )
+    doc = publication_doc(pub, WH, TARGET)
     body = doc.model_dump_json().encode()
     signature = base64.b64encode(key.sign(document_message(WH, TARGET, body))).decode()
     cache = DispatchCache(tmp_path / "cache")

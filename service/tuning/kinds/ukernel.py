@@ -105,7 +105,7 @@ class UKernelKind(JobKind):
         return min(int(budget.trials), MAX_UKERNELS)
 
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
-        from service.tuning.tuners.ukernel.tuner import RangeTask
+        from service.tuning.tuners.ukernel.tuner import RangeTask, weighted_mean
 
         hot = self.plan(ctx.workload, ctx.distribution, ctx.budget).shapes
         if ctx.workload.op == "batch_matmul":  # several dynamic dims: a tuple table (kinds/ukernel_bmm.py)
@@ -114,7 +114,6 @@ class UKernelKind(JobKind):
             return run_conv_unit(unit, ctx, hot)
         support = ctx.distribution.support()
         s_max = max(shape[DIM] for shape, _ in support)
-        total = sum(w for _, w in support)
         task = RangeTask(
             workload=ctx.workload,
             s_max=s_max,
@@ -122,7 +121,7 @@ class UKernelKind(JobKind):
             target=ctx.target,
             max_ukernels=unit.trials,
             work_dir=ctx.work_dir,
-            representative_m=max(1, round(sum(shape[DIM] * w for shape, w in support) / total)),
+            representative_m=weighted_mean(support, DIM),
         )
         outcome = tune_unit(unit, ctx, task, lambda S: shape_key({DIM: S}))
         error = verify(outcome, ctx.workload, ctx.platform)

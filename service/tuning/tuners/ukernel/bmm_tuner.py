@@ -33,8 +33,8 @@ from kernelfleet.tuple_dispatch import TupleDispatchTable, geometric_starts
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.ukernel.bmm_kernel import build_bmm_ukernel
 from service.tuning.tuners.ukernel.rules import dense_candidates, padded
+from service.tuning.tuners.ukernel.tuner import Weighted, weighted_mean
 
-Weighted = Sequence[tuple[Mapping[str, int], float]]
 MAX_SYMBOLIC = 3
 VENDOR_MARGIN = 0.03  # a class goes to a uKernel only if it beats numpy by this much at every tuple timed
 
@@ -73,18 +73,13 @@ class BmmRangeOutcome:
         return bool(self.table.ukernel_ids())
 
 
-def _mean(support: Weighted, dim: str) -> int:
-    total = sum(w for _, w in support)
-    return max(1, round(sum(s[dim] * w for s, w in support) / total))
-
-
 def bmm_tiles(
     hw: HardwareModel, static: Mapping[str, int], support: Weighted, top_k: int
 ) -> list[tuple[int, int, int]]:
     """(mt, nt, kt) tiles from the dense rules on one batch's problem at representative sizes."""
 
     def size(d: str) -> int:
-        return static[d] if d in static else _mean(support, d)
+        return static[d] if d in static else weighted_mean(support, d)
 
     k = static.get("K") or padded(size("K"), 16)  # a symbolic K is padded to kt: any kt ≤ 16 divides it
     rows = size("B") * size("M")

@@ -30,10 +30,11 @@ from service.tuning.tuners.ukernel.tuner import (
     RangeSink,
     RangeTask,
     UKernelTuner,
+    Weighted,
     median_call,
+    weighted_mean,
 )
 
-Weighted = Sequence[tuple[Mapping[str, int], float]]
 GEMM_DIM = "M"
 
 
@@ -119,7 +120,6 @@ def conv_range_task(
     """The dense range task a conv layer is: M = 1..max M of the support, its weighted mean M representative,
     the hot tuples' M validated."""
     over_m = rows_support(workload, support)
-    total = sum(w for _, w in over_m)
     ms = list(dict.fromkeys(rows(workload, t) for t in validate))
     return RangeTask(
         workload=gemm_workload(workload),
@@ -128,7 +128,7 @@ def conv_range_task(
         target=target,
         max_ukernels=max_ukernels,
         work_dir=work_dir,
-        representative_m=max(1, round(sum(s[GEMM_DIM] * w for s, w in over_m) / total)),
+        representative_m=weighted_mean(over_m, GEMM_DIM),
         vendor_routes=vendor_routes,
     )
 

@@ -45,6 +45,15 @@ if TYPE_CHECKING:  # annotations only: the GPU tuner imports this module on host
     from service.models import TargetSpec, WorkloadSpec
 
 
+Weighted = Sequence[tuple[Mapping[str, int], float]]  # a distribution's support: (shape, weight) pairs
+
+
+def weighted_mean(support: Weighted, dim: str) -> int:
+    """The support's weight-averaged `dim`, rounded, at least 1: where a range task's rules judge its uKernels."""
+    total = sum(w for _, w in support)
+    return max(1, round(sum(s[dim] * w for s, w in support) / total))
+
+
 @dataclass(frozen=True)
 class RangeTask:
     workload: WorkloadSpec

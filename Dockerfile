@@ -41,6 +41,11 @@ print('\n'.join(svc['dependencies'] + sdk['dependencies'] + sdk['optional-depend
 # ("cuda_runtime.h: No such file or directory"). The worker itself compiles through service.tuning.cuda_toolchain
 # (nvcc via TVM's callback) and loads the wheel's libcudart before TVM.
 ARG KERNELFLEET_EXTRAS=""
+# PyTorch's CPU build in the default image: CPU workers time it next to numpy and route a shape to it where it
+# is the fastest vendor library (kernelfleet.vendor), and hosts calling the SDK in this image run those routes.
+# The `gpu` extra brings PyTorch's CUDA build instead. A worker without PyTorch times numpy only.
+ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+RUN if [ -z "$KERNELFLEET_EXTRAS" ]; then pip install --index-url "$TORCH_CPU_INDEX" "torch==2.13.0"; fi
 COPY . /tmp/kernelfleet-src
 RUN pip install "/tmp/kernelfleet-src/clients/python[cli]" "/tmp/kernelfleet-src${KERNELFLEET_EXTRAS:+[$KERNELFLEET_EXTRAS]}" \
     && rm -rf /tmp/kernelfleet-src \

@@ -257,12 +257,6 @@ class ConvLayer:
         """M = N·OH·OW, the dense layer's row count at batch n."""
         return n * self.out_hw**2
 
-    def job_n_max(self, s_max: int) -> int:
-        """The largest batch a job may cover: the service tunes M = N·OH·OW up to MAX_S (kinds/ukernel_conv)."""
-        from service.tuning.tuners.ukernel.limits import MAX_S
-
-        return min(s_max, MAX_S // self.rows(1))
-
     def workload(self) -> Any:
         from service.models import WorkloadSpec
 
@@ -280,11 +274,9 @@ class ConvLayer:
         return Explicit(points=[ShapePoint(shape={"N": n}) for n in range(1, n_max + 1)])
 
     def shape_text(self, s_max: int) -> str:
-        job = self.job_n_max(s_max)
-        beyond = f"; job N=1..{job} (M≤{self.rows(job)}), N>{job} past its table" if job < s_max else ""
         return (
             f"{self.what}: CI={self.CI} CO={self.CO} {self.k}×{self.k} pad {self.padding}, H=W={self.HW}, "
-            f"N=1..{s_max}{beyond}"
+            f"N=1..{s_max} (M up to {self.rows(s_max)})"
         )
 
     def tune(self, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
@@ -412,7 +404,8 @@ def tune_dense(layer: DenseLayer, s_max: int, args: argparse.Namespace, work_dir
         "errors": out.errors,
         "vendor_intervals": routes["intervals"],
         "vendor_S": routes["vendor_S"],
-        "shapes_timed_against_numpy": routes["shapes_timed"],
+        "vendor_S_by_library": routes["vendor_S_by_library"],
+        "shapes_timed_against_the_vendors": routes["shapes_timed"],
         "decided_by": routes["decided_by"],
         "padding_ratio": out.padding_ratio,
         "piece_overhead_s": out.validation.get("piece_overhead_s"),
@@ -420,7 +413,8 @@ def tune_dense(layer: DenseLayer, s_max: int, args: argparse.Namespace, work_dir
     }
     print(
         f"  tuned in {wall:.1f} s (job's account {out.seconds:.1f} s): uKernels {info['ukernels']}, "
-        f"M routed to numpy {routes['vendor_S']} in {routes['intervals']}, {routes['shapes_timed']} M timed",
+        f"M routed to a vendor library {routes['vendor_S_by_library']} in {routes['intervals']}, "
+        f"{routes['shapes_timed']} M timed",
         flush=True,
     )
     return Dispatcher(out.table, out.kernels, N=layer.N, K=layer.K), info
@@ -440,9 +434,9 @@ def bmm_workload(layer: BmmLayer, s_max: int) -> tuple[Any, Any]:
 
 def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
     """As kinds/ukernel_bmm.run_bmm_unit sets the tuner up, admitted and planned by the service's own code."""
+    from kernelfleet import vendor
     from kernelfleet.bmm_dispatcher import BmmDispatcher
     from kernelfleet.bmm_ukernel import load_bmm_ukernel
-    from kernelfleet.dispatch import VENDOR
     from service.models import Budget
     from service.settings import Settings
     from service.tuning.admission import check_job
@@ -474,7 +468,8 @@ def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Pa
     kernels = {uid: load_bmm_ukernel(a.path, a.spec, a.sha256) for uid, a in out.artifacts.items()}
     d = BmmDispatcher(out.table, kernels, static)
     routes = {t: d.program(layer.full_shape(t)) for t in range(1, s_max + 1)}
-    vendor_t = [t for t, uid in routes.items() if uid == VENDOR]
+    vendor_t = [t for t, uid in routes.items() if vendor.is_vendor(uid)]
+    torch_t = [t for t, uid in routes.items() if vendor.library_of(uid) == vendor.TORCH]
     info = {
         "wall_s": wall,
         "job_seconds": out.seconds,
@@ -483,42 +478,36 @@ def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Pa
         "errors": [error] if error else [],
         "vendor_intervals": intervals(vendor_t),
         "vendor_S": len(vendor_t),
+        "torch_S": len(torch_t),
         "missed_S": sum(uid is None for uid in routes.values()),
-        "tuples_timed_against_numpy": len(out.measured),
+        "tuples_timed_against_the_vendors": len(out.measured),
         "table": out.table.to_dict(),
     }
     failed = f", verification FAILED: {error}" if error else ""
     print(
         f"  tuned in {wall:.1f} s (job's account {out.seconds:.1f} s{failed}): "
-        f"uKernels {info['ukernels']} of {info['candidates']}, T routed to numpy {len(vendor_t)} in "
-        f"{info['vendor_intervals']}, {len(out.measured)} tuples timed",
+        f"uKernels {info['ukernels']} of {info['candidates']}, T routed to a vendor library {len(vendor_t)} "
+        f"(PyTorch {len(torch_t)}) in {info['vendor_intervals']}, {len(out.measured)} tuples timed",
         flush=True,
     )
     return d, info
 
 
 def tune_conv(layer: ConvLayer, s_max: int, args: argparse.Namespace, work_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """As kinds/ukernel_conv.run_conv_unit sets the tuner up, admitted and planned by the service's own code.
-
-    The service tunes M = N·OH·OW up to MAX_S only (56×56: N ≤ 1), so a job over N = 1..s_max is refused past
-    that; the job tuned here is the largest it admits, N = 1..job_n_max, and larger N run the table's extended
-    last interval, as they would for a user of that job's table. The refusal is recorded."""
+    """As kinds/ukernel_conv.run_conv_unit sets the tuner up, admitted and planned by the service's own code: the
+    dense programs over M up to MAX_S (larger M run the table's extended last interval), then the conv routes
+    timed at the support's own M (the uKernels, numpy's im2col GEMM, PyTorch's conv2d)."""
     from service.models import Budget
     from service.tuning.admission import check_job
     from service.tuning.hardware import host_target
     from service.tuning.kinds import KINDS
-    from service.tuning.kinds.ukernel_range import verify
     from service.tuning.platforms import PLATFORMS
     from service.tuning.tuners.ukernel import conv
 
     workload = layer.workload()
     budget = Budget(trials=args.max_ukernels, max_shapes=BUDGET_HOT_SHAPES)
     target = PLATFORMS.get("llvm").resolve(host_target())
-    refused = check_job("ukernel", workload, layer.distribution(s_max), target, budget)
-    job_n = layer.job_n_max(s_max)
-    if job_n < 1:
-        raise SystemExit(f"{layer.name}: the service refuses every batch: {refused}")
-    distribution = layer.distribution(job_n)
+    distribution = layer.distribution(s_max)
     problem = check_job("ukernel", workload, distribution, target, budget)
     if problem is not None:
         raise SystemExit(f"{layer.name}: the service would refuse this job: {problem}")
@@ -527,44 +516,31 @@ def tune_conv(layer: ConvLayer, s_max: int, args: argparse.Namespace, work_dir: 
     hot = [p.shape for p in plan.shapes]
     began = time.perf_counter()
     out = conv.tune_conv_range(  # verifies the conv dispatcher at the support's corners and past them
-        workload,
-        distribution.support(),
-        target,
-        work_dir,
-        max_ukernels=unit.trials,
-        validate=hot,
-        vendor_routes=True,  # as run_conv_unit (conv_range_task's default)
+        workload, distribution.support(), target, work_dir, max_ukernels=unit.trials, validate=hot
     )
-    error = verify(out.dense, conv.gemm_workload(workload))  # the job verifies the dense table too
     wall = time.perf_counter() - began
     d = out.dispatcher()
     vendor_n = [n for n in range(1, s_max + 1) if not d.program({"N": n})]
-    routes = out.dense.validation["vendor_routes"]
+    routes = out.dense.validation["conv_routes"]
     info = {
         "wall_s": wall,
         "job_seconds": out.dense.seconds,
-        "job_N": [1, job_n],
-        "job_M": [1, layer.rows(job_n)],
-        "refused_full_range": refused.message if refused is not None else None,
+        "job_M": [1, layer.rows(s_max)],
         "hot_shapes": hot,
         "ukernels": sorted(out.dense.kernels),
         "candidates": [c["id"] for c in out.dense.candidates],
         "errors": out.dense.errors,
-        "verify_error": error,
         "vendor_intervals": intervals(vendor_n),
         "vendor_S": len(vendor_n),
-        "vendor_intervals_M": routes["intervals"],
-        "shapes_timed_against_numpy": routes["shapes_timed"],
-        "decided_by": routes["decided_by"],
+        "route_spans_M": routes["spans"],
+        "route_timed_s": routes["timed_s"],
         "padding_ratio": out.dense.padding_ratio,
         "table": out.dense.table.to_dict(),
     }
-    failed = f", verification FAILED: {error}" if error else ""
     print(
-        f"  job N=1..{job_n} (M=1..{layer.rows(job_n)})"
-        + (f"; N=1..{s_max} refused: {refused.message}" if refused is not None else "")
-        + f"\n  tuned in {wall:.1f} s (job's account {out.dense.seconds:.1f} s{failed}): uKernels {info['ukernels']}, "
-        f"N routed to numpy {vendor_n} (M intervals {routes['intervals']}), {routes['shapes_timed']} M timed",
+        f"  job N=1..{s_max} (M=1..{layer.rows(s_max)}), tuned in {wall:.1f} s (the dense part "
+        f"{out.dense.seconds:.1f} s): uKernels {info['ukernels']}, "
+        f"N routed to a vendor library {vendor_n} (M spans {routes['spans']}), {len(routes['timed_s'])} M timed",
         flush=True,
     )
     return d, info
@@ -590,6 +566,7 @@ def torch_activation(torch: Any, activation: str) -> Callable[[Any], Any]:
 def dense_bench(torch: Any, layer: DenseLayer, d: Any) -> LayerBench:
     import numpy as np
 
+    from kernelfleet import vendor
     from kernelfleet.dispatcher import dispatch_overhead_s
     from kernelfleet.epilogue import dense_reference
 
@@ -610,7 +587,7 @@ def dense_bench(torch: Any, layer: DenseLayer, d: Any) -> LayerBench:
             ours=lambda: d(x, w, bias=b),
             numpy=lambda: dense_reference(x, w, b, epi),
             torch=lambda: act(linear(xt, wt, bt)),
-            route="numpy" if d.table.vendor_at(S) else "uKernel",
+            route=d.table.vendor_library(S) or "uKernel",
             program=[[p.ukernel_id, p.rows] for p in d.program(S)],
         )
 
@@ -620,9 +597,10 @@ def dense_bench(torch: Any, layer: DenseLayer, d: Any) -> LayerBench:
         if pieces:
             inner_what, inner = "its uKernels (time_evaluator)", functools.partial(_kernels_time, d, pieces)
         else:
+            lib = d.library(S)
             inner_what, inner = (
-                "numpy's own call",
-                functools.partial(_best_median, lambda: dense_reference(x, w, b, epi), 1),
+                f"{lib}'s own call",
+                functools.partial(_best_median, lambda: vendor.dense(lib, x, w, b, epi), 1),
             )
         return OverheadProbe(
             call=lambda: d(x, w, bias=b),
@@ -648,9 +626,9 @@ def bmm_operands(torch: Any, layer: BmmLayer, t: int, seed: int) -> tuple[Any, A
 def bmm_bench(torch: Any, layer: BmmLayer, d: Any) -> LayerBench:
     import numpy as np
 
-    from kernelfleet.dispatch import VENDOR
+    from kernelfleet import vendor
 
-    routes = {None: "miss", VENDOR: "numpy"}
+    routes: dict[str | None, str] = {None: "miss", **{vendor.route_of(lib): lib for lib in vendor.LIBRARIES}}
 
     def at(t: int) -> ShapeCalls:
         a, bt, r, at_, rt = bmm_operands(torch, layer, t, seed=t)
@@ -664,10 +642,11 @@ def bmm_bench(torch: Any, layer: BmmLayer, d: Any) -> LayerBench:
         )
 
     def probe(t: int) -> OverheadProbe:
-        a, bt, r, _, _ = bmm_operands(torch, layer, t, seed=10_000 + t)
+        a, bt, _, _, _ = bmm_operands(torch, layer, t, seed=10_000 + t)
         uid = d.program(layer.full_shape(t))
         if uid in routes:
-            inner_what, inner = "numpy's own call", functools.partial(_best_median, lambda: np.matmul(a, r), 1)
+            lib = vendor.library_of(uid) or vendor.NUMPY
+            inner_what, inner = f"{lib}'s own call", functools.partial(_best_median, lambda: vendor.bmm(lib, a, bt), 1)
         else:
             inner_what, inner = (
                 "its uKernel (time_evaluator, A and Bt packed)",
@@ -706,6 +685,7 @@ def conv_operands(torch: Any, layer: ConvLayer, n: int, seed: int) -> tuple[Any,
 def conv_bench(torch: Any, layer: ConvLayer, d: Any) -> LayerBench:
     import numpy as np
 
+    from kernelfleet import vendor
     from kernelfleet.dispatcher import dispatch_overhead_s
 
     f = np.random.default_rng(0).standard_normal((layer.k, layer.k, layer.CI, layer.CO), dtype=np.float32)
@@ -721,7 +701,7 @@ def conv_bench(torch: Any, layer: ConvLayer, d: Any) -> LayerBench:
             ours=lambda: d(x, f),
             numpy=lambda: fallback(x, f),
             torch=lambda: conv2d(xt, wt, stride=layer.stride, padding=layer.padding).permute(0, 2, 3, 1),
-            route="numpy" if d.dense.table.vendor_at(layer.rows(n)) else "uKernel",
+            route=d.dense.table.vendor_library(layer.rows(n)) or "uKernel",
             program=[[p.ukernel_id, p.rows] for p in d.program({"N": n})],
         )
 
@@ -733,6 +713,12 @@ def conv_bench(torch: Any, layer: ConvLayer, d: Any) -> LayerBench:
             inner_what, inner = (
                 "its uKernels (time_evaluator; the im2col is overhead)",
                 functools.partial(_kernels_time, d.dense, pieces),
+            )
+        elif d.dense.library(layer.rows(n)) == vendor.TORCH:
+            weight = vendor.torch_conv_weight(f)
+            inner_what, inner = (
+                "PyTorch's conv2d",
+                functools.partial(_best_median, lambda: vendor.torch_conv2d(x, weight, layer.stride, layer.padding), 1),
             )
         else:
             cols = d.geometry.columns(x, layer.k, layer.k, layer.out_hw, layer.out_hw)
@@ -870,12 +856,12 @@ def _no_program(a: Any, bt: Any, out: Any = None) -> Any:
 def bmm_selection_s(d: Any, a: Any, bt: Any, calls: int = 5000, rounds: int = 5) -> float:
     """Median seconds per call of a BmmDispatcher's own work (shape memo, table lookup, counters): a dispatcher
     over the same table, with every program (numpy's too) a function that does nothing, called on the arrays."""
+    from kernelfleet import vendor
     from kernelfleet.bmm_dispatcher import BmmDispatcher
-    from kernelfleet.dispatch import VENDOR
     from kernelfleet.tuple_dispatch import TupleDispatchTable
 
     t = d.table
-    cells = tuple("no-program" if c == VENDOR else c for c in t.cells)
+    cells = tuple("no-program" if vendor.is_vendor(c) else c for c in t.cells)
     table = TupleDispatchTable(t.dims, t.starts, t.his, cells)
     dry = BmmDispatcher(table, dict.fromkeys(table.ukernel_ids(), _no_program), d.static)
     dry(a, bt)  # first sight: checked and looked up, as a warm dispatcher has
@@ -923,7 +909,8 @@ def summarize(rows: Sequence[dict[str, Any]], tuning_s: float) -> dict[str, Any]
         "worst_route": next(r["route"] for r in rows if r["S"] == worst),
         "below_0_95": below,
         "torch_faster_S": sum(r["faster_vendor"] == "torch" for r in rows),
-        "numpy_routed_S": len(rows) - len(uk),
+        "vendor_routed_S": len(rows) - len(uk),
+        "torch_routed_S": sum(r["route"] == "torch" for r in rows),
         "max_abs_err_vs_torch": max(r["max_abs_err_vs_torch"] for r in rows),
         "numpy_max_abs_err_vs_torch": max(r["numpy_max_abs_err_vs_torch"] for r in rows),
         "tuning_s": tuning_s,
@@ -999,8 +986,9 @@ def markdown(data: dict[str, Any]) -> str:
         s, t, dim = res["summary"], res["tuning"], res["dim"]
         below = s["below_0_95"]
         lines.append(
-            f"- `{res['name']}`: uKernels {', '.join(t['ukernels']) or 'none'}; {s['numpy_routed_S']} of "
-            f"{s['shapes']} measured {dim} routed to numpy by the table (intervals {t['vendor_intervals']}); "
+            f"- `{res['name']}`: uKernels {', '.join(t['ukernels']) or 'none'}; {s['vendor_routed_S']} of "
+            f"{s['shapes']} measured {dim} routed to a vendor library by the table, {s['torch_routed_S']} of them to "
+            f"PyTorch (intervals {t['vendor_intervals']}); "
             f"torch was the faster vendor at "
             f"{s['torch_faster_S']} {dim}; {dim} below 0.95×: {below[:20]}{' …' if len(below) > 20 else ''}; "
             f"job's own account {t['job_seconds']:.1f} s; "

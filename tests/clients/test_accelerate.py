@@ -38,11 +38,11 @@ from service.tuning.tuners.ukernel.kernel import build_ukernel
 TARGET = "ab" * 16  # a target fingerprint (the tables are built for this host)
 H, INTER = 64, 256  # BERT hidden and intermediate sizes
 S_MAX = 64
-# (N, K, epilogue, vendor interval): the workloads a 2-layer BERT(64, 256) and the MLPs below run
+# (N, K, epilogue, vendor interval and its library): the workloads a 2-layer BERT(64, 256) and the MLPs below run
 TABLES = [
-    (H, H, Epilogue(True), (9, 16)),  # Q, K, V, attention output, pooler; S 9..16 routed to numpy
+    (H, H, Epilogue(True), (9, 16, "numpy")),  # Q, K, V, attention output, pooler; S 9..16 routed to numpy
     (INTER, H, Epilogue(True, "gelu"), None),  # intermediate dense + GELU, fused
-    (H, INTER, Epilogue(True), None),  # output dense
+    (H, INTER, Epilogue(True), (17, 24, "torch")),  # output dense; S 17..24 routed to PyTorch
     (INTER, H, Epilogue(True), None),  # the same layer unfused: for a ReLU that has no fused table
 ]
 ATOL = 2e-4
@@ -76,10 +76,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
         if vendor is None:
             intervals: tuple[Interval, ...] = (Interval(1, S_MAX, Shape((), "a")),)
         else:
-            lo, hi = vendor
+            lo, hi, library = vendor
             intervals = (
                 Interval(1, lo - 1, Shape((), "a")),
-                Interval(lo, hi, None),
+                Interval(lo, hi, None, library),
                 Interval(hi + 1, S_MAX, Shape((), "a")),
             )
         table = DispatchTable(intervals, {"a": 4}, epilogue)
@@ -342,3 +342,26 @@ def test_workloads_name_a_layers_table_and_a_table_for_another_epilogue_is_not_u
         torch.testing.assert_close(odd(x), nn.functional.linear(x, odd.module[0].weight, odd.module[0].bias))
     assert fast.fallbacks() == 0 and odd.stats()["0"]["reasons"] == {"no_table": 1}
     assert fast.stats()["2"]["workload"] == output
+
+
+def test_rows_the_table_routes_to_pytorch_run_the_original_layer_on_the_callers_tensors(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The output layer's table sends S 17..24 to PyTorch: those calls run `linear` on the tensors themselves (no
+    numpy views, no uKernel), count as the table's choice (not fallbacks), and give PyTorch's result."""
+    model = _mlp(nn.GELU())
+    fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
+    out_layer = fast.module[2]
+    assert isinstance(out_layer, AcceleratedLinear)
+    ran: list[int] = []
+    real = nn.functional.linear
+    monkeypatch.setattr(nn.functional, "linear", lambda *a, **k: ran.append(a[0].shape[0]) or real(*a, **k))
+    with torch.no_grad():
+        for S in (5, 17, 24, 25):
+            x = torch.randn(S, H)
+            torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+    # the reference model calls linear twice per input; ours once more, on its output layer, at S = 17 and 24 only
+    assert [ran.count(S) for S in (5, 17, 24, 25)] == [2, 3, 3, 2]
+    assert fast.fallbacks() == 0 and out_layer.stats.calls == 4
+    usage = out_layer.dispatcher.usage()
+    assert usage[17].calls == 1 and usage[17].fallbacks == 0

@@ -1,11 +1,11 @@
 """Batch matmul on inference hosts: C[B,M,N] = A[B,M,K]·Bt[B,N,K]ᵀ (the operator's layout: Bt holds the right
 operand transposed, e.g. K for QKᵀ, Vᵀ for A·V), any tuple of the workload's symbolic dims, no network per call.
 
-A `BmmDispatcher` reads the tuple of symbolic dims off the arrays, looks it up in its TupleDispatchTable
-(one bisect per dim) and runs the uKernel the table names, or numpy (`np.matmul(a, bt.transpose(0, 2, 1))`)
-where the table routes the tuple's class to the vendor. A tuple outside the tuned box or in a hole runs
-numpy too and is counted as a miss; with no table (nothing verified, or no TVM runtime) every call is a
-fallback. Nothing in a document is loaded before its signature verifies.
+A `BmmDispatcher` reads the tuple of symbolic dims off the arrays, looks it up in its TupleDispatchTable (one
+bisect per dim) and runs the uKernel the table names, or the vendor library the table routes the tuple's class to
+(numpy's `np.matmul(a, bt.transpose(0, 2, 1))` or PyTorch's bmm: kernelfleet.vendor). A tuple outside the tuned box
+or in a hole runs numpy and is counted as a miss; with no table (nothing verified, or no TVM runtime) every call is
+a fallback. Nothing in a document is loaded before its signature verifies.
 
 The signed document is canonical JSON: {"format": "bmm-dispatch-v1", "workload_dims": the static dims,
 "table": the tuple table, "artifacts": {uKernel id: {"sha256", "spec"}}}. The service signs it with the
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from kernelfleet import vendor
 from kernelfleet.bmm_ukernel import BMM_DIMS, BmmSpec, BmmUKernel
-from kernelfleet.dispatch import VENDOR
 from kernelfleet.signing import verify_bytes, verify_document
 from kernelfleet.tuple_dispatch import TupleDispatchTable
 
@@ -57,8 +57,9 @@ class BmmDispatcher:
         self._symbolic_at = tuple(BMM_DIMS.index(d) for d in dims)
         self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], str | None] = {}
         self.calls = 0
-        # calls per uKernel id, VENDOR, or None (a miss)
-        self.by_program: dict[str | None, int] = dict.fromkeys([*self.kernels, VENDOR, None], 0)
+        # calls per uKernel id, vendor route, or None (a miss)
+        routes = [vendor.route_of(lib) for lib in vendor.LIBRARIES]
+        self.by_program: dict[str | None, int] = dict.fromkeys([*self.kernels, *routes, None], 0)
 
     @property
     def fallback(self) -> bool:
@@ -77,7 +78,7 @@ class BmmDispatcher:
         return sizes
 
     def program(self, shape: Mapping[str, int]) -> str | None:
-        """The uKernel id, VENDOR, or None (numpy as a miss) for a full shape {B, M, N, K}."""
+        """The uKernel id, a vendor route, or None (numpy as a miss) for a full shape {B, M, N, K}."""
         return None if self.table is None else self.table.lookup_shape(shape)
 
     def __call__(self, a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -87,9 +88,10 @@ class BmmDispatcher:
             uid = self._first_sight(a, bt)
         self.calls += 1
         self.by_program[uid] += 1
-        if uid is None or uid == VENDOR or a.dtype != np.float32 or bt.dtype != np.float32:
-            return np.matmul(a, bt.transpose(0, 2, 1), out=out)
-        return self.kernels[uid](a, bt, out)
+        kernel = self.kernels.get(uid) if uid is not None else None
+        if kernel is None or a.dtype != np.float32 or bt.dtype != np.float32:
+            return vendor.bmm(vendor.library_of(uid) or vendor.NUMPY, a, bt, out)
+        return kernel(a, bt, out)
 
     def _first_sight(self, a: np.ndarray, bt: np.ndarray) -> str | None:
         sizes = self._sizes(a, bt)
@@ -106,8 +108,8 @@ class BmmDispatcher:
 
     @property
     def vendor_calls(self) -> int:
-        """Calls the table routed to numpy (its choice, not a miss)."""
-        return self.by_program[VENDOR]
+        """Calls the table routed to a vendor library (its choice, not a miss)."""
+        return sum(self.by_program[vendor.route_of(lib)] for lib in vendor.LIBRARIES)
 
 
 def bmm_document(

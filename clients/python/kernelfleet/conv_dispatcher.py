@@ -7,7 +7,9 @@ padding), W[CO, K] the filter read as a matrix, and Y is the NHWC output read as
 reads (N, H, W) off the input, computes M in O(1), builds X (a free reshape for a 1×1, stride-1, unpadded
 layer; otherwise one strided copy per filter tap) and calls the dense `Dispatcher` (kernelfleet.dispatcher),
 which picks the program for M from its table exactly as for a dense layer, or numpy where the table routes M
-to the vendor or where there is no table (then every call counts as a miss).
+to numpy or where there is no table (then every call counts as a miss). Where the table routes M to PyTorch,
+the dispatcher runs PyTorch's own conv2d on the NHWC input (a channels_last view, no im2col: kernelfleet.vendor),
+the library the job measured fastest there.
 
 The service publishes a conv table as a dense dispatch document whose table carries the geometry under
 "conv2d" (`ConvGeometry.to_dict`); it is signed and cached like any other (kernelfleet.dispatch_cache).
@@ -16,13 +18,15 @@ The service publishes a conv table as a dense dispatch document whose table carr
 from __future__ import annotations
 
 import threading
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kernelfleet import vendor
 from kernelfleet.dispatch import Piece
 from kernelfleet.dispatcher import Dispatcher
 
@@ -146,7 +150,7 @@ class ConvDispatcher:
             raise ValueError(f"the dense table is for N={dense.N}, K={dense.K}, not this conv layer's {geometry}")
         self.dense = dense
         self.geometry = geometry
-        self._weights: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray]] = {}
+        self._weights: dict[tuple[int, str], tuple[weakref.ref[np.ndarray], Any]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -168,21 +172,33 @@ class ConvDispatcher:
     def weight(self, f: np.ndarray) -> np.ndarray:
         """F as W[CO, K], made once per filter (by identity, while F lives: filters are treated as immutable,
         like the dense dispatcher's weights), so the dense dispatcher finds its packed copies too."""
-        entry = self._weights.get(id(f))
+        w: np.ndarray = self._derived(f, "matrix", filter_matrix)
+        return w
+
+    def _derived(self, f: np.ndarray, kind: str, make: Callable[[np.ndarray], Any]) -> Any:
+        """What `make` derives from filter F (its matrix, PyTorch's weight), once per filter and kind."""
+        entry = self._weights.get((id(f), kind))
         if entry is not None and entry[0]() is f:
             return entry[1]
-        w = filter_matrix(f)
+        derived = make(f)
         with self._lock:
             self._weights = {k: v for k, v in self._weights.items() if v[0]() is not None}
-            self._weights[id(f)] = (weakref.ref(f), w)
-        return w
+            self._weights[(id(f), kind)] = (weakref.ref(f), derived)
+        return derived
 
     def __call__(self, x: np.ndarray, f: np.ndarray) -> np.ndarray:
         """O[N,OH,OW,CO] for I[N,H,W,CI] and F[KH,KW,CI,CO]."""
         n, oh, ow = self.geometry.check(x, f)
+        M = n * oh * ow
+        if not self.dense.program(M) and vendor.runnable(self.dense.library(M)) == vendor.TORCH:
+            # the table routes M to PyTorch: its own conv (oneDNN's direct convolution), not a GEMM on im2col
+            start = time.perf_counter()
+            g = self.geometry
+            y = vendor.torch_conv2d(x, self._derived(f, vendor.TORCH, vendor.torch_conv_weight), g.stride, g.padding)
+            self.dense.record_route(M, time.perf_counter() - start)
+            return y
         cols = self.geometry.columns(x, f.shape[0], f.shape[1], oh, ow)
-        y = self.dense(cols, self.weight(f))
-        return y.reshape(n, oh, ow, f.shape[3])
+        return self.dense(cols, self.weight(f)).reshape(n, oh, ow, f.shape[3])
 
     def usage(self, reset: bool = False) -> dict[int, Any]:
         """The dense dispatcher's calls per M (kernelfleet.dispatcher.ShapeUsage)."""

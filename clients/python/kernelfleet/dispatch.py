@@ -7,12 +7,13 @@ form one interval, so a dispatch table covering 1..S_max is a short sorted list 
 bisect. The service computes the table (service/tuning/tuners/ukernel/combine.py); inference
 hosts only read it.
 
-An interval may instead route its S to the vendor library (numpy): the job measured both as the SDK
-calls them and the vendor was faster there. On the wire such an interval is `[lo, hi, "vendor"]`,
-and its program is empty (no piece: the dispatcher calls numpy).
+An interval may instead route its S to a vendor library (numpy or PyTorch: kernelfleet.vendor): the job
+measured them all as the SDK calls them and that library was the fastest there. On the wire such an
+interval is `[lo, hi, "vendor"]` (numpy) or `[lo, hi, "vendor:torch"]`, and its program is empty (no
+piece: the dispatcher calls the library).
 
 A table for a layer with an epilogue (bias, activation: kernelfleet.epilogue) carries it: its uKernels
-compute it in their store, and S routed to the vendor run it in numpy. On the wire it is an `epilogue`
+compute it in their store, and S routed to a vendor run it in that library. On the wire it is an `epilogue`
 entry, present only when there is one, so tables from before epilogues read (and verify) as they were.
 """
 
@@ -28,6 +29,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
+from kernelfleet.vendor import NUMPY, VENDOR, library_of, route_of
+
+__all__ = ["VENDOR", "DispatchTable", "Interval", "Piece", "Shape", "run_program"]
 
 
 @dataclass(frozen=True)
@@ -67,29 +71,28 @@ class Shape:
         return cls(tuple((str(uid), int(tiles)) for uid, tiles in data[0]), str(data[1]))
 
 
-VENDOR = "vendor"  # the wire form of an interval whose S run on the vendor library
-
-
 @dataclass(frozen=True)
 class Interval:
     lo: int
     hi: int
-    shape: Shape | None  # None: the vendor library runs these S
+    shape: Shape | None  # None: the vendor library `library` runs these S
+    library: str = NUMPY  # only for a vendor interval
 
     @property
     def vendor(self) -> bool:
         return self.shape is None
 
     def to_list(self) -> list[Any]:
-        return [self.lo, self.hi, VENDOR if self.shape is None else self.shape.to_list()]
+        return [self.lo, self.hi, route_of(self.library) if self.shape is None else self.shape.to_list()]
 
     @classmethod
     def from_list(cls, data: Sequence[Any]) -> Interval:
         lo, hi, shape = data
         if isinstance(shape, str):
-            if shape != VENDOR:
-                raise ValueError(f"unknown interval kind {shape!r}; this SDK knows programs and {VENDOR!r}")
-            return cls(int(lo), int(hi), None)
+            library = library_of(shape)
+            if library is None:
+                raise ValueError(f"unknown interval kind {shape!r}; this SDK knows programs and vendor routes")
+            return cls(int(lo), int(hi), None, library)
         return cls(int(lo), int(hi), Shape.from_list(shape))
 
 
@@ -109,17 +112,26 @@ class DispatchTable:
         """The program for S rows; empty where the table routes S to the vendor library. Beyond the
         tuned range the last interval extends: its remainder piece is shape-generic, so it takes every
         extra row (padded to its M-tile), and a last vendor interval keeps larger S on the vendor."""
+        shape = self.interval(S).shape
+        return () if shape is None else shape.expand(S, self.mts)
+
+    def interval(self, S: int) -> Interval:
+        """The interval that serves S (the last one for every S past the table)."""
         if self.intervals[0].lo > S:
             raise KeyError(f"S={S} is below the table ({self.intervals[0].lo}..{self.s_max})")
         i = bisect.bisect_right(self._starts, S) - 1
         if self.intervals[i].hi < S and i != len(self.intervals) - 1:
             raise KeyError(f"S={S} falls in a gap of the table")
-        shape = self.intervals[i].shape
-        return () if shape is None else shape.expand(S, self.mts)
+        return self.intervals[i]
 
     def vendor_at(self, S: int) -> bool:
-        """Whether the table routes S to the vendor library."""
-        return not self.lookup(S)
+        """Whether the table routes S to a vendor library."""
+        return self.interval(S).vendor
+
+    def vendor_library(self, S: int) -> str | None:
+        """The vendor library the table routes S to, or None when uKernels run S."""
+        iv = self.interval(S)
+        return iv.library if iv.vendor else None
 
     @functools.cached_property
     def _starts(self) -> list[int]:

@@ -2,17 +2,18 @@
 
 A layer tuned with an epilogue (kernelfleet.epilogue: bias, activation) computes act(X·Wᵀ + bias): the
 table says which, `d(x, w, bias=b)` passes the bias (required iff the table adds one), the uKernels fuse
-it and every S that runs on numpy (vendor routes, no table) applies it in numpy, so each S gives the same.
+it and every S that runs on a vendor library (vendor routes; numpy with no table) applies it there, so each S
+gives the same.
 
 A `Dispatcher` holds a dispatch table (which uKernels run which rows for each S) and the loaded
 uKernels. Calling it picks the program for S = X.shape[0] from a per-S memo (a dict lookup after the
 first call for that S), finds W's packed copies by identity, and runs the pieces. Shapes the fleet
 never tuned still get a program: the table extends past its last interval (see DispatchTable.lookup).
 
-Exact-shape kernels (from `sketch` jobs, measured faster than the table's program for that S) take
-precedence for their S. Where the table routes S to the vendor (the job measured numpy faster there)
-the dispatcher calls numpy, as the table chose: not a fallback. With no table at all (service
-unreachable and nothing cached) the dispatcher runs numpy and counts every call as a fallback, so the
+Exact-shape kernels (from `sketch` jobs, measured faster than the table's program for that S) take precedence for
+their S. Where the table routes S to a vendor library (the job measured numpy or PyTorch faster there:
+kernelfleet.vendor) the dispatcher calls that library, as the table chose: not a fallback. With no table at all
+(service unreachable and nothing cached) the dispatcher runs numpy and counts every call as a fallback, so the
 fleet can see what it missed.
 
 `usage()` returns what ran per S (calls, kernel seconds, fallbacks): the raw material for telemetry.
@@ -31,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from kernelfleet import vendor
 from kernelfleet.dispatch import DispatchTable, Piece
-from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, apply_epilogue, check_bias
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, check_bias
 from kernelfleet.runtime import blas_spin_warning
 from kernelfleet.tvm_runtime import ALIGN, aligned_empty, as_aligned, is_aligned
 from kernelfleet.ukernel import UKernel
@@ -104,6 +106,7 @@ class Dispatcher:
         self.source = source  # "service", "cache", "fallback" or "local": where the table came from
         self.meta = dict(meta or {})
         self._programs: dict[int, tuple[Piece, ...]] = {}
+        self._libraries: dict[int, str] = {}
         self._packed: dict[int, _Packed] = {}
         self._usage: dict[int, ShapeUsage] = {}
         self._lock = threading.Lock()
@@ -125,6 +128,22 @@ class Dispatcher:
             if len(self._programs) < MAX_TRACKED_SHAPES:  # memo bounded like usage: rare S re-derive it
                 self._programs[S] = pieces
         return pieces
+
+    def library(self, S: int) -> str:
+        """The vendor library that runs S when no uKernel does: the table's choice, numpy without a table."""
+        library = self._libraries.get(S)
+        if library is None:
+            library = (self.table.vendor_library(S) if self.table is not None else None) or vendor.NUMPY
+            if len(self._libraries) < MAX_TRACKED_SHAPES:
+                self._libraries[S] = library
+        return library
+
+    def vendor_route(self, S: int) -> str | None:
+        """The vendor library the table routes S to; None where a uKernel program or an exact kernel runs S, or
+        there is no table. A caller holding PyTorch tensors runs a PyTorch route itself (kernelfleet.torch)."""
+        if self.table is None or S in self.exact or self.program(S):
+            return None
+        return self.library(S)
 
     def prepare(self, w: np.ndarray, *, refresh: bool = False) -> None:
         """Pack W for every uKernel now instead of on the first call that uses it.
@@ -204,8 +223,8 @@ class Dispatcher:
                 return self(x, w, out, bias=bias)
             out = y if out is None else _copy_into(out, y)
             fell_back = False
-        else:
-            y = apply_epilogue(x @ w.T, bias, epilogue)  # the vendor runs the layer as a host would
+        else:  # the vendor library the table routes S to runs the layer as a host would (numpy without a table)
+            y = vendor.dense(self.library(S), x, w, bias, epilogue)
             out = y if out is None else _copy_into(out, y)
             fell_back = self.table is None  # else the table routed S to the vendor: its choice, not a miss
         self._record(S, time.perf_counter() - start, fell_back)
@@ -232,6 +251,11 @@ class Dispatcher:
             usage.calls += 1
             usage.seconds += seconds
             usage.fallbacks += fell_back
+
+    def record_route(self, S: int, seconds: float) -> None:
+        """Count a call for S that the caller ran on the vendor library the table routes S to (e.g. the conv
+        dispatcher runs PyTorch's conv2d itself): the table's choice, not a miss."""
+        self._record(S, seconds, False)
 
     def record_fallback(self, S: int, seconds: float = 0.0) -> None:
         """Count a call for S that the caller ran elsewhere (e.g. kernelfleet.torch runs PyTorch for an S past the

@@ -1,9 +1,9 @@
 """A dispatch table over several dynamic dims: any tuple in the tuned box → a uKernel id or the vendor, O(d log n).
 
-Each symbolic dim d has sorted class starts s_d[0] < s_d[1] < … and a box end hi_d; class c of dim d is
-[s_d[c], s_d[c+1] − 1] (the last one ends at hi_d). A cell is one class per dim (the product of per-dim
-intervals), stored row-major in `cells`: a uKernel id, "vendor" (the job measured numpy faster there) or
-None (a hole: no tuple of the distribution fell in the cell, so nothing was measured or verified there).
+Each symbolic dim d has sorted class starts s_d[0] < s_d[1] < … and a box end hi_d; class c of dim d is [s_d[c],
+s_d[c+1] − 1] (the last one ends at hi_d). A cell is one class per dim (the product of per-dim intervals), stored
+row-major in `cells`: a uKernel id, a vendor route ("vendor": numpy, "vendor:torch": PyTorch, measured faster
+there) or None (a hole: no tuple of the distribution fell in the cell, so nothing was measured or verified there).
 `lookup` is one `bisect` per dim, O(d log n) for n classes per dim.
 
 Why a grid and not DietCode's decision tree: DietCode's tree splits on one dim at a time against a
@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelfleet.dispatch import VENDOR
+from kernelfleet.vendor import is_vendor, library_of
 
 FORMAT = "tuple-table-v1"
 
@@ -63,6 +63,8 @@ class TupleDispatchTable:
                 raise ValueError(f"dim {d}: starts must increase from ≥ 1 and end ≤ hi={hi}, got {s}")
         if len(self.cells) != math.prod(len(s) for s in self.starts):
             raise ValueError(f"{len(self.cells)} cells for a {'×'.join(str(len(s)) for s in self.starts)} grid")
+        for cell in set(self.cells):
+            library_of(cell)  # an unknown vendor route is refused here, not on the call that meets it
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -89,7 +91,7 @@ class TupleDispatchTable:
         return sum(c * st for c, st in zip(classes, self._strides, strict=True))
 
     def lookup(self, values: Sequence[int]) -> str | None:
-        """The uKernel id or VENDOR for this tuple (in `dims` order); None outside the box or in a hole."""
+        """The uKernel id or vendor route for this tuple (in `dims` order); None outside the box or in a hole."""
         index = 0
         for v, (starts, lo, hi, stride) in zip(values, self._axes, strict=False):
             if v < lo or v > hi:
@@ -116,7 +118,7 @@ class TupleDispatchTable:
         yield from itertools.product(*(range(n) for n in self.shape))
 
     def ukernel_ids(self) -> set[str]:
-        return {c for c in self.cells if c is not None and c != VENDOR}
+        return {c for c in self.cells if c is not None and not is_vendor(c)}
 
     def to_dict(self) -> dict[str, Any]:
         return {

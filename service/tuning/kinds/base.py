@@ -174,8 +174,11 @@ class JobKind(ABC):
         """The budget of a fleet job given `units` scheduler units."""
         return units * unit_trials
 
-    def fleet_shapes(self, observed: Mapping[str, float], candidates: Mapping[str, float]) -> dict[str, float]:
-        """The distribution (shape key → weight) a fleet job tunes, from what hosts ran and what ranked."""
+    def fleet_shapes(
+        self, workload: WorkloadSpec, observed: Mapping[str, float], candidates: Mapping[str, float]
+    ) -> dict[str, float]:
+        """The distribution (shape key → weight) a fleet job tunes for `workload`, from what hosts ran and what
+        ranked."""
         return dict(candidates)
 
     # -- describing results -------------------------------------------------------------------------

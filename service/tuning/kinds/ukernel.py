@@ -49,7 +49,7 @@ from service.tuning.kinds.ukernel_range import (
     verification_shapes,
     verify,
 )
-from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
+from service.tuning.tuners.ukernel.limits import MAX_CONV_M, MAX_S, MAX_UKERNELS
 
 # what tests, benches and the other ukernel paths have always imported from here
 __all__ = ["DIM", "UKernelKind", "artifacts_of", "validation_record", "verification_shapes", "verify"]
@@ -141,11 +141,21 @@ class UKernelKind(JobKind):
     def fleet_trials(self, units: int, unit_trials: int) -> int:
         return MAX_UKERNELS  # a ukernel job's "trials" are the uKernels it builds
 
-    def fleet_shapes(self, observed: Mapping[str, float], candidates: Mapping[str, float]) -> dict[str, float]:
-        # the whole observed range, up to what a job can tune (larger M run on the table's extended last interval)
+    def fleet_shapes(
+        self, workload: WorkloadSpec, observed: Mapping[str, float], candidates: Mapping[str, float]
+    ) -> dict[str, float]:
+        # the whole observed range, up to what a job can tune (larger M run on the table's extended last interval):
+        # each dim up to MAX_S, a conv's M = N·OH·OW up to MAX_CONV_M
         from service.models.shape import parse_shape_key
 
-        return {k: w for k, w in observed.items() if max(parse_shape_key(k).values()) <= MAX_S}
+        def in_scope(shape: dict[str, int]) -> bool:
+            if workload.op == "conv2d":
+                from service.tuning.tuners.ukernel.conv import rows
+
+                return rows(workload, shape) <= MAX_CONV_M
+            return max(shape.values()) <= MAX_S
+
+        return {k: w for k, w in observed.items() if in_scope(parse_shape_key(k))}
 
     def describe_config(self, config: Mapping[str, Any]) -> str:
         tile = "×".join(str(t) for t in config.get("tile", []))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelfleet.bmm_ukernel import BMM_DIMS
-from kernelfleet.dispatch import VENDOR
+from kernelfleet.vendor import is_vendor
 from service.models import TargetSpec, WorkloadSpec, shape_key
 from service.models.artifact import Artifact
 from service.models.config import MeasuredCandidate
@@ -110,7 +110,7 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
     for p in hot:
         full = {**static, **p.shape}
         uid = dispatcher.program(full)
-        kernels = {} if uid in (None, VENDOR) else {uid: outcome.kernels[uid]}
+        kernels = {} if uid is None or is_vendor(uid) else {uid: outcome.kernels[uid]}
         ours = None if uid is None else time_programs(kernels, full, 0.002, 2)[uid]
         shapes.append(ShapeOutcome(p.shape, latency_s=ours, vendor=ctx.platform.vendor(ctx.workload, p.shape)))
         ctx.sink.on_progress(shape_key(p.shape), 1)
@@ -121,7 +121,7 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
         "candidates": outcome.candidates,
         "worker": ctx.worker,
     }
-    if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
+    if not outcome.beats_numpy and ctx.settings.publish_only_faster_than_vendor:
         return UnitResult(
             shapes=shapes,
             not_published=f"the vendor (numpy) is faster at every planned class of {dims}: no dispatch table published",

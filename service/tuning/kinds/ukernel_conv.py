@@ -2,7 +2,9 @@
 
 The layer is the dense layer Y[M, CO] = im2col(I)[M, KH·KW·CI]·Wᵀ over M = N·OH·OW (tuners.ukernel.conv): the
 job tunes that dense layer over the distribution its tuples induce on M with the dense machinery (rules, cost
-model, combination DP, vendor routes), exactly as a `dense` ukernel job would, and publishes the dense table
+model, combination DP) up to M = MAX_S (the table's last interval serves larger M), routes M to a vendor
+library's conv where one is faster at the support's own M (numpy's im2col GEMM, PyTorch's conv2d:
+tuners.ukernel.conv.route_conv), and publishes the dense table
 over M with the conv's geometry under "conv2d" (stride, padding, filter sizes, static dims), signed like any
 other; the SDK loads it as a ConvDispatcher (kernelfleet.conv_dispatcher), which maps a tuple to M in O(1). Its
 shape rows are the hot tuples, timed through the conv dispatcher (im2col included) next to the vendor's conv.
@@ -22,7 +24,7 @@ from service.models.distribution import ShapeDistribution
 from service.models.plan import PlannedShape
 from service.tuning import planning
 from service.tuning.kinds.base import Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
-from service.tuning.tuners.ukernel.limits import MAX_S
+from service.tuning.tuners.ukernel.limits import MAX_CONV_M
 
 
 def validate_conv(workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec) -> Problem | None:
@@ -42,9 +44,10 @@ def validate_conv(workload: WorkloadSpec, distribution: ShapeDistribution, targe
     if not workload.symbolic:
         return Problem(("workload", "symbolic"), f"conv2d ukernel jobs need at least one of {list(CONV_DIMS)} dynamic")
     high = max(m[0]["M"] for m in rows_support(workload, distribution.support()))
-    if high > MAX_S:
+    if high > MAX_CONV_M:
         return Problem(
-            ("distribution",), f"ukernel jobs tune M = N·OH·OW up to {MAX_S}; the distribution reaches M={high}"
+            ("distribution",),
+            f"conv2d ukernel jobs take M = N·OH·OW up to {MAX_CONV_M}; the distribution reaches M={high}",
         )
     return None
 
@@ -72,11 +75,13 @@ def run_conv_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> 
     row_of = {}  # each validated M counts on the first hot tuple that gives it
     for p in reversed(hot):
         row_of[conv.rows(w, p.shape)] = shape_key(p.shape)
-    outcome = tune_unit(unit, ctx, task, row_of.get)
+    tuned = tune_unit(unit, ctx, task, row_of.get)
+    error = verify(tuned, task.workload, ctx.platform)  # the dense programs over 1..MAX_S, as for a dense job
+    if error:
+        return UnitResult(fatal=error)
+    outcome = conv.route_conv(tuned, w, support) if ctx.settings.ukernel_vendor_routes else tuned
     dispatcher = conv.dispatcher_of(outcome, w)
-    error = verify(outcome, task.workload, ctx.platform) or conv.verify_conv(
-        dispatcher, w, conv.check_tuples(w, support)
-    )
+    error = conv.verify_conv(dispatcher, w, conv.check_tuples(w, support))  # every route, as a conv
     if error:
         return UnitResult(fatal=error)
     shapes = [
@@ -84,4 +89,5 @@ def run_conv_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> 
         for p in hot
     ]
     geometry = {TABLE_KEY: conv.geometry(w).to_dict()}
-    return publish_range(outcome, ctx, shapes, f"M = N·OH·OW in 1..{task.s_max}", geometry)
+    high = max(conv.rows(w, shape) for shape, _ in support)
+    return publish_range(outcome, ctx, shapes, f"M = N·OH·OW in 1..{high}", geometry)

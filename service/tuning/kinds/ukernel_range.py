@@ -147,8 +147,8 @@ def publish_range(
 ) -> UnitResult:
     """A verified range outcome as the unit's dispatch table over M (`extra`: more keys in the table), or why
     it is not published: the vendor is faster at every S it `covers` (e.g. "M in 1..128")."""
-    if not outcome.serves_ukernels and ctx.settings.publish_only_faster_than_vendor:
-        # every S went to the vendor: a table of vendor routes only would change nothing for anyone
+    if not outcome.beats_numpy and ctx.settings.publish_only_faster_than_vendor:
+        # every S went to numpy: a table of numpy routes only would change nothing for anyone
         routes = outcome.validation.get("vendor_routes", {})
         return UnitResult(
             shapes=shapes,

@@ -135,9 +135,14 @@ def _valid_shapes(workload: Workload, keys: Iterable[str]) -> list[str]:
 
 
 def _job_spec(
-    c: FleetCandidate, target: TargetSpec, all_shapes: dict[str, float], trials: int, day: dt.date
+    c: FleetCandidate,
+    workload: Workload,
+    target: TargetSpec,
+    all_shapes: dict[str, float],
+    trials: int,
+    day: dt.date,
 ) -> JobSpec:
-    weights = KINDS.get(c.kind).fleet_shapes(all_shapes, c.shapes)  # heaviest first, below
+    weights = KINDS.get(c.kind).fleet_shapes(workload, all_shapes, c.shapes)  # heaviest first, below
     top = sorted(weights.items(), key=lambda kv: -kv[1])[:4096]
     points = [ShapePoint(shape=parse_shape_key(k), weight=max(w, 1e-12)) for k, w in top]
     return JobSpec(
@@ -296,7 +301,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             spent += n * unit
             key = (c.workload_hash, c.target_fingerprint)
             all_shapes = {k: u.seconds for k, u in usable[key].items()}
-            job_spec = _job_spec(c, targets[key], all_shapes, c.trials, day)
+            job_spec = _job_spec(c, workloads[key], targets[key], all_shapes, c.trials, day)
             with session_scope() as s:
                 c.job_id = submit(s, job_spec, c.workload_hash).id
             submitted.append(c)

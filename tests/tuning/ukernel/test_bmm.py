@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernelfleet import vendor
 from kernelfleet.bmm_dispatcher import BmmDispatcher, bmm_document, load_bmm_dispatcher
 from kernelfleet.bmm_ukernel import BmmUKernel
 from kernelfleet.dispatch import VENDOR
@@ -23,6 +24,7 @@ from service.tuning.hardware import host_target
 from service.tuning.platforms import tvm_target
 from service.tuning.tuners.ukernel.bmm_kernel import build_bmm_ukernel
 from service.tuning.tuners.ukernel.bmm_tuner import (
+    VENDOR_MARGIN,
     BmmRangeOutcome,
     BmmRangeTask,
     random_pair,
@@ -140,3 +142,35 @@ def test_signed_document_round_trip(tuned: BmmRangeOutcome, tmp_path: Path) -> N
     assert offline.fallback and isinstance(offline, BmmDispatcher)
     np.testing.assert_allclose(offline(a, bt), a @ bt.transpose(0, 2, 1), rtol=1e-5)
     assert offline.misses == 1
+
+
+def test_with_vendor_routes_each_class_runs_what_was_fastest_over_its_tuples(tmp_path: Path) -> None:
+    """Every class's tuples are timed on the uKernels, numpy and PyTorch: a class keeps a uKernel only where it
+    beat the fastest library at each tuple, else it goes to the library with the least total time there."""
+    support = [({"M": t, "N": t}, 1.0) for t in (1, 2, 6, 24, 96)]
+    task = BmmRangeTask(
+        static=QK,
+        support=support,
+        target=tvm_target(host_target()),
+        work_dir=tmp_path,
+        max_ukernels=2,
+        min_seconds=0.0005,
+        rounds=1,
+    )
+    out = tune_bmm_range(task)
+    table = out.table
+    by_class: dict[tuple[int, ...], list[dict[str, float]]] = {}
+    for key, times in out.measured.items():
+        assert {"vendor", "vendor:torch"} <= set(times)
+        classes = table.class_of([int(part.split("=")[1]) for part in key.split(",")])
+        assert classes is not None
+        by_class.setdefault(classes, []).append(times)
+    routes = ("vendor", "vendor:torch")
+    for classes, timed in by_class.items():
+        cell = table.cells[table.cell_index(classes)]
+        assert cell is not None
+        if vendor.is_vendor(cell):
+            assert cell == min(routes, key=lambda r: sum(t[r] for t in timed))
+        else:
+            assert all(t[cell] * (1 + VENDOR_MARGIN) < min(t[r] for r in routes) for t in timed)
+    assert verify_bmm(out.dispatcher(QK), QK) is None

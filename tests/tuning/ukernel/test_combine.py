@@ -17,6 +17,7 @@ from service.tuning.tuners.ukernel.combine import (
     combine,
     dispatch_table,
     intervals,
+    overlay_routes,
     sample_ms,
 )
 
@@ -182,3 +183,25 @@ def test_combine_rejects_bad_input() -> None:
         combine([], 10)
     with pytest.raises(ValueError):
         combine([U48, linear("u48", 8, 1.0)], 10)
+
+
+def test_overlaid_routes_replace_their_spans_and_keep_every_other_program() -> None:
+    programs = combine([U48, U13], 300)
+    table = dispatch_table(programs)
+    routes = [(1, 10, "torch"), (100, 120, "numpy"), (121, 140, "numpy"), (900, 1200, "torch")]
+    routed = overlay_routes(table, routes)
+    assert all(a.hi + 1 == b.lo for a, b in itertools.pairwise(routed.intervals)) and routed.intervals[0].lo == 1
+    assert Interval(100, 140, None, "numpy") in routed.intervals  # adjacent spans on one library merge
+    assert routed.intervals[-1] == Interval(900, 1200, None, "torch")  # a span past the table: it extends from there
+    for S in (*range(1, 400), 899, 900, 1200, 5000):
+        span = next((lib for lo, hi, lib in routes if lo <= S <= hi), None)
+        if S > 1200:
+            span = "torch"  # the last interval extends
+        if span is not None:
+            assert routed.vendor_library(S) == span and routed.lookup(S) == ()
+        else:  # the table's own program, past its end its extended last interval
+            assert routed.lookup(S) == table.lookup(S) and sum(p.rows for p in routed.lookup(S)) == S
+    assert DispatchTable.from_dict(routed.to_dict()) == routed
+    everything = overlay_routes(table, [(1, 300, "torch")])
+    assert everything.intervals == (Interval(1, 300, None, "torch"),) and everything.mts == {}
+    assert overlay_routes(table, []) == table

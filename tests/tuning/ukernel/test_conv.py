@@ -26,6 +26,7 @@ from service.tuning.tuners.ukernel.conv import (
     tune_conv_range,
     verify_conv,
 )
+from service.tuning.tuners.ukernel.limits import MAX_S
 
 CI, CO = 3, 8
 LAYERS = {  # name → (KH, KW, stride, padding)
@@ -186,3 +187,28 @@ def test_tune_conv_range_writes_its_libraries(tmp_path: Path) -> None:
     x = np.random.default_rng(0).standard_normal((1, 5, 9, 2), dtype=np.float32)
     f = np.random.default_rng(1).standard_normal((1, 1, 2, 4), dtype=np.float32)
     np.testing.assert_allclose(d(x, f), _torch_conv(x, f, 1, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_routes_send_each_m_to_the_fastest_conv_past_max_s_too(tmp_path: Path) -> None:
+    """M = N·1024 reaches 8192, past MAX_S: the dense programs are tuned to MAX_S and extend; each M the routes
+    were timed at goes to whichever was fastest there (the uKernels, numpy's im2col GEMM or PyTorch's conv2d),
+    and the conv is right on every route."""
+    wl = WorkloadSpec(op="conv2d", dims={"H": 32, "W": 32, "CI": 16, "CO": 16, "KH": 3, "KW": 3}, symbolic=["N"])
+    wl = wl.model_copy(update={"attrs": {"stride": 1, "padding": 1}})
+    support = [({"N": n}, 1.0) for n in range(1, 9)]
+    out = tune_conv_range(wl, support, host_target(), tmp_path, max_ukernels=2, vendor_routes=True)
+    assert out.dense.validation["conv_routes"]["spans"] is not None and len(out.dense.predicted_s) == MAX_S
+    timed = {int(m): t for m, t in out.dense.validation["conv_routes"]["timed_s"].items()}
+    assert sorted(timed) == [1024 * n for n in range(1, 9)] and all(
+        set(t) == {"ukernel", "numpy", "torch"} for t in timed.values()
+    )
+    d = out.dispatcher()
+    for m, times in timed.items():
+        fastest = min(times, key=lambda k: times[k])
+        assert (d.dense.table.vendor_library(m) or "ukernel") == fastest
+    rng = np.random.default_rng(3)
+    f = rng.standard_normal((3, 3, 16, 16), dtype=np.float32)
+    for n in (1, 3, 8, 13):  # 13: past the support
+        x = rng.standard_normal((n, 32, 32, 16), dtype=np.float32)
+        np.testing.assert_allclose(d(x, f), _torch_conv(x, f, 1, 1), rtol=1e-4, atol=2e-3)
+    assert set(d.dense.kernels) == set(d.dense.table.mts)  # only the uKernels some M still runs are shipped

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import ValidationError
 
+from kernelfleet import vendor
 from kernelfleet.client import Client
 from kernelfleet.conv_dispatcher import ConvDispatcher
 from kernelfleet.dispatch_cache import CachedDoc, DispatchCache
@@ -56,7 +57,9 @@ def test_what_the_kind_refuses_names_the_field() -> None:
     assert _problem_loc(f16, DIST) == ("workload", "dtype")
     ci = WorkloadSpec(op="conv2d", dims={"N": 1, "H": 8, "W": 8, "CO": 8, "KH": 3, "KW": 3}, symbolic=["CI"])
     assert _problem_loc(ci, Uniform(dim="CI", low=1, high=8)) == ("workload", "symbolic")
-    big = Explicit(points=[ShapePoint(shape={"N": 8, "H": 64, "W": 64})])  # M = 8·64·64 > MAX_S
+    past_max_s = Explicit(points=[ShapePoint(shape={"N": 8, "H": 64, "W": 64})])  # M = 32768: tuned to MAX_S, extended
+    assert _problem_loc(CONV, past_max_s) is None
+    big = Explicit(points=[ShapePoint(shape={"N": 100, "H": 64, "W": 64})])  # M = 409600 > MAX_CONV_M
     assert _problem_loc(CONV, big) == ("distribution",)
     # the operator is NHWC/HWIO with no dilation or groups: a workload asking for them is no conv2d workload
     for attr, value in (("layout", "NCHW"), ("dilation", 2), ("groups", 2)):
@@ -107,3 +110,33 @@ def test_a_unit_publishes_a_table_the_sdk_runs_offline_from_its_signed_cache(tmp
     x = rng.standard_normal((2, 5, 6, CI), dtype=np.float32)
     np.testing.assert_allclose(bare(x, f), _torch_conv(x, f, 1), rtol=1e-4, atol=1e-3)
     assert sum(u.fallbacks for u in bare.usage().values()) == 1
+
+
+def test_a_table_routing_every_m_to_pytorch_is_published_and_runs_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyTorch's conv2d timed fastest at every M (forced here: which library wins is the machine's business): the
+    table has no uKernel left but beats numpy, so it is published, and the SDK runs PyTorch's conv from it."""
+    from service.tuning.tuners.ukernel import conv
+
+    monkeypatch.setattr(conv, "time_conv_routes", lambda *a, **k: {"ukernel": 3.0, "numpy": 2.0, "torch": 1.0})
+    result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
+    assert result.fatal is None and result.dispatch is not None and result.dispatch.artifacts == []
+    pub = result.dispatch
+    assert pub.table["intervals"] == [[1, 2 * 9 * 9, "vendor:torch"]] and pub.table["mts"] == {}
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    body = publication_doc(pub, WH, TARGET).model_dump_json().encode()
+    signature = base64.b64encode(key.sign(document_message(WH, TARGET, body))).decode()
+    DispatchCache(tmp_path / "cache").write_doc(WH, TARGET, CachedDoc('"e"', body, signature))
+    client = Client("http://127.0.0.1:9", retries=0, cache_dir=tmp_path / "cache", trusted_key=public)
+    d = client.conv2d_dispatcher(WH, TARGET)
+    assert d.source == "cache" and not d.fallback
+    ran: list[int] = []
+    real = vendor.torch_conv2d
+    monkeypatch.setattr(vendor, "torch_conv2d", lambda *a: ran.append(1) or real(*a))
+    rng = np.random.default_rng(1)
+    f = rng.standard_normal((3, 3, CI, CO), dtype=np.float32)
+    x = rng.standard_normal((2, 7, 5, CI), dtype=np.float32)
+    np.testing.assert_allclose(d(x, f), _torch_conv(x, f, 1), rtol=1e-4, atol=1e-3)
+    assert ran == [1] and all(u.fallbacks == 0 for u in d.usage().values())

@@ -19,7 +19,13 @@ from service.tuning.hardware import host_target
 from service.tuning.kinds.ukernel import verify
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table
 from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
-from service.tuning.tuners.ukernel.vendor_routes import DECIDED_BY, geometric_grid, vendor_sweep_shapes, vendor_wins
+from service.tuning.tuners.ukernel.vendor_routes import (
+    DECIDED_BY,
+    fastest_libraries,
+    geometric_grid,
+    vendor_sweep_shapes,
+    vendor_wins,
+)
 
 
 def _costs() -> list[TileCost]:
@@ -99,8 +105,13 @@ def test_every_timed_s_runs_on_whichever_was_faster(tmp_path: Path) -> None:
     # the geometric grid and the hot shapes, as the SDK calls both, plus what the crossings and the model asked for
     assert set(geometric_grid(48)) | {1, 48} <= set(timed) and routes["shapes_timed"] == len(timed)
     assert set(routes["decided_by"]) == set(DECIDED_BY) and sum(routes["decided_by"].values()) == 48
+    assert routes["libraries"] == ["numpy", "torch"]  # every vendor library this worker has, timed as the SDK calls it
     for S, (tuned, vendor) in timed.items():
         assert out.table.vendor_at(S) == (vendor < tuned), (S, tuned, vendor)
+        libraries = {lib: routes["timed_s"][str(S)][lib] for lib in routes["libraries"]}
+        assert vendor == min(libraries.values())  # the vendor is the fastest library
+        if out.table.vendor_at(S):  # and it runs there
+            assert out.table.vendor_library(S) == min(libraries, key=lambda lib: libraries[lib])
     points = sorted(timed)
     for lo, hi in itertools.pairwise(points):  # every crossing between timed S is exact
         if out.table.vendor_at(lo) != out.table.vendor_at(hi):
@@ -155,3 +166,44 @@ def test_a_table_of_vendor_routes_only_needs_no_ukernels() -> None:
     x, w = np.ones((11, 5), np.float32), np.ones((3, 5), np.float32)
     np.testing.assert_allclose(d(x, w), x @ w.T)
     assert not d.fallback and d.usage()[11].fallbacks == 0
+
+
+def test_each_vendor_s_runs_the_library_fastest_at_it_or_at_the_nearest_timed_s() -> None:
+    timed = {1: {"numpy": 1.0, "torch": 2.0}, 10: {"numpy": 3.0, "torch": 2.0}, 20: {"numpy": 1.0, "torch": 1.5}}
+    libs = fastest_libraries([1, 2, 5, 6, 10, 15, 16, 30], timed)
+    # 5 is nearer 1 than 10; 15 is as near 10 as 20 (the lower wins); 30 is past the last timed S
+    assert libs == {1: "numpy", 2: "numpy", 5: "numpy", 6: "torch", 10: "torch", 15: "torch", 16: "numpy", 30: "numpy"}
+    with pytest.raises(ValueError, match="no timed S"):
+        fastest_libraries([1], {})
+
+
+def test_consecutive_vendor_s_form_one_interval_per_library() -> None:
+    programs = combine(_costs(), 40)
+    routes = {1: "numpy", 2: "numpy", 3: "torch", 4: "torch", 40: "torch"}
+    table = dispatch_table(programs, routes)
+    assert table.intervals[:2] == (Interval(1, 2, None, "numpy"), Interval(3, 4, None, "torch"))
+    assert table.intervals[-1] == Interval(40, 40, None, "torch")
+    assert [table.vendor_library(s) for s in (1, 3, 5, 40, 400)] == ["numpy", "torch", None, "torch", "torch"]
+    assert DispatchTable.from_dict(table.to_dict()) == table
+    # a collection of S means numpy, as before libraries were named
+    assert dispatch_table(programs, {1, 2}).intervals[0] == Interval(1, 2, None, "numpy")
+
+
+def test_each_timing_block_starts_after_the_previous_librarys_threads_are_asleep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PyTorch's OpenMP workers spin about 3.5 ms after a call: a block timed right after one shares the cores
+    with them. Every block (ours, numpy, PyTorch, each round) starts after `settle`, and each library is timed."""
+    from service.tuning.tuners.ukernel import tuner
+
+    events: list[str] = []
+    monkeypatch.setattr(tuner, "settle", lambda: events.append("settle"))
+    real_dense = tuner.vendor.dense
+    monkeypatch.setattr(tuner.vendor, "dense", lambda lib, *a: events.append(lib) or real_dense(lib, *a))
+    d = Dispatcher(DispatchTable((Interval(1, 8, None),), {}), {}, N=None, K=None)
+    ours, theirs = tuner.time_against_vendors(d, 16, 16, 4, rounds=2, min_seconds=0.0)
+    assert set(theirs) == {"numpy", "torch"} and ours > 0 and all(t > 0 for t in theirs.values())
+    blocks = [i for i, e in enumerate(events) if e == "settle"]
+    assert len(blocks) == 2 * 3  # rounds × (ours + two libraries)
+    for i in blocks:  # every block's first call follows its settle
+        assert i + 1 < len(events) and events[i + 1] != "settle"

@@ -18,10 +18,10 @@ from tests.tuning.sinks import RecordingSink
 
 
 def run_ukernel_unit(
-    workload: WorkloadSpec, distribution: ShapeDistribution, work_dir: Path
+    workload: WorkloadSpec, distribution: ShapeDistribution, work_dir: Path, *, vendor_routes: bool = False
 ) -> tuple[UnitResult, RecordingSink]:
-    """The job's single unit (budget: 2 uKernels, 2 hot shapes) on this host, vendor routes off: at these tiny
-    sizes numpy wins every shape, and the tests are about the uKernels."""
+    """The job's single unit (budget: 2 uKernels, 2 hot shapes) on this host, vendor routes off unless asked: at
+    these tiny sizes numpy wins every shape, and most tests are about the uKernels."""
     kind = KINDS.get("ukernel")
     platform: Any = PLATFORMS.get("llvm")
     budget = Budget(trials=2, max_shapes=2)
@@ -35,7 +35,7 @@ def run_ukernel_unit(
         platform=platform,
         distribution=distribution,
         budget=budget,
-        settings=Settings(ukernel_vendor_routes=False),
+        settings=Settings(ukernel_vendor_routes=vendor_routes),
         work_dir=work_dir,
         sink=sink,
     )

@@ -6,10 +6,11 @@
    an Independent product fills the grid); the others stay holes, which the SDK serves with numpy as misses.
 2. Candidates: the dense FTuner rules (rules.dense_candidates) on the per-batch problem at the support's
    weighted-mean sizes (N, K; B·M rows), the best tile per mt; each is compiled once (bmm_kernel.py).
-3. Per cell: every uKernel and numpy (`np.matmul(a, btᵀ)`, as the SDK's vendor path calls it) are timed,
-   alternating, at the cell's heaviest tuple and its smallest, median and largest; the cell gets the uKernel
-   with the least total time if it beat numpy by 3 % at every one of them in two passes, else the vendor
-   (vendor routes: the dispatcher is then never slower than numpy by more than timing noise at the tuples
+3. Per cell: every uKernel and every vendor library this worker has (numpy `np.matmul(a, btᵀ)`, PyTorch `bmm`,
+   as the SDK calls them: kernelfleet.vendor) are timed, alternating, at the cell's heaviest tuple and its
+   smallest, median and largest; the cell gets the uKernel with the least total time if it beat the fastest
+   library by 3 % at every one of them in two passes, else the library with the least total time (vendor
+   routes: the dispatcher is then never slower than the vendor by more than timing noise at the tuples
    timed). Each timing starts after 2 ms of warm-up calls, so TVM's spinning idle threads are gone.
 4. Verification: the dispatcher, as the SDK runs it, against numpy at both corners of every planned cell.
 """
@@ -26,14 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from kernelfleet.bmm_dispatcher import BmmDispatcher, bmm_reference
+from kernelfleet import vendor
+from kernelfleet.bmm_dispatcher import BmmDispatcher
 from kernelfleet.bmm_ukernel import BMM_DIMS, BmmArtifact, BmmUKernel
-from kernelfleet.dispatch import VENDOR
 from kernelfleet.tuple_dispatch import TupleDispatchTable, geometric_starts
+from kernelfleet.vendor import is_vendor
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.ukernel.bmm_kernel import build_bmm_ukernel
 from service.tuning.tuners.ukernel.rules import dense_candidates, padded
-from service.tuning.tuners.ukernel.tuner import Weighted, weighted_mean
+from service.tuning.tuners.ukernel.tuner import Weighted, settle, weighted_mean
 
 MAX_SYMBOLIC = 3
 VENDOR_MARGIN = 0.03  # a class goes to a uKernel only if it beats numpy by this much at every tuple timed
@@ -72,6 +74,12 @@ class BmmRangeOutcome:
     def serves_ukernels(self) -> bool:
         return bool(self.table.ukernel_ids())
 
+    @property
+    def beats_numpy(self) -> bool:
+        """Whether any tuple runs on something other than numpy (a uKernel, or PyTorch where it was faster):
+        a table that routes every tuple to numpy changes nothing for a host, so it is not published."""
+        return any(c is not None and c != vendor.VENDOR for c in self.table.cells)
+
 
 def bmm_tiles(
     hw: HardwareModel, static: Mapping[str, int], support: Weighted, top_k: int
@@ -89,9 +97,13 @@ def bmm_tiles(
     return [c.tile for c in cands]
 
 
-def _median_call(fn: Callable[[], object], min_seconds: float, warmup: float = 0.002) -> float:
-    """Median seconds per call after `warmup` seconds of calls: the previous program's idle threads (TVM's
-    spin about a millisecond after a call, on the cores OpenBLAS then wants) are gone before timing starts."""
+def _median_call(fn: Callable[[], object], min_seconds: float, warmup: float = 0.002, *, settled: bool) -> float:
+    """Median seconds per call after `warmup` seconds of calls: the previous program's idle threads (TVM's spin
+    about a millisecond after a call, on the cores OpenBLAS then wants) are gone before timing starts; with
+    `settled` (the previous program ran on another library's threads), after `settle` too (PyTorch's spin about
+    3.5 ms)."""
+    if settled:
+        settle()
     end = time.perf_counter() + warmup
     fn()
     while time.perf_counter() < end:
@@ -122,15 +134,16 @@ BT_LAYOUTS = ("BNK", "BKN")
 def time_programs(
     kernels: Mapping[str, BmmUKernel], shape: Mapping[str, int], min_seconds: float, rounds: int
 ) -> dict[str, float]:
-    """Seconds per call of every uKernel and of numpy at one shape, in alternating rounds (best round each).
+    """Seconds per call of every uKernel and of every vendor library this worker has (under its wire route:
+    "vendor" for numpy, "vendor:torch"), at one shape, in alternating rounds (best round each).
 
-    Callers may pass Bt contiguous or as a transposed view (BT_LAYOUTS), and numpy's speed depends on which,
-    so both are timed: a uKernel counts with its slower layout and numpy with its faster one, so that a
-    class routed to a uKernel is not slower than numpy whichever layout the host uses."""
+    Callers may pass Bt contiguous or as a transposed view (BT_LAYOUTS), and a library's speed depends on which,
+    so both are timed: a uKernel counts with its slower layout and a library with its faster one, so that a
+    class routed to a uKernel is not slower than the vendor whichever layout the host uses."""
     out: dict[str, float] = {}
     for layout in BT_LAYOUTS:
         for uid, t in _time_layout(kernels, shape, min_seconds, rounds, layout).items():
-            out[uid] = t if uid not in out else (min(out[uid], t) if uid == VENDOR else max(out[uid], t))
+            out[uid] = t if uid not in out else (min(out[uid], t) if is_vendor(uid) else max(out[uid], t))
     return out
 
 
@@ -140,12 +153,20 @@ def _time_layout(
     a, bt = random_pair(shape, bt_layout=layout)
     out = np.empty((a.shape[0], a.shape[1], bt.shape[1]), np.float32)
     fns: dict[str, Callable[[], object]] = {uid: functools.partial(k, a, bt, out) for uid, k in kernels.items()}
-    fns[VENDOR] = functools.partial(bmm_reference, a, bt, out)
+    for lib in vendor.available():
+        fns[vendor.route_of(lib)] = functools.partial(vendor.bmm, lib, a, bt, out)
     best = {uid: float("inf") for uid in fns}
+    previous = None  # the thread pool the previous block ran on: the uKernels share TVM's
     for _ in range(rounds):
         for uid, fn in fns.items():
-            best[uid] = min(best[uid], _median_call(fn, min_seconds))
+            pool = uid if is_vendor(uid) else "tvm"
+            best[uid] = min(best[uid], _median_call(fn, min_seconds, settled=pool != previous))
+            previous = pool
     return best
+
+
+def _fastest_vendor(times: Mapping[str, float]) -> float:
+    return min(t for key, t in times.items() if is_vendor(key))
 
 
 def plan_cells(
@@ -207,16 +228,19 @@ def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
             measured[",".join(f"{d}={shape[d]}" for d in symbolic)] = times
             timed.append(times)
         ours = min(kernels, key=lambda uid: sum(t[uid] for t in timed))
-        # the class runs on a uKernel only where it beat numpy at every tuple timed, by the margin, and again
-        # when timed once more (each side keeps its best time of both passes: load on a shared machine only
-        # ever adds time, and it came in bursts that made numpy look slow for a whole pass)
-        wins = all(t[ours] * (1 + VENDOR_MARGIN) < t[VENDOR] for t in timed)
+        # the class runs on a uKernel only where it beat the fastest vendor library at every tuple timed, by the
+        # margin, and again when timed once more (each keeps its best time of both passes: load on a shared machine
+        # only ever adds time, and it came in bursts that made a library look slow for a whole pass)
+        wins = all(t[ours] * (1 + VENDOR_MARGIN) < _fastest_vendor(t) for t in timed)
         if wins and task.vendor_routes:
             for sample, first in zip(cell_samples(points), timed, strict=True):
                 again = time_programs({ours: kernels[ours]}, {**task.static, **sample}, task.min_seconds, task.rounds)
-                first[ours], first[VENDOR] = min(first[ours], again[ours]), min(first[VENDOR], again[VENDOR])
-            wins = all(t[ours] * (1 + VENDOR_MARGIN) < t[VENDOR] for t in timed)
-        cells[index] = ours if wins or not task.vendor_routes else VENDOR
+                for key, t in again.items():
+                    first[key] = min(first[key], t)
+            wins = all(t[ours] * (1 + VENDOR_MARGIN) < _fastest_vendor(t) for t in timed)
+        routes = [key for key in timed[0] if is_vendor(key)]
+        library = min(routes, key=lambda route: sum(t[route] for t in timed))  # the fastest over the class
+        cells[index] = ours if wins or not task.vendor_routes else library
     table = TupleDispatchTable(empty.dims, empty.starts, empty.his, tuple(cells))
     used = table.ukernel_ids()
     kernels = {uid: k for uid, k in kernels.items() if uid in used}

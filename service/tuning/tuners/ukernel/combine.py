@@ -13,14 +13,16 @@ expanding the shape at S gives back exactly the optimiser's program.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from kernelfleet.dispatch import DispatchTable, Interval, Piece, Shape, run_program
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
+from kernelfleet.vendor import NUMPY
 
 __all__ = [
     "DispatchTable",
@@ -197,27 +199,63 @@ def combine(
     return programs
 
 
-def intervals(programs: Sequence[Program], vendor: Collection[int] = ()) -> list[Interval]:
+VendorRoutes = Collection[int] | Mapping[int, str]  # the S routed to numpy, or S → the vendor library that runs it
+
+
+def intervals(programs: Sequence[Program], vendor: VendorRoutes = ()) -> list[Interval]:
     """Runs of consecutive S whose programs have the same shape, in order of S; S in `vendor` are routed
-    to the vendor library (shape None), consecutive ones forming one interval."""
+    to a vendor library (shape None: numpy, or the library `vendor` maps S to), consecutive S on the same
+    library forming one interval."""
+    libraries = vendor if isinstance(vendor, Mapping) else dict.fromkeys(vendor, NUMPY)
     out: list[Interval] = []
     for p in sorted(programs, key=lambda p: p.S):
-        shape = None if p.S in vendor else p.shape
-        if out and out[-1].shape == shape and out[-1].hi + 1 == p.S:
-            out[-1] = Interval(out[-1].lo, p.S, shape)
+        library = libraries.get(p.S)
+        iv = Interval(p.S, p.S, None, library) if library is not None else Interval(p.S, p.S, p.shape)
+        last = out[-1] if out else None
+        if last is not None and (last.shape, last.library) == (iv.shape, iv.library) and last.hi + 1 == p.S:
+            out[-1] = replace(last, hi=p.S)
         else:
-            out.append(Interval(p.S, p.S, shape))
+            out.append(iv)
     return out
 
 
 def dispatch_table(
-    programs: Sequence[Program], vendor: Collection[int] = (), *, epilogue: Epilogue = NO_EPILOGUE
+    programs: Sequence[Program], vendor: VendorRoutes = (), *, epilogue: Epilogue = NO_EPILOGUE
 ) -> DispatchTable:
     """The programs for 1..S_max as a dispatch table (runs of equal Shape compressed to intervals), with
-    the S in `vendor` routed to the vendor library. `mts` names only the uKernels some interval uses;
-    `epilogue` is the layer's (its uKernels fuse it, the vendor routes run it in numpy)."""
+    the S in `vendor` routed to a vendor library. `mts` names only the uKernels some interval uses;
+    `epilogue` is the layer's (its uKernels fuse it, the vendor routes run it in their library)."""
     if not programs:
         raise ValueError("no programs")
     ivs = tuple(intervals(programs, vendor))
+    return DispatchTable(ivs, _used_mts(ivs, programs[0].mts), epilogue)
+
+
+def _used_mts(ivs: Sequence[Interval], mts: Mapping[str, int]) -> dict[str, int]:
+    """The M-tiles of the uKernels some interval runs: a table names no other."""
     used = {uid for iv in ivs if iv.shape is not None for uid in (*(u for u, _ in iv.shape.fixed), iv.shape.remainder)}
-    return DispatchTable(ivs, {uid: mt for uid, mt in programs[0].mts.items() if uid in used}, epilogue)
+    return {uid: mt for uid, mt in mts.items() if uid in used}
+
+
+def overlay_routes(table: DispatchTable, routes: Sequence[tuple[int, int, str]]) -> DispatchTable:
+    """The table with every S in each span [lo, hi] of `routes` sent to that span's vendor library, the other
+    S kept on the table's programs. Spans may reach past the table: its last interval (whose remainder piece
+    takes any extra rows) then serves the S past it that no span routes."""
+    base = list(table.intervals)
+    top = max([table.s_max, *(hi for _, hi, _ in routes)])
+    base[-1] = replace(base[-1], hi=top)
+    cuts = sorted({iv.lo for iv in base} | {lo for lo, _, _ in routes} | {hi + 1 for _, hi, _ in routes} | {top + 1})
+    out: list[Interval] = []
+    for lo, nxt in itertools.pairwise(cuts):
+        library = next((lib for a, b, lib in routes if a <= lo <= b), None)
+        if library is not None:
+            seg = Interval(lo, nxt - 1, None, library)
+        else:
+            under = next(iv for iv in base if iv.lo <= lo <= iv.hi)
+            seg = replace(under, lo=lo, hi=nxt - 1)
+        last = out[-1] if out else None
+        if last is not None and (last.shape, last.library) == (seg.shape, seg.library):
+            out[-1] = replace(last, hi=seg.hi)
+        else:
+            out.append(seg)
+    return DispatchTable(tuple(out), _used_mts(out, table.mts), table.epilogue)

@@ -13,17 +13,21 @@ Free of Celery and the store: the job kind drives it, benchmarks call `tune_conv
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from kernelfleet import vendor
 from kernelfleet.conv_dispatcher import CONV_DIMS, ConvDispatcher, ConvGeometry
 from kernelfleet.dispatcher import Dispatcher
 from service.models import TargetSpec, WorkloadSpec
-from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
+from service.tuning.tuners.ukernel.combine import overlay_routes
+from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.tuner import (
     QuietRangeSink,
     RangeOutcome,
@@ -36,6 +40,7 @@ from service.tuning.tuners.ukernel.tuner import (
 )
 
 GEMM_DIM = "M"
+ROUTE_POINTS = 8  # M values a conv's routes are timed at: a call at the largest costs the most of the job
 
 
 def geometry(workload: WorkloadSpec) -> ConvGeometry:
@@ -115,21 +120,97 @@ def conv_range_task(
     *,
     max_ukernels: int = MAX_UKERNELS,
     validate: Sequence[Mapping[str, int]] = (),
-    vendor_routes: bool = True,
 ) -> RangeTask:
-    """The dense range task a conv layer is: M = 1..max M of the support, its weighted mean M representative,
-    the hot tuples' M validated."""
+    """The dense range task a conv layer is: M = 1..max M of the support (at most MAX_S: the table extends past
+    it), its weighted mean M representative, the hot tuples' M validated. Its vendor routes are not decided on
+    the GEMM: a conv's vendors are convolutions, timed at the support's own M (`route_conv`)."""
     over_m = rows_support(workload, support)
-    ms = list(dict.fromkeys(rows(workload, t) for t in validate))
+    s_max = min(max(s[GEMM_DIM] for s, _ in over_m), MAX_S)
+    ms = list(dict.fromkeys(m for m in (rows(workload, t) for t in validate) if m <= s_max))
     return RangeTask(
         workload=gemm_workload(workload),
-        s_max=max(s[GEMM_DIM] for s, _ in over_m),
+        s_max=s_max,
         validate=ms,
         target=target,
         max_ukernels=max_ukernels,
         work_dir=work_dir,
-        representative_m=weighted_mean(over_m, GEMM_DIM),
-        vendor_routes=vendor_routes,
+        representative_m=min(weighted_mean(over_m, GEMM_DIM), s_max),
+        vendor_routes=False,
+    )
+
+
+def route_points(workload: WorkloadSpec, support: Weighted, points: int = ROUTE_POINTS) -> list[dict[str, int]]:
+    """Where a conv's routes are timed: one tuple per M for at most `points` of the M the support takes, spread
+    geometrically from its smallest to its largest (both included)."""
+    by_m: dict[int, dict[str, int]] = {}
+    for shape, _ in support:
+        by_m.setdefault(rows(workload, shape), dict(shape))
+    ms = sorted(m for m in by_m if m > 0)
+    if len(ms) > points:
+        lo, hi = ms[0], ms[-1]
+        targets = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+        ms = sorted({min(ms, key=functools.partial(_log_distance, t)) for t in targets})
+    return [by_m[m] for m in ms]
+
+
+def _log_distance(target: float, m: int) -> float:
+    return abs(math.log(m / target))
+
+
+def time_conv_routes(
+    dispatcher: ConvDispatcher, workload: WorkloadSpec, shape: Mapping[str, int], rounds: int = 2
+) -> dict[str, float]:
+    """Seconds per call at one tuple of the uKernels ("ukernel": the conv dispatcher on its programs, im2col
+    included) and of every vendor library this worker has, each its own conv as a host calls it (numpy: im2col
+    and `x @ w.T`; PyTorch: conv2d on the channels_last view), in alternating rounds, the best round each."""
+    from service.tuning.compute import random_inputs
+
+    g = geometry(workload)
+    inp, flt = random_inputs(workload, shape)
+    fns: dict[str, Callable[[], object]] = {"ukernel": functools.partial(dispatcher, inp, flt)}
+    if vendor.NUMPY in vendor.available():
+        on_numpy = ConvDispatcher(Dispatcher(None, {}, N=dispatcher.dense.N, K=dispatcher.dense.K), g)
+        fns[vendor.NUMPY] = functools.partial(on_numpy, inp, flt)
+    if vendor.TORCH in vendor.available():
+        weight = vendor.torch_conv_weight(flt)
+        fns[vendor.TORCH] = functools.partial(vendor.torch_conv2d, inp, weight, g.stride, g.padding)
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            best[key] = min(best[key], median_call(fn, 0.002, 3, settled=True))
+    return best
+
+
+def route_conv(outcome: RangeOutcome, workload: WorkloadSpec, support: Weighted) -> RangeOutcome:
+    """The tuned dense outcome with its conv routes: at each route point the uKernels and every vendor library's
+    conv are timed, and the span of M nearest that point (halfway to its neighbours; the last span reaching
+    past the support) goes to a vendor library where one was fastest. The table then names only the uKernels
+    some M still runs."""
+    ours = dispatcher_of(outcome, workload)
+    timed: list[tuple[int, dict[str, float]]] = []
+    for shape in route_points(workload, support):
+        timed.append((rows(workload, shape), time_conv_routes(ours, workload, shape)))
+    spans: list[tuple[int, int, str]] = []
+    for i, (m, times) in enumerate(timed):
+        lo = 1 if i == 0 else (timed[i - 1][0] + m) // 2 + 1
+        hi = m if i == len(timed) - 1 else (m + timed[i + 1][0]) // 2
+        best = min(times, key=lambda key: times[key])
+        if best != "ukernel":
+            spans.append((lo, hi, best))
+    table = overlay_routes(outcome.table, spans)
+    validation = {
+        **outcome.validation,
+        "conv_routes": {
+            "timed_s": {str(m): times for m, times in timed},
+            "spans": [list(span) for span in spans],
+        },
+    }
+    return replace(
+        outcome,
+        table=table,
+        kernels={uid: k for uid, k in outcome.kernels.items() if uid in table.mts},
+        artifacts={uid: a for uid, a in outcome.artifacts.items() if uid in table.mts},
+        validation=validation,
     )
 
 
@@ -155,16 +236,9 @@ def tune_conv_range(
 ) -> ConvRangeOutcome:
     """Tune an NHWC conv2d layer (CPU) for every tuple of `support` (over its symbolic N, H, W): the dense
     uKernels over M, checked as a conv at the support's corners and past them. Raises when the check fails."""
-    task = conv_range_task(
-        workload,
-        support,
-        target,
-        work_dir,
-        max_ukernels=max_ukernels,
-        validate=validate,
-        vendor_routes=vendor_routes,
-    )
-    out = ConvRangeOutcome(workload, UKernelTuner().tune_range(task, sink or QuietRangeSink()))
+    task = conv_range_task(workload, support, target, work_dir, max_ukernels=max_ukernels, validate=validate)
+    dense = UKernelTuner().tune_range(task, sink or QuietRangeSink())
+    out = ConvRangeOutcome(workload, route_conv(dense, workload, support) if vendor_routes else dense)
     error = verify_conv(out.dispatcher(), workload, check_tuples(workload, support))
     if error:
         raise RuntimeError(error)

@@ -5,10 +5,11 @@ FTuner's pipeline, with DietCode's cost model (../shared/research/anchors.md §1
   2. each is compiled once as a shape-generic binary (`kernel`) and timed at a few M only;
   3. the combination DP picks, for every S, the pieces that cover S rows at the least predicted
      cost (`combine`) and the result is compressed into a dispatch table;
-  4. the SDK dispatcher and the vendor library (numpy) are timed as an inference host calls them, in
+  4. the SDK dispatcher and the vendor libraries (numpy, PyTorch) are timed as an inference host calls them, in
      alternation, on a geometric grid of S and the hot shapes; crossings are bisected to the exact S, and
      between agreeing points the DP's cost, calibrated on the measured ones, says where to check
-     (`vendor_routes`); every S where the vendor is faster is routed to the vendor in the published table;
+     (`vendor_routes`); every S where a vendor library is faster is routed to the fastest one in the
+     published table;
   5. for the heaviest shapes of the distribution, every uKernel is measured as a single-piece program
      and its measured time is compared with DietCode's prediction and FTuner's SIA score (Spearman
      ρ), and the chosen route is measured as the inference host will run it.
@@ -22,6 +23,7 @@ import functools
 import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +31,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from kernelfleet import vendor
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
-from kernelfleet.epilogue import Epilogue, dense_reference
+from kernelfleet.epilogue import Epilogue
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
@@ -39,7 +42,7 @@ from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measu
 from service.tuning.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
 from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.rules import dense_candidates
-from service.tuning.tuners.ukernel.vendor_routes import decide
+from service.tuning.tuners.ukernel.vendor_routes import decide, fastest_libraries
 
 if TYPE_CHECKING:  # annotations only: the GPU tuner imports this module on hosts without pydantic
     from service.models import TargetSpec, WorkloadSpec
@@ -127,6 +130,12 @@ class RangeOutcome:
         """Whether any S runs on a uKernel: a table that routes every S to the vendor serves nothing."""
         return any(not iv.vendor for iv in self.table.intervals)
 
+    @property
+    def beats_numpy(self) -> bool:
+        """Whether any S runs on something other than numpy (a uKernel, or PyTorch where it was faster): a
+        table that routes every S to numpy changes nothing for a host, so it is not published."""
+        return any(not iv.vendor or iv.library != vendor.NUMPY for iv in self.table.intervals)
+
 
 def _dims(workload: WorkloadSpec) -> tuple[int, int]:
     return workload.dims["N"], workload.dims["K"]
@@ -163,7 +172,25 @@ def _bias(epilogue: Epilogue, N: int, rng: np.random.Generator) -> np.ndarray | 
     return rng.standard_normal(N, dtype=np.float32) if epilogue.bias else None
 
 
-def median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5) -> float:
+# After a call, each library's idle worker threads busy-wait before they sleep: TVM's about 1 ms and OpenBLAS's
+# about 25 µs (as kernelfleet.runtime configures them), PyTorch's OpenMP workers about 3.5 ms at their defaults
+# (3.4 ms of CPU after one `linear` on this 2-core machine). A block timed inside that window shares its cores
+# with them and reads slow; alternating libraries, that bias favoured whichever library ran after the
+# short-spinning ones. A block on another library than the previous block's starts after this pause.
+SETTLE_S = 0.005
+
+
+def settle() -> None:
+    """Wait until the previous library's spinning threads are asleep (SETTLE_S)."""
+    time.sleep(SETTLE_S)
+
+
+def median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5, *, settled: bool = False) -> float:
+    """Median seconds per call over at least `min_samples` calls and `min_seconds`; with `settled`, after `settle()`
+    and one untimed call (which wakes this library's threads)."""
+    if settled:
+        settle()
+        fn()
     samples: list[float] = []
     deadline = time.perf_counter() + min_seconds
     while len(samples) < min_samples or (time.perf_counter() < deadline and len(samples) < 1000):
@@ -173,14 +200,22 @@ def median_call(fn: Callable[[], object], min_seconds: float, min_samples: int =
     return statistics.median(samples)
 
 
-def time_against_vendor(
-    dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0, rounds: int = 3, min_seconds: float = 0.002
-) -> tuple[float, float]:
-    """(dispatcher, vendor) median seconds per call at S rows, both called as an inference host calls them
-    (`d(x, w, bias=b)` and numpy's `x @ w.T`, then + b and the activation, as a host without uKernels runs
-    the layer, on the same arrays), in alternating blocks so that machine load and
-    each library's idle threads weigh on both alike; each is the fastest round's median (other load on the
-    machine only ever adds time, and it comes in bursts that one round can catch and another miss)."""
+def time_against_vendors(
+    dispatcher: Dispatcher,
+    N: int,
+    K: int,
+    S: int,
+    seed: int = 0,
+    rounds: int = 3,
+    min_seconds: float = 0.002,
+    libraries: Sequence[str] | None = None,
+) -> tuple[float, dict[str, float]]:
+    """(dispatcher, {vendor library: seconds}) median seconds per call at S rows, all called as an inference
+    host calls them (`d(x, w, bias=b)`; numpy's `x @ w.T` then + b and the activation; PyTorch's `linear`
+    and activation on the same arrays: kernelfleet.vendor), in alternating blocks, each after the previous
+    library's spinning threads are asleep (`settle`); each is the fastest round's median (other load on the
+    machine only ever adds time, and it comes in bursts that one round can catch and another miss).
+    `libraries`: the vendor libraries to time (default: every one this worker has)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((S, K), dtype=np.float32)
     w = rng.standard_normal((N, K), dtype=np.float32)
@@ -188,11 +223,19 @@ def time_against_vendor(
     bias = _bias(epilogue, N, rng)
     dispatcher.prepare(w)
     ours: list[float] = []
-    theirs: list[float] = []
+    theirs: dict[str, list[float]] = {lib: [] for lib in (libraries or vendor.available())}
     for _ in range(rounds):
-        ours.append(median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3))
-        theirs.append(median_call(lambda: dense_reference(x, w, bias, epilogue), min_seconds, 3))
-    return min(ours), min(theirs)
+        ours.append(median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3, settled=True))
+        for lib, times in theirs.items():
+            call = functools.partial(vendor.dense, lib, x, w, bias, epilogue)
+            times.append(median_call(call, min_seconds, 3, settled=True))
+    return min(ours), {lib: min(times) for lib, times in theirs.items()}
+
+
+def time_against_vendor(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0) -> tuple[float, float]:
+    """(dispatcher, fastest vendor library) median seconds per call at S rows (`time_against_vendors`)."""
+    ours, theirs = time_against_vendors(dispatcher, N, K, S, seed)
+    return ours, min(theirs.values())
 
 
 class UKernelTuner:
@@ -271,18 +314,23 @@ class UKernelTuner:
         tuned_table = dispatch_table(programs, epilogue=epilogue)
         tuned = Dispatcher(tuned_table, kernels, N=N, K=K)
 
+        libraries: dict[int, dict[str, float]] = {}  # S → each vendor library's time, where timed
+
         def against_vendor(S: int) -> tuple[float, float]:
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            return time_against_vendor(tuned, N, K, S)
+            ours, theirs = time_against_vendors(tuned, N, K, S)
+            libraries[S] = theirs
+            return ours, min(theirs.values())  # the vendor is the fastest library
 
         decided_by: dict[str, int] = {}
         if task.vendor_routes:  # a geometric grid, crossings bisected, the calibrated DP cost in between
             decision = decide(task.s_max, predicted, against_vendor, must=task.validate)
-            sweep, vendor, decided_by = decision.timed, set(decision.vendor), decision.decided_by
+            sweep, decided_by = decision.timed, decision.decided_by
+            routes = fastest_libraries(decision.vendor, libraries)
         else:
-            sweep, vendor = {S: against_vendor(S) for S in task.validate}, set()
-        table = dispatch_table(programs, vendor, epilogue=epilogue)
+            sweep, routes = {S: against_vendor(S) for S in task.validate}, {}
+        table = dispatch_table(programs, routes, epilogue=epilogue)
         measured_kernels = kernels  # the models' rankings are checked on every uKernel the DP used
         kernels = {uid: k for uid, k in kernels.items() if uid in table.mts}
         artifacts = {uid: a for uid, a in artifacts.items() if uid in table.mts}
@@ -290,11 +338,16 @@ class UKernelTuner:
         validation = self._validate(task, hw, measured_kernels, costs, dispatcher, predicted, sink, sweep)
         validation["piece_overhead_s"] = overhead
         validation["vendor_routes"] = {
-            "vendor": "numpy x @ w.T" + ("" if epilogue.trivial else f", then {epilogue.describe()}"),
+            "vendor": "the fastest of numpy x @ w.T and PyTorch linear"
+            + ("" if epilogue.trivial else f", then {epilogue.describe()}"),
+            "libraries": sorted({lib for times in libraries.values() for lib in times}),
             "shapes_timed": len(sweep),
-            "vendor_S": len(vendor),
-            "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
-            "timed_s": {str(S): {"tuned": t, "vendor": v} for S, (t, v) in sorted(sweep.items())},
+            "vendor_S": len(routes),
+            "vendor_S_by_library": dict(Counter(routes.values())),
+            "intervals": [[iv.lo, iv.hi, iv.library] for iv in table.intervals if iv.vendor],
+            "timed_s": {
+                str(S): {"tuned": t, "vendor": v, **libraries.get(S, {})} for S, (t, v) in sorted(sweep.items())
+            },
             "decided_by": decided_by,
         }
         measured = {int(s): v["chosen_measured_s"] for s, v in validation["shapes"].items()}

@@ -19,6 +19,9 @@ predicted cost, calibrated on the measured points, measuring only where a decisi
 The total number of measured points is capped (`max_points`); a crossing the cap left unresolved is
 decided per S by the nearest measured point.
 
+Where several vendor libraries were timed (numpy, PyTorch: kernelfleet.vendor), the vendor's time at S is the
+fastest library's, and `fastest_libraries` says which one each vendor-routed S runs.
+
 `vendor_sweep_shapes` and `vendor_wins` are the older rule (every S ≤ 256, then a stride), which the GPU
 tuner still uses: a cuBLAS timing is cheap next to a CPU one, and its sweep records more than a winner.
 """
@@ -163,6 +166,22 @@ def decide(
         if won:
             vendor.add(s)
     return VendorDecision(frozenset(vendor), timed, decided_by, tuple(probes))
+
+
+def fastest_libraries(vendor: Iterable[int], timed: Mapping[int, Mapping[str, float]]) -> dict[int, str]:
+    """Which vendor library runs each vendor-routed S: the fastest one at S where S was timed, else at the
+    nearest timed S (the lower one on a tie). numpy and PyTorch cross over smoothly in S, like ours and theirs."""
+    points = sorted(timed)
+    if not points:
+        raise ValueError("no timed S to choose vendor libraries from")
+    out = {}
+    for s in vendor:
+        i = bisect.bisect_left(points, s)
+        below, above = points[max(i - 1, 0)], points[min(i, len(points) - 1)]
+        nearest = s if s in timed else (below if s - below <= above - s else above)
+        libs = timed[nearest]
+        out[s] = min(libs, key=lambda lib: libs[lib])
+    return out
 
 
 VENDOR_SWEEP_DENSE = 256  # the GPU tuner's sweep: every S up to here is timed against the vendor; beyond, a stride

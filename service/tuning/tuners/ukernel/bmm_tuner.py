@@ -139,12 +139,23 @@ def time_programs(
 
     Callers may pass Bt contiguous or as a transposed view (BT_LAYOUTS), and a library's speed depends on which,
     so both are timed: a uKernel counts with its slower layout and a library with its faster one, so that a
-    class routed to a uKernel is not slower than the vendor whichever layout the host uses."""
+    class routed to a uKernel is not slower than the vendor whichever layout the host uses. Each library's time
+    per layout is kept too (`<route>@<layout>`): which library a class goes to is decided on both layouts
+    (`fastest_library`), since numpy and PyTorch rank differently on each."""
     out: dict[str, float] = {}
     for layout in BT_LAYOUTS:
         for uid, t in _time_layout(kernels, shape, min_seconds, rounds, layout).items():
             out[uid] = t if uid not in out else (min(out[uid], t) if is_vendor(uid) else max(out[uid], t))
+            if is_vendor(uid):
+                out[f"{uid}@{layout}"] = t
     return out
+
+
+def fastest_library(timed: Sequence[Mapping[str, float]]) -> str:
+    """The vendor route with the least time over the tuples timed, summed over both Bt layouts (a host passes
+    either; a library's best layout alone would flatter it where the host passes the other)."""
+    routes = [key for key in timed[0] if "@" not in key and is_vendor(key)]
+    return min(routes, key=lambda r: sum(t.get(f"{r}@{layout}", t[r]) for t in timed for layout in BT_LAYOUTS))
 
 
 def _time_layout(
@@ -166,7 +177,7 @@ def _time_layout(
 
 
 def _fastest_vendor(times: Mapping[str, float]) -> float:
-    return min(t for key, t in times.items() if is_vendor(key))
+    return min(t for key, t in times.items() if "@" not in key and is_vendor(key))
 
 
 def plan_cells(
@@ -238,9 +249,7 @@ def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
                 for key, t in again.items():
                     first[key] = min(first[key], t)
             wins = all(t[ours] * (1 + VENDOR_MARGIN) < _fastest_vendor(t) for t in timed)
-        routes = [key for key in timed[0] if is_vendor(key)]
-        library = min(routes, key=lambda route: sum(t[route] for t in timed))  # the fastest over the class
-        cells[index] = ours if wins or not task.vendor_routes else library
+        cells[index] = ours if wins or not task.vendor_routes else fastest_library(timed)
     table = TupleDispatchTable(empty.dims, empty.starts, empty.his, tuple(cells))
     used = table.ukernel_ids()
     kernels = {uid: k for uid, k in kernels.items() if uid in used}

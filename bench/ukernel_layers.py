@@ -21,11 +21,12 @@ the dense uKernels over M = N·OH·OW behind the SDK's ConvDispatcher, which doe
 - `conv3x3`: ResNet-50 layer1 3×3 conv, 64→64 channels at 56×56, pad 1, N = 1..32 (K = 576)
 - `conv1x1`: ResNet-50 layer1 1×1 conv, 256→64 channels at 56×56, N = 1..32 (K = 256; its im2col is a reshape)
 
-  The service tunes M = N·OH·OW up to MAX_S = 4,096 and refuses a job past it (kinds/ukernel_conv.py): at
-  56×56 that is N = 1 only (M = 3,136; N = 32 is M = 100,352). So the job tuned here is the largest the service
-  admits, N = 1..1, and every N > 1 runs that job's table past its range (the dense table extends its last
-  interval), as it would for a user of that table; the refusal of N = 1..32 is recorded, and the table's shape
-  column says which N were past the job's table.
+  The service tunes the dense programs over M up to MAX_S = 4,096 and extends the table past it; the conv's
+  routes (uKernels, numpy's im2col GEMM, PyTorch's conv2d) are timed at up to 8 of the M the support takes, so
+  the job here covers N = 1..32 (M up to 100,352) as the service admits it (kinds/ukernel_conv.py).
+
+Every table may route a shape to numpy or to PyTorch, whichever the job timed fastest as the SDK calls it
+(kernelfleet.vendor); the route column says which ran ("numpy", "torch", "uKernel", "miss").
 
 For each covered layer:
 
@@ -39,14 +40,14 @@ For each covered layer:
      llvm platform, vendor routes on as in the service's settings) and `verify_bmm`, which the job runs
      before it publishes. The dispatcher is a `BmmDispatcher` over the uKernels loaded back from their
      exported libraries (sha256 checked), as the SDK loads them;
-   - conv2d: as kinds/ukernel_conv.run_conv_unit: the job (uniform over N = 1..job N, an Explicit distribution)
+   - conv2d: as kinds/ukernel_conv.run_conv_unit: the job (uniform over N = 1..32, an Explicit distribution)
      admitted by `check_job` and planned by the kind (its uKernel count, its hot tuples), then `tune_conv_range`
-     with the hot tuples validated and vendor routes on (the unit's settings), which verifies the conv
-     dispatcher at the support's corners and past them, and the dense verification the unit runs too
-     (`ukernel_range.verify`). The dispatcher is the outcome's `ConvDispatcher`.
+     with the hot tuples validated and vendor routes on (the unit's settings: the conv routes), which verifies
+     the conv dispatcher at the support's corners and past them. The dispatcher is the outcome's
+     `ConvDispatcher`.
 
    The tuning wall time is the time around that (dense: `tune_range`; batch_matmul: `tune_bmm_range` and
-   `verify_bmm`; conv2d: `tune_conv_range` and `verify`); the job's own account (`seconds`) is recorded too. It
+   `verify_bmm`; conv2d: `tune_conv_range`); the job's own account (`seconds`) is recorded too. It
    runs in this process before torch is used (`import tvm` imports torch when it is installed; nothing in a
    uKernel job starts a Python worker that would import it again).
 2. **Measure** the SDK dispatcher over the job's table and uKernels, called as a user calls it (plain numpy

@@ -117,3 +117,35 @@ def test_a_conv_routed_to_torch_runs_torchs_conv(
     assert len(calls) == 1
     usage = d.usage()
     assert sum(u.calls for u in usage.values()) == 2 and all(u.fallbacks == 0 for u in usage.values())
+
+
+def test_the_dispatch_command_names_each_routes_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    from typer.testing import CliRunner
+
+    from kernelfleet import cli
+    from kernelfleet.models import DispatchDoc
+
+    table = DispatchTable((Interval(1, 4, None), Interval(5, 9, None, vendor.TORCH), Interval(10, 12, None)), {})
+    doc = DispatchDoc(
+        workload_hash="ab" * 8,
+        target_fingerprint="cd" * 8,
+        dim="M",
+        s_max=12,
+        table=table.to_dict(),
+        ukernels=[],
+        predicted_latency_s=[1e-6] * 12,
+        measured_latency_s={},
+        created_at=dt.datetime.now(dt.UTC),
+    )
+
+    class _Client:
+        def dispatch_doc(self, workload: str, target: str) -> tuple[DispatchDoc, str]:
+            return doc, '"e"'
+
+    monkeypatch.setattr(cli, "client_from_env", lambda url: _Client())
+    result = CliRunner().invoke(cli.app, ["dispatch", "--workload", "ab" * 8, "--target", "cd" * 8])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "routed to numpy" in out and "M = 1..4, 10..12" in out and "routed to torch" in out and "M = 5..9" in out

@@ -20,6 +20,7 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("the CLI needs its extras: pip install 'kernelfleet[cli]'")
 
+from kernelfleet import vendor
 from kernelfleet.client import Client
 from kernelfleet.errors import InvalidRequest, KernelFleetError, ServiceUnavailable, Unauthorized
 
@@ -248,10 +249,16 @@ def dispatch(
         console.print(f"  uKernel {u.id}: {u.size_bytes} B, sha256 {u.sha256[:16]}… (named by the signed document)")
     intervals = doc.table["intervals"]
     console.print(f"{len(intervals)} intervals; first: {intervals[:3]}")
-    vendor = [iv for iv in intervals if iv[2] == "vendor"]
-    if vendor:
-        spans = ", ".join(f"{lo}..{hi}" for lo, hi, _ in vendor)
-        console.print(f"  routed to the vendor (numpy measured faster as the SDK calls both): {doc.dim} = {spans}")
+    routed: dict[str, list[str]] = {}  # library → its spans
+    for lo, hi, route in intervals:
+        library = vendor.library_of(route) if isinstance(route, str) else None
+        if library is not None:
+            routed.setdefault(library, []).append(f"{lo}..{hi}")
+    for library, spans in routed.items():
+        console.print(
+            f"  routed to {library} (measured faster than the uKernels and the other vendor libraries as the SDK "
+            f"calls them): {doc.dim} = {', '.join(spans)}"
+        )
     v = doc.validation
     for key in ("tuning_seconds", "padding_ratio", "rho_dietcode_mean", "rho_sia_mean"):
         if v.get(key) is not None:

@@ -33,7 +33,8 @@ def _seconds_per_row(c: ui.CandidatePoint) -> float | None:
 
 def _program(table: Any, S: int) -> str:
     pieces = table.lookup(S)  # empty where the table routes S to the vendor library
-    return " + ".join(f"{p.rows} rows on {p.ukernel_id}" for p in pieces) or "the vendor library (numpy)"
+    on_ukernels = " + ".join(f"{p.rows} rows on {p.ukernel_id}" for p in pieces)
+    return on_ukernels or f"the vendor library ({table.vendor_library(S)})"
 
 
 def _range_panels(data: ui.JobData) -> list[ui.Panel]:

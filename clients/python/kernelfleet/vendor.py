@@ -143,7 +143,7 @@ def bmm(library: str, a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = No
     """C[B,M,N] = A[B,M,K]·Bt[B,N,K]ᵀ on `library` (the right operand as a transposed view, no copy), into
     `out` when given."""
     if runnable(library) == NUMPY:
-        return np.matmul(a, bt.transpose(0, 2, 1), out=out)
+        return np.matmul(a, bt.transpose(0, 2, 1)) if out is None else np.matmul(a, bt.transpose(0, 2, 1), out=out)
     import torch
 
     c = torch.bmm(torch.from_numpy(a), torch.from_numpy(bt).transpose(1, 2))

@@ -20,11 +20,17 @@ demo: $(STAMP)
 standalone: $(STAMP)
 	$(BIN)/kernelfleet standalone
 
+# Compile-bound tests (CUDA codegen and nvcc, pipeline schedules, Gemmini simulators) and the API and store tests
+# (each on a database of its own): nothing in them times a kernel
+# against another, so they run two at a time on the two cores; every other test runs alone (timings, deadlines).
+PARALLEL_TESTS := tests/tuning/gpu tests/tuning/pipeline tests/tuning/gemmini tests/api tests/store
+
 test: $(STAMP)
 	$(BIN)/ruff check service clients tests bench
 	$(BIN)/mypy service clients/python/kernelfleet
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 $(PARALLEL_TESTS)
+	$(BIN)/pytest -q $(foreach d,$(PARALLEL_TESTS),--ignore=$(d))
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"

@@ -83,7 +83,10 @@ def redis_url() -> Iterator[str]:
     import redis
 
     # KERNELFLEET_TEST_REDIS_DB pins the index so concurrent test runs on one machine never share one.
-    db = int(os.environ.get("KERNELFLEET_TEST_REDIS_DB", 9 + (os.getpid() % 6)))
+    # Under pytest-xdist (`make test` runs some directories two at a time) each worker has an index of its own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    default = 9 + (int(worker[2:]) % 6 if worker.startswith("gw") else os.getpid() % 6)
+    db = int(os.environ.get("KERNELFLEET_TEST_REDIS_DB", default))
     url = f"{REDIS_URL}/{db}"
     client = redis.Redis.from_url(url)
     client.flushdb()

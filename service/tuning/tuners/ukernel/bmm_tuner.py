@@ -164,8 +164,9 @@ def _time_layout(
     a, bt = random_pair(shape, bt_layout=layout)
     out = np.empty((a.shape[0], a.shape[1], bt.shape[1]), np.float32)
     fns: dict[str, Callable[[], object]] = {uid: functools.partial(k, a, bt, out) for uid, k in kernels.items()}
-    for lib in vendor.available():
-        fns[vendor.route_of(lib)] = functools.partial(vendor.bmm, lib, a, bt, out)
+    for lib in vendor.available():  # as the dispatcher calls them for `d(a, bt)`: a new C (into `out`, PyTorch's
+        # result would be copied once more, a cost the dispatcher's callers do not pay)
+        fns[vendor.route_of(lib)] = functools.partial(vendor.bmm, lib, a, bt)
     best = {uid: float("inf") for uid in fns}
     previous = None  # the thread pool the previous block ran on: the uKernels share TVM's
     for _ in range(rounds):

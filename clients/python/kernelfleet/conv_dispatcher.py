@@ -190,7 +190,7 @@ class ConvDispatcher:
         """O[N,OH,OW,CO] for I[N,H,W,CI] and F[KH,KW,CI,CO]."""
         n, oh, ow = self.geometry.check(x, f)
         M = n * oh * ow
-        if not self.dense.program(M) and vendor.runnable(self.dense.library(M)) == vendor.TORCH:
+        if self.dense.vendor_route(M) == vendor.TORCH and vendor.runnable(vendor.TORCH) == vendor.TORCH:
             # the table routes M to PyTorch: its own conv (oneDNN's direct convolution), not a GEMM on im2col
             start = time.perf_counter()
             g = self.geometry

@@ -139,11 +139,18 @@ def dense(library: str, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, e
     return out
 
 
+def numpy_bmm(a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """C[B,M,N] = A[B,M,K]·Bt[B,N,K]ᵀ with numpy's batched matmul, as a host without uKernels computes it
+    (`out=None` passed to numpy costs 0.35 µs of a 3 µs call at small T: left out when there is none)."""
+    c: np.ndarray = np.matmul(a, bt.transpose(0, 2, 1)) if out is None else np.matmul(a, bt.transpose(0, 2, 1), out=out)
+    return c
+
+
 def bmm(library: str, a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """C[B,M,N] = A[B,M,K]·Bt[B,N,K]ᵀ on `library` (the right operand as a transposed view, no copy), into
     `out` when given."""
     if runnable(library) == NUMPY:
-        return np.matmul(a, bt.transpose(0, 2, 1)) if out is None else np.matmul(a, bt.transpose(0, 2, 1), out=out)
+        return numpy_bmm(a, bt, out)
     import torch
 
     c = torch.bmm(torch.from_numpy(a), torch.from_numpy(bt).transpose(1, 2))

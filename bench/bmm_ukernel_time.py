@@ -60,7 +60,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from kernelfleet.dispatch import VENDOR
+    from kernelfleet import vendor
     from service.tuning.hardware import host_target
     from service.tuning.platforms import tvm_target
     from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, random_pair, tune_bmm_range, verify_bmm
@@ -87,9 +87,10 @@ def main() -> None:
         d = outcome.dispatcher(static)
         assert verify_bmm(d, static) is None
         table = outcome.table
-        planned = [c for c in table.grid() if table.cells[table.cell_index(c)] is not None]
+        cells = table.cells_of(layout)  # the routes for Bt as this case holds it
+        planned = [c for c in table.grid() if cells[table.cell_index(c)] is not None]
         routes = [
-            f"{table.class_bounds(c)[0][0]}..{table.class_bounds(c)[0][1]}:{table.cells[table.cell_index(c)]}"
+            f"{table.class_bounds(c)[0][0]}..{table.class_bounds(c)[0][1]}:{cells[table.cell_index(c)]}"
             for c in planned
         ]
         built = sorted(str(r["id"]) for r in outcome.candidates)
@@ -115,12 +116,12 @@ def main() -> None:
             )
             vs_np.append(best["numpy"] / best["ours"])
             vs_torch.append(best["torch"] / best["ours"])
-            prog = d.program(shape) or "miss"
+            prog = d.program(shape, layout) or "miss"
             print(
                 f"  {t:>4} {prog:>12} {best['ours'] * 1e6:>10.1f} {best['numpy'] * 1e6:>10.1f} "
                 f"{best['torch'] * 1e6:>10.1f} {vs_np[-1]:>8.2f}x {vs_torch[-1]:>8.2f}x"
             )
-        ours_classes = sum(1 for c in table.cells if c not in (None, VENDOR))
+        ours_classes = sum(1 for c in cells if c is not None and not vendor.is_vendor(c))
         print(
             f"  dispatcher speedup: vs numpy geomean {_geomean(vs_np):.2f}x worst {min(vs_np):.2f}x; "
             f"vs torch geomean {_geomean(vs_torch):.2f}x worst {min(vs_torch):.2f}x "

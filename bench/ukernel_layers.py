@@ -468,7 +468,7 @@ def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Pa
     wall = time.perf_counter() - began
     kernels = {uid: load_bmm_ukernel(a.path, a.spec, a.sha256) for uid, a in out.artifacts.items()}
     d = BmmDispatcher(out.table, kernels, static)
-    routes = {t: d.program(layer.full_shape(t)) for t in range(1, s_max + 1)}
+    routes = {t: d.program(layer.full_shape(t), layer.bt_layout) for t in range(1, s_max + 1)}  # as the layer calls
     vendor_t = [t for t, uid in routes.items() if vendor.is_vendor(uid)]
     torch_t = [t for t, uid in routes.items() if vendor.library_of(uid) == vendor.TORCH]
     info = {
@@ -633,7 +633,7 @@ def bmm_bench(torch: Any, layer: BmmLayer, d: Any) -> LayerBench:
 
     def at(t: int) -> ShapeCalls:
         a, bt, r, at_, rt = bmm_operands(torch, layer, t, seed=t)
-        uid = d.program(layer.full_shape(t))
+        uid = d.program(layer.full_shape(t), layer.bt_layout)
         return ShapeCalls(
             ours=lambda: d(a, bt),
             numpy=lambda: np.matmul(a, r),
@@ -644,7 +644,7 @@ def bmm_bench(torch: Any, layer: BmmLayer, d: Any) -> LayerBench:
 
     def probe(t: int) -> OverheadProbe:
         a, bt, _, _, _ = bmm_operands(torch, layer, t, seed=10_000 + t)
-        uid = d.program(layer.full_shape(t))
+        uid = d.program(layer.full_shape(t), layer.bt_layout)
         if uid in routes:
             lib = vendor.library_of(uid) or vendor.NUMPY
             inner_what, inner = f"{lib}'s own call", functools.partial(_best_median, lambda: vendor.bmm(lib, a, bt), 1)
@@ -861,9 +861,12 @@ def bmm_selection_s(d: Any, a: Any, bt: Any, calls: int = 5000, rounds: int = 5)
     from kernelfleet.bmm_dispatcher import BmmDispatcher
     from kernelfleet.tuple_dispatch import TupleDispatchTable
 
+    def dry_cells(cells: tuple[str | None, ...]) -> tuple[str | None, ...]:
+        return tuple("no-program" if vendor.is_vendor(c) else c for c in cells)
+
     t = d.table
-    cells = tuple("no-program" if vendor.is_vendor(c) else c for c in t.cells)
-    table = TupleDispatchTable(t.dims, t.starts, t.his, cells)
+    layouts = {layout: dry_cells(cells) for layout, cells in t.layouts.items()}
+    table = TupleDispatchTable(t.dims, t.starts, t.his, dry_cells(t.cells), layouts)
     dry = BmmDispatcher(table, dict.fromkeys(table.ukernel_ids(), _no_program), d.static)
     dry(a, bt)  # first sight: checked and looked up, as a warm dispatcher has
     per_call = []

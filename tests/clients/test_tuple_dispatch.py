@@ -73,3 +73,26 @@ def test_lookup_matches_a_brute_force_scan(sm: list[int], sn: list[int], em: int
 
 def _intervals(starts: tuple[int, ...], hi: int) -> list[tuple[int, int]]:
     return [(s, (starts[i + 1] - 1) if i + 1 < len(starts) else hi) for i, s in enumerate(starts)]
+
+
+def test_routes_per_layout_on_the_wire_and_tables_from_before() -> None:
+    """A layout's own cells travel under "layouts"; a table without them (as every table was before routes were
+    chosen per layout) keeps its exact wire form and runs `cells` in every layout."""
+    assert "layouts" not in TABLE.to_dict() and TABLE.layouts == {}
+    for layout in (None, "BNK", "BKN"):
+        assert TABLE.lookup([1, 9], layout) == VENDOR and TABLE.cells_of(layout) == TABLE.cells
+    bkn = ("vendor:torch", "c", None, "b", VENDOR, "a", "b", None)
+    per_layout = TupleDispatchTable(TABLE.dims, TABLE.starts, TABLE.his, TABLE.cells, {"BKN": bkn})
+    wire = per_layout.to_dict()
+    assert wire["cells"] == list(TABLE.cells) and wire["layouts"] == {"BKN": list(bkn)}
+    assert TupleDispatchTable.from_dict(wire) == per_layout and per_layout != TABLE
+    assert per_layout.lookup([1, 4], "BKN") == "vendor:torch" and per_layout.lookup([1, 4], "BNK") == "a"
+    assert per_layout.lookup([1, 9], "BKN") == "c" and per_layout.lookup([2, 4], "BKN") is None
+    assert per_layout.ukernel_ids() == {"a", "b", "c"}
+    assert hash(per_layout) == hash(TupleDispatchTable.from_dict(wire))  # still hashable, as before
+    with pytest.raises(ValueError, match="layout BKN"):
+        TupleDispatchTable.from_dict({**wire, "layouts": {"BKN": bkn[:-1]}})
+    with pytest.raises(ValueError, match="holes"):
+        TupleDispatchTable.from_dict({**wire, "layouts": {"BKN": [*bkn[:2], "a", *bkn[3:]]}})  # a cell in a hole
+    with pytest.raises(ValueError, match="unknown vendor route"):
+        TupleDispatchTable.from_dict({**wire, "layouts": {"BKN": ["vendor:mkl", *bkn[1:]]}})

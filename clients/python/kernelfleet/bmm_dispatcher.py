@@ -3,9 +3,11 @@ operand transposed, e.g. K for QKᵀ, Vᵀ for A·V), any tuple of the workload'
 
 A `BmmDispatcher` reads the tuple of symbolic dims off the arrays, looks it up in its TupleDispatchTable (one
 bisect per dim) and runs the uKernel the table names, or the vendor library the table routes the tuple's class to
-(numpy's `np.matmul(a, bt.transpose(0, 2, 1))` or PyTorch's bmm: kernelfleet.vendor). A tuple outside the tuned box
-or in a hole runs numpy and is counted as a miss; with no table (nothing verified, or no TVM runtime) every call is
-a fallback. Nothing in a document is loaded before its signature verifies.
+(numpy's `np.matmul(a, bt.transpose(0, 2, 1))` or PyTorch's bmm: kernelfleet.vendor). The route is the one for
+the layout Bt comes in (`bt_layout`, read off its strides on every call): the libraries rank differently on a
+contiguous Bt and on a transposed view, so the job routes each layout on its own timings. A tuple outside the
+tuned box or in a hole runs numpy and is counted as a miss; with no table (nothing verified, or no TVM runtime)
+every call is a fallback. Nothing in a document is loaded before its signature verifies.
 
 The signed document is canonical JSON: {"format": "bmm-dispatch-v1", "workload_dims": the static dims,
 "table": the tuple table, "artifacts": {uKernel id: {"sha256", "spec"}}}. The service signs it with the
@@ -29,7 +31,19 @@ from kernelfleet.signing import verify_bytes, verify_document
 from kernelfleet.tuple_dispatch import TupleDispatchTable
 
 DOCUMENT_FORMAT = "bmm-dispatch-v1"
-MEMO_SIZE = 4096  # (A shape, Bt shape) → program, remembered per dispatcher; cleared when full
+MEMO_SIZE = 4096  # (A shape, Bt shape) → program per layout, remembered per dispatcher; cleared when full
+
+# How a host holds Bt[B,N,K]: contiguous ("BNK", e.g. K[B,T,d] in QKᵀ), or as the transposed view of a contiguous
+# [B,K,N] ("BKN", e.g. V[B,T,d] in A·V). A table's `cells` are BNK's (the operator's own layout; any other strides
+# run them too) and its `layouts[BKN]` BKN's where they differ; tables from before either had one route for both.
+BNK, BKN = "BNK", "BKN"
+BT_LAYOUTS = (BNK, BKN)
+
+
+def bt_layout(bt: np.ndarray) -> str:
+    """BKN where Bt's N axis is packed tighter than its K axis (the transposed view of a [B,K,N] array), else BNK."""
+    strides = bt.strides
+    return BKN if strides[1] < strides[2] else BNK
 
 
 # The vendor path: numpy's batched matmul, as a host without uKernels computes it (one implementation, in vendor).
@@ -55,7 +69,8 @@ class BmmDispatcher:
         self._static_at = tuple((BMM_DIMS.index(d), v) for d, v in self.static.items())
         dims = table.dims if table is not None else ()
         self._symbolic_at = tuple(BMM_DIMS.index(d) for d in dims)
-        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], str | None] = {}
+        # the program for BNK and for BKN, indexed by `strides[1] < strides[2]` (bt_layout's test, inlined per call)
+        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[str | None, str | None]] = {}
         self.calls = 0
         # calls per uKernel id, vendor route, or None (a miss)
         routes = [vendor.route_of(lib) for lib in vendor.LIBRARIES]
@@ -63,7 +78,7 @@ class BmmDispatcher:
         # what runs each program, resolved once: a call adds a dict lookup, not a route parse (numpy's calls at
         # small T take 3 µs, so every µs of the dispatcher's own shows)
         self._libraries: dict[str | None, Callable[..., np.ndarray]] = {None: bmm_reference}
-        for route in set(table.cells if table is not None else ()):
+        for route in table.routes() if table is not None else ():
             lib = vendor.library_of(route)
             if lib is not None:  # PyTorch where the table routes to it and this host has it, else numpy
                 on = vendor.runnable(lib)
@@ -85,15 +100,18 @@ class BmmDispatcher:
                 raise ValueError(f"this workload has {BMM_DIMS[i]}={size}, got {sizes[i]}")
         return sizes
 
-    def program(self, shape: Mapping[str, int]) -> str | None:
-        """The uKernel id, a vendor route, or None (numpy as a miss) for a full shape {B, M, N, K}."""
-        return None if self.table is None else self.table.lookup_shape(shape)
+    def program(self, shape: Mapping[str, int], layout: str = BNK) -> str | None:
+        """The uKernel id, a vendor route, or None (numpy as a miss) for a full shape {B, M, N, K} with Bt in
+        `layout` (BT_LAYOUTS)."""
+        return None if self.table is None else self.table.lookup_shape(shape, layout)
 
     def __call__(self, a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         try:
-            uid = self._memo[(a.shape, bt.shape)]  # shapes seen before: checked and looked up already
+            programs = self._memo[(a.shape, bt.shape)]  # shapes seen before: checked and looked up already
         except KeyError:
-            uid = self._first_sight(a, bt)
+            programs = self._first_sight(a, bt)
+        strides = bt.strides  # the layout, per call: the same shapes may come in either
+        uid = programs[strides[1] < strides[2]]
         self.calls += 1
         self.by_program[uid] += 1
         library = self._libraries.get(uid)
@@ -104,13 +122,15 @@ class BmmDispatcher:
         assert uid is not None  # a uKernel id: every other program is in _libraries
         return self.kernels[uid](a, bt, out)
 
-    def _first_sight(self, a: np.ndarray, bt: np.ndarray) -> str | None:
+    def _first_sight(self, a: np.ndarray, bt: np.ndarray) -> tuple[str | None, str | None]:
         sizes = self._sizes(a, bt)
-        uid = None if self.table is None else self.table.lookup(tuple(sizes[i] for i in self._symbolic_at))
+        values = tuple(sizes[i] for i in self._symbolic_at)
+        table = self.table
+        programs = (None, None) if table is None else (table.lookup(values, BNK), table.lookup(values, BKN))
         if len(self._memo) >= MEMO_SIZE:
             self._memo.clear()
-        self._memo[(a.shape, bt.shape)] = uid
-        return uid
+        self._memo[(a.shape, bt.shape)] = programs
+        return programs
 
     @property
     def misses(self) -> int:

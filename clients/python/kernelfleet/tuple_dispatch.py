@@ -17,6 +17,12 @@ and jobs have at most 3 symbolic dims.
 
 A tuple outside the box (below the first start or above hi in any dim) or in a hole has no entry:
 `lookup` returns None and the dispatcher runs numpy, counted as a miss.
+
+Routes per layout: which library is fastest depends on how the caller holds its operands (batch_matmul's Bt
+contiguous, or the transposed view of a contiguous [B,K,N], as attention's A·V passes V), so a table may carry
+`layouts`: a layout's own cells over the same grid, for callers in that layout. A layout it does not name (every
+layout, in tables from before routes were chosen per layout) reads `cells`. On the wire `layouts` is left out when
+empty, so such tables keep their exact form.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import functools
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernelfleet.vendor import is_vendor, library_of
@@ -52,6 +58,8 @@ class TupleDispatchTable:
     starts: tuple[tuple[int, ...], ...]  # per dim, sorted class starts; starts[d][0] is the box's low end
     his: tuple[int, ...]  # per dim, the box's high end
     cells: tuple[str | None, ...]  # row-major over the class grid
+    # a layout's own cells, where they differ from `cells` (not hashed: a dict; equal tables still hash equal)
+    layouts: Mapping[str, tuple[str | None, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.dims or len(set(self.dims)) != len(self.dims):
@@ -61,9 +69,14 @@ class TupleDispatchTable:
         for d, s, hi in zip(self.dims, self.starts, self.his, strict=True):
             if not s or s[0] < 1 or any(a >= b for a, b in itertools.pairwise(s)) or hi < s[-1]:
                 raise ValueError(f"dim {d}: starts must increase from ≥ 1 and end ≤ hi={hi}, got {s}")
-        if len(self.cells) != math.prod(len(s) for s in self.starts):
-            raise ValueError(f"{len(self.cells)} cells for a {'×'.join(str(len(s)) for s in self.starts)} grid")
-        for cell in set(self.cells):
+        size = math.prod(len(s) for s in self.starts)
+        for name, cells in {"": self.cells, **self.layouts}.items():
+            if len(cells) != size:
+                where = f" of layout {name}" if name else ""
+                raise ValueError(f"{len(cells)} cells{where} for a {'×'.join(str(len(s)) for s in self.starts)} grid")
+            if name and [c is None for c in cells] != [c is None for c in self.cells]:
+                raise ValueError(f"layout {name} has other holes than the table: a hole is a class never measured")
+        for cell in self.routes():
             library_of(cell)  # an unknown vendor route is refused here, not on the call that meets it
 
     @property
@@ -90,21 +103,26 @@ class TupleDispatchTable:
     def cell_index(self, classes: Sequence[int]) -> int:
         return sum(c * st for c, st in zip(classes, self._strides, strict=True))
 
-    def lookup(self, values: Sequence[int]) -> str | None:
-        """The uKernel id or vendor route for this tuple (in `dims` order); None outside the box or in a hole."""
+    def cells_of(self, layout: str | None = None) -> tuple[str | None, ...]:
+        """The cells a caller in `layout` runs: that layout's own, or `cells` (no layout, or one not named)."""
+        return self.cells if layout is None else self.layouts.get(layout, self.cells)
+
+    def lookup(self, values: Sequence[int], layout: str | None = None) -> str | None:
+        """The uKernel id or vendor route for this tuple (in `dims` order) in `layout`; None outside the box or in
+        a hole."""
         index = 0
         for v, (starts, lo, hi, stride) in zip(values, self._axes, strict=False):
             if v < lo or v > hi:
                 return None
             index += (bisect.bisect_right(starts, v) - 1) * stride
-        return self.cells[index]
+        return self.cells_of(layout)[index]
 
     @functools.cached_property
     def _axes(self) -> tuple[tuple[tuple[int, ...], int, int, int], ...]:
         return tuple((s, s[0], hi, st) for s, hi, st in zip(self.starts, self.his, self._strides, strict=True))
 
-    def lookup_shape(self, shape: Mapping[str, int]) -> str | None:
-        return self.lookup([shape[d] for d in self.dims])
+    def lookup_shape(self, shape: Mapping[str, int], layout: str | None = None) -> str | None:
+        return self.lookup([shape[d] for d in self.dims], layout)
 
     def class_bounds(self, classes: Sequence[int]) -> tuple[tuple[int, int], ...]:
         """The (lo, hi) of each dim's class: the cell's box."""
@@ -117,17 +135,24 @@ class TupleDispatchTable:
         """Every cell's class tuple, in `cells` order."""
         yield from itertools.product(*(range(n) for n in self.shape))
 
+    def routes(self) -> set[str]:
+        """Every uKernel id and vendor route some cell of some layout names."""
+        return {c for cells in (self.cells, *self.layouts.values()) for c in cells if c is not None}
+
     def ukernel_ids(self) -> set[str]:
-        return {c for c in self.cells if c is not None and not is_vendor(c)}
+        return {c for c in self.routes() if not is_vendor(c)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": FORMAT,
             "dims": list(self.dims),
             "starts": [list(s) for s in self.starts],
             "his": list(self.his),
             "cells": list(self.cells),
         }
+        if self.layouts:
+            out["layouts"] = {name: list(cells) for name, cells in sorted(self.layouts.items())}
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TupleDispatchTable:
@@ -137,5 +162,10 @@ class TupleDispatchTable:
             dims=tuple(str(d) for d in data["dims"]),
             starts=tuple(tuple(int(v) for v in s) for s in data["starts"]),
             his=tuple(int(h) for h in data["his"]),
-            cells=tuple(None if c is None else str(c) for c in data["cells"]),
+            cells=_cells(data["cells"]),
+            layouts={str(name): _cells(cells) for name, cells in data.get("layouts", {}).items()},
         )
+
+
+def _cells(wire: Sequence[Any]) -> tuple[str | None, ...]:
+    return tuple(None if c is None else str(c) for c in wire)

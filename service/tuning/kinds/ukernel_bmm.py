@@ -4,15 +4,17 @@ The distribution may be any form over the workload's symbolic dims: a joint Expl
 in M and N as points {M: t, N: t}, or observed tuples with their counts as weights), an Independent product,
 or one marginal for a single symbolic dim. Its support is grouped into cells (geometric classes per dim,
 kernelfleet.tuple_dispatch); every cell with mass is planned once (tuners.ukernel.bmm_tuner), and the table
-routes each to a uKernel or to numpy. Before publishing, the dispatcher runs at both corners of every planned
-cell against numpy in float64. The table is published like a dense one (its `dim` is the symbolic dims
-joined with commas, e.g. "M,N"), signed with the same key, and the SDK loads it as a BmmDispatcher.
+routes each, per layout a host passes Bt in, to a uKernel or to the vendor library fastest in that layout. Before
+publishing, the dispatcher runs at both corners of every planned cell, in both layouts, against numpy in float64.
+The table is published like a dense one (its `dim` is the symbolic dims joined with commas, e.g. "M,N"), signed
+with the same key, and the SDK loads it as a BmmDispatcher.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kernelfleet.bmm_dispatcher import BNK
 from kernelfleet.bmm_ukernel import BMM_DIMS
 from kernelfleet.vendor import is_vendor
 from service.models import TargetSpec, WorkloadSpec, shape_key
@@ -81,7 +83,13 @@ def plan_bmm(workload: WorkloadSpec, distribution: ShapeDistribution, max_shapes
 def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> UnitResult:
     from service.tuning.platforms import tvm_target
     from service.tuning.tuners.base import TuningStopped
-    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, time_programs, tune_bmm_range, verify_bmm
+    from service.tuning.tuners.ukernel.bmm_tuner import (
+        BmmRangeTask,
+        time_programs,
+        timed_key,
+        tune_bmm_range,
+        verify_bmm,
+    )
 
     static = {d: int(v) for d, v in ctx.workload.dims.items()}
     task = BmmRangeTask(
@@ -109,9 +117,10 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
     shapes = []
     for p in hot:
         full = {**static, **p.shape}
-        uid = dispatcher.program(full)
+        # in the operator's own layout (Bt contiguous), the one the shape's vendor baseline is timed in
+        uid = dispatcher.program(full, BNK)
         kernels = {} if uid is None or is_vendor(uid) else {uid: outcome.kernels[uid]}
-        ours = None if uid is None else time_programs(kernels, full, 0.002, 2)[uid]
+        ours = None if uid is None else time_programs(kernels, full, 0.002, 2, (BNK,))[timed_key(uid, BNK)]
         shapes.append(ShapeOutcome(p.shape, latency_s=ours, vendor=ctx.platform.vendor(ctx.workload, p.shape)))
         ctx.sink.on_progress(shape_key(p.shape), 1)
     dims = ",".join(outcome.table.dims)

@@ -133,7 +133,9 @@ def tune_unit(unit: WorkUnit, ctx: UnitContext, task: Any, progress_key: Callabl
     task = replace(
         task,
         measured_before=measured_before,
-        vendor_routes=ctx.settings.ukernel_vendor_routes,
+        # the setting can only turn the GEMM sweep off: a task that routes elsewhere (a conv's routes are decided
+        # as convs, tuners.ukernel.conv.route_conv) has it off, and GEMM routes would cover the spans it keeps
+        vendor_routes=task.vendor_routes and ctx.settings.ukernel_vendor_routes,
         measure_timeout_s=ctx.settings.measure_timeout_s,
     )
     outcome = tuner.tune_range(task, _Progress())

@@ -16,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernelfleet import vendor
-from kernelfleet.bmm_dispatcher import BmmDispatcher, bmm_document, load_bmm_dispatcher
+from kernelfleet.bmm_dispatcher import BKN, BNK, BmmDispatcher, bmm_document, load_bmm_dispatcher
 from kernelfleet.bmm_ukernel import BmmUKernel
 from kernelfleet.dispatch import VENDOR
 from kernelfleet.signing import UntrustedArtifact, document_message
+from kernelfleet.tuple_dispatch import TupleDispatchTable
 from service.tuning.hardware import host_target
 from service.tuning.platforms import tvm_target
 from service.tuning.tuners.ukernel.bmm_kernel import build_bmm_ukernel
@@ -145,9 +146,9 @@ def test_signed_document_round_trip(tuned: BmmRangeOutcome, tmp_path: Path) -> N
 
 
 def test_with_vendor_routes_each_class_runs_what_was_fastest_over_its_tuples(tmp_path: Path) -> None:
-    """Every class's tuples are timed on the uKernels, numpy and PyTorch: a class keeps a uKernel only where it
-    beat the fastest library at each tuple, else it goes to the library with the least total time there, both Bt
-    layouts counted."""
+    """Every class's tuples are timed on the uKernels, numpy and PyTorch, with Bt in each layout: per layout, a
+    class keeps a uKernel only where it beat that layout's fastest library at each tuple, else it goes to the
+    library with the least total time in that layout."""
     support = [({"M": t, "N": t}, 1.0) for t in (1, 2, 6, 24, 96)]
     task = BmmRangeTask(
         static=QK,
@@ -162,16 +163,65 @@ def test_with_vendor_routes_each_class_runs_what_was_fastest_over_its_tuples(tmp
     table = out.table
     by_class: dict[tuple[int, ...], list[dict[str, float]]] = {}
     for key, times in out.measured.items():
-        assert {"vendor", "vendor:torch", "vendor@BNK", "vendor:torch@BKN"} <= set(times)
+        assert {f"{r}@{lay}" for r in ("vendor", "vendor:torch") for lay in (BNK, BKN)} <= set(times)
         classes = table.class_of([int(part.split("=")[1]) for part in key.split(",")])
         assert classes is not None
         by_class.setdefault(classes, []).append(times)
     routes = ("vendor", "vendor:torch")
     for classes, timed in by_class.items():
-        cell = table.cells[table.cell_index(classes)]
-        assert cell is not None
-        if vendor.is_vendor(cell):  # the library fastest over the class's tuples and both layouts
-            assert cell == min(routes, key=lambda r: sum(t[f"{r}@{lay}"] for t in timed for lay in ("BNK", "BKN")))
-        else:
-            assert all(t[cell] * (1 + VENDOR_MARGIN) < min(t[r] for r in routes) for t in timed)
+        for layout in (BNK, BKN):
+            cell = table.cells_of(layout)[table.cell_index(classes)]
+            assert cell is not None
+            if vendor.is_vendor(cell):  # the library fastest over the class's tuples in this layout
+                assert cell == min(routes, key=lambda r: sum(t[f"{r}@{layout}"] for t in timed))
+            else:
+                fastest = [min(t[f"{r}@{layout}"] for r in routes) for t in timed]
+                assert all(t[f"{cell}@{layout}"] * (1 + VENDOR_MARGIN) < f for t, f in zip(timed, fastest, strict=True))
     assert verify_bmm(out.dispatcher(QK), QK) is None
+
+# seconds per call (uKernel, numpy, PyTorch) by (Bt layout, T ≤ 8), made up (which library wins is the machine's
+# business): at T ≤ 8 numpy and PyTorch each win one layout, PyTorch on the sum of both; at T > 8 the uKernel wins
+# with Bt as a transposed view only
+LAYOUT_TIMES = {
+    ("BNK", True): (20.0, 10.0, 1.0),
+    ("BKN", True): (20.0, 2.0, 3.0),
+    ("BNK", False): (5.0, 2.0, 3.0),
+    ("BKN", False): (1.0, 4.0, 4.0),
+}
+
+
+def _made_up_times(
+    kernels: dict[str, BmmUKernel], shape: dict[str, int], min_seconds: float, rounds: int, layout: str
+) -> dict[str, float]:
+    """In place of bmm_tuner.time_layout."""
+    ours, numpy_s, torch_s = LAYOUT_TIMES[(layout, shape["M"] <= 8)]
+    return {**dict.fromkeys(kernels, ours), "vendor": numpy_s, "vendor:torch": torch_s}
+
+
+def test_each_bt_layout_is_routed_on_its_own_timings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: a class goes, per layout, to the library fastest in that layout (not on the sum of both, where
+    A·V's transposed V went to PyTorch though numpy won every tuple in it), and keeps a uKernel in the layout where
+    it beat that layout's libraries; the dispatcher runs the route of the layout each call's Bt comes in."""
+    from service.tuning.tuners.ukernel import bmm_tuner
+
+    monkeypatch.setattr(bmm_tuner, "time_layout", _made_up_times)
+    task = BmmRangeTask(
+        static=QK,
+        support=[({"M": t, "N": t}, 1.0) for t in (2, 24)],
+        target=tvm_target(host_target()),
+        work_dir=tmp_path,
+        max_ukernels=1,
+    )
+    out = tune_bmm_range(task)
+    (uid,) = out.kernels
+    small, large = ({**QK, "M": t, "N": t} for t in (2, 24))
+    d = out.dispatcher(QK)
+    assert (d.program(small, BNK), d.program(small, BKN)) == ("vendor:torch", "vendor")
+    assert (d.program(large, BNK), d.program(large, BKN)) == ("vendor", uid)
+    assert TupleDispatchTable.from_dict(out.table.to_dict()) == out.table and out.beats_numpy
+    for shape in (small, large):
+        for layout in (BNK, BKN):
+            a, bt = random_pair(shape, bt_layout=layout)
+            np.testing.assert_allclose(d(a, bt), a @ bt.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)
+    assert d.by_program == {uid: 1, "vendor": 2, "vendor:torch": 1, None: 0}
+    assert verify_bmm(d, QK) is None

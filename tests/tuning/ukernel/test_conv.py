@@ -14,19 +14,23 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernelfleet import vendor
 from kernelfleet.conv_dispatcher import ConvDispatcher, ConvGeometry, filter_matrix
+from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.dispatcher import Dispatcher
 from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
 from service.tuning.tuners.ukernel.conv import (
     check_tuples,
     gemm_workload,
+    route_conv,
     rows,
     rows_support,
     tune_conv_range,
     verify_conv,
 )
 from service.tuning.tuners.ukernel.limits import MAX_S
+from service.tuning.tuners.ukernel.tuner import RangeOutcome
 
 CI, CO = 3, 8
 LAYERS = {  # name → (KH, KW, stride, padding)
@@ -212,3 +216,12 @@ def test_routes_send_each_m_to_the_fastest_conv_past_max_s_too(tmp_path: Path) -
         x = rng.standard_normal((n, 32, 32, 16), dtype=np.float32)
         np.testing.assert_allclose(d(x, f), _torch_conv(x, f, 1, 1), rtol=1e-4, atol=2e-3)
     assert set(d.dense.kernels) == set(d.dense.table.mts)  # only the uKernels some M still runs are shipped
+
+
+def test_conv_routes_refuse_a_table_a_gemm_sweep_routed() -> None:
+    """Issue 31: a conv's routes are decided as convs; on a table a GEMM sweep already routed, the spans where the
+    conv's uKernels won would keep the GEMM's vendor routes (their programs are gone), so it is refused."""
+    table = DispatchTable((Interval(1, 4, Shape((), "u4")), Interval(5, 9, None, vendor.NUMPY)), {"u4": 4})
+    outcome = RangeOutcome(table, {}, {}, [], {}, {}, [], 0, 0.0)
+    with pytest.raises(ValueError, match="vendor_routes=False"):
+        route_conv(outcome, _workload("1x1"), [({"N": 1, "H": 3, "W": 3}, 1.0)])

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from kernelfleet import vendor
 from kernelfleet.client import Client
 from kernelfleet.conv_dispatcher import ConvDispatcher
+from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatch_cache import CachedDoc, DispatchCache
 from kernelfleet.signing import document_message
 from service.models import Budget, TargetSpec, WorkloadSpec
@@ -140,3 +141,21 @@ def test_a_table_routing_every_m_to_pytorch_is_published_and_runs_offline(
     x = rng.standard_normal((2, 7, 5, CI), dtype=np.float32)
     np.testing.assert_allclose(d(x, f), _torch_conv(x, f, 1), rtol=1e-4, atol=1e-3)
     assert ran == [1] and all(u.fallbacks == 0 for u in d.usage().values())
+
+
+def test_the_gemm_sweep_never_routes_a_conv_whose_ukernels_won_as_a_conv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: with vendor routes on, the conv's own timing (uKernels fastest at every route point, forced here)
+    decides its routes; the dense GEMM sweep, which would send every M to numpy (also forced), must not run and
+    overlay them, so every M of the published table runs on the uKernels."""
+    from service.tuning.tuners.ukernel import conv, tuner
+
+    monkeypatch.setattr(conv, "time_conv_routes", lambda *a, **k: {"ukernel": 1.0, "numpy": 2.0, "torch": 3.0})
+    monkeypatch.setattr(tuner, "time_against_vendors", lambda *a, **k: (2.0, {"numpy": 1.0, "torch": 3.0}))
+    result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
+    assert result.fatal is None and result.dispatch is not None, result.not_published
+    pub = result.dispatch
+    table = DispatchTable.from_dict(pub.table)
+    assert not any(iv.vendor for iv in table.intervals) and table.mts and pub.artifacts
+    assert pub.validation["conv_routes"]["spans"] == [] and pub.validation["vendor_routes"]["vendor_S"] == 0

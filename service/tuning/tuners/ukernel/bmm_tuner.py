@@ -8,11 +8,15 @@
    weighted-mean sizes (N, K; B·M rows), the best tile per mt; each is compiled once (bmm_kernel.py).
 3. Per cell: every uKernel and every vendor library this worker has (numpy `np.matmul(a, btᵀ)`, PyTorch `bmm`,
    as the SDK calls them: kernelfleet.vendor) are timed, alternating, at the cell's heaviest tuple and its
-   smallest, median and largest; the cell gets the uKernel with the least total time if it beat the fastest
-   library by 3 % at every one of them in two passes, else the library with the least total time (vendor
-   routes: the dispatcher is then never slower than the vendor by more than timing noise at the tuples
-   timed). Each timing starts after 2 ms of warm-up calls, so TVM's spinning idle threads are gone.
-4. Verification: the dispatcher, as the SDK runs it, against numpy at both corners of every planned cell.
+   smallest, median and largest, in each layout a host passes Bt in (BT_LAYOUTS). Each layout is routed on its
+   own timings, since the libraries rank differently on each (A·V's transposed V went to PyTorch on the sum of
+   both layouts where numpy won every tuple in its own): the cell gets, per layout, the uKernel with the least
+   total time there if it beat that layout's fastest library by 3 % at every tuple in two passes, else the
+   library with the least total time in that layout (vendor routes: the dispatcher is then never slower than
+   the vendor by more than timing noise at the tuples timed). Each timing starts after 2 ms of warm-up calls,
+   so TVM's spinning idle threads are gone.
+4. Verification: the dispatcher, as the SDK runs it, against numpy at both corners of every planned cell, in
+   both layouts.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from kernelfleet import vendor
-from kernelfleet.bmm_dispatcher import BmmDispatcher
+from kernelfleet.bmm_dispatcher import BKN, BNK, BT_LAYOUTS, BmmDispatcher
 from kernelfleet.bmm_ukernel import BMM_DIMS, BmmArtifact, BmmUKernel
 from kernelfleet.tuple_dispatch import TupleDispatchTable, geometric_starts
 from kernelfleet.vendor import is_vendor
@@ -38,7 +42,7 @@ from service.tuning.tuners.ukernel.rules import dense_candidates, padded
 from service.tuning.tuners.ukernel.tuner import Weighted, settle, weighted_mean
 
 MAX_SYMBOLIC = 3
-VENDOR_MARGIN = 0.03  # a class goes to a uKernel only if it beats numpy by this much at every tuple timed
+VENDOR_MARGIN = 0.03  # a class goes to a uKernel only if it beats the libraries by this much at every tuple timed
 
 
 @dataclass
@@ -63,7 +67,7 @@ class BmmRangeOutcome:
     table: TupleDispatchTable
     kernels: dict[str, BmmUKernel]
     artifacts: dict[str, BmmArtifact]
-    measured: dict[str, dict[str, float]]  # "M=5,N=5" → {uKernel id or "vendor": seconds}
+    measured: dict[str, dict[str, float]]  # "M=5,N=5" → {"<uKernel id or vendor route>@<layout>": seconds}
     candidates: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -78,7 +82,7 @@ class BmmRangeOutcome:
     def beats_numpy(self) -> bool:
         """Whether any tuple runs on something other than numpy (a uKernel, or PyTorch where it was faster):
         a table that routes every tuple to numpy changes nothing for a host, so it is not published."""
-        return any(c is not None and c != vendor.VENDOR for c in self.table.cells)
+        return any(c != vendor.VENDOR for c in self.table.routes())
 
 
 def bmm_tiles(
@@ -117,48 +121,52 @@ def _median_call(fn: Callable[[], object], min_seconds: float, warmup: float = 0
     return statistics.median(samples)
 
 
-def random_pair(shape: Mapping[str, int], seed: int = 0, bt_layout: str = "BNK") -> tuple[np.ndarray, np.ndarray]:
-    """Random A[B,M,K] and Bt[B,N,K]; `bt_layout` "BKN" gives Bt as the transposed view of a contiguous
-    [B,K,N] array (attention's A·V passes V[B,T,d] so), "BNK" a contiguous Bt (QKᵀ's K[B,T,d])."""
+def random_pair(shape: Mapping[str, int], seed: int = 0, bt_layout: str = BNK) -> tuple[np.ndarray, np.ndarray]:
+    """Random A[B,M,K] and Bt[B,N,K]; `bt_layout` BKN gives Bt as the transposed view of a contiguous
+    [B,K,N] array (attention's A·V passes V[B,T,d] so), BNK a contiguous Bt (QKᵀ's K[B,T,d])."""
     rng = np.random.default_rng(seed)
     B, M, N, K = (shape[d] for d in BMM_DIMS)
     a = rng.standard_normal((B, M, K), dtype=np.float32)
-    if bt_layout == "BKN":
+    if bt_layout == BKN:
         return a, rng.standard_normal((B, K, N), dtype=np.float32).transpose(0, 2, 1)
     return a, rng.standard_normal((B, N, K), dtype=np.float32)
 
 
-BT_LAYOUTS = ("BNK", "BKN")
-
-
 def time_programs(
-    kernels: Mapping[str, BmmUKernel], shape: Mapping[str, int], min_seconds: float, rounds: int
+    kernels: Mapping[str, BmmUKernel],
+    shape: Mapping[str, int],
+    min_seconds: float,
+    rounds: int,
+    layouts: Sequence[str] = BT_LAYOUTS,
 ) -> dict[str, float]:
     """Seconds per call of every uKernel and of every vendor library this worker has (under its wire route:
-    "vendor" for numpy, "vendor:torch"), at one shape, in alternating rounds (best round each).
-
-    Callers may pass Bt contiguous or as a transposed view (BT_LAYOUTS), and a library's speed depends on which,
-    so both are timed: a uKernel counts with its slower layout and a library with its faster one, so that a
-    class routed to a uKernel is not slower than the vendor whichever layout the host uses. Each library's time
-    per layout is kept too (`<route>@<layout>`): which library a class goes to is decided on both layouts
-    (`fastest_library`), since numpy and PyTorch rank differently on each."""
+    "vendor" for numpy, "vendor:torch"), at one shape, in alternating rounds (best round each), with Bt in each
+    of `layouts`: keyed `<program>@<layout>` (`timed_key`). A host passes Bt contiguous or as a transposed view,
+    and the libraries' speeds depend on which, so each layout is routed on its own times."""
     out: dict[str, float] = {}
-    for layout in BT_LAYOUTS:
-        for uid, t in _time_layout(kernels, shape, min_seconds, rounds, layout).items():
-            out[uid] = t if uid not in out else (min(out[uid], t) if is_vendor(uid) else max(out[uid], t))
-            if is_vendor(uid):
-                out[f"{uid}@{layout}"] = t
+    for layout in layouts:
+        for uid, t in time_layout(kernels, shape, min_seconds, rounds, layout).items():
+            out[timed_key(uid, layout)] = t
     return out
 
 
-def fastest_library(timed: Sequence[Mapping[str, float]]) -> str:
-    """The vendor route with the least time over the tuples timed, summed over both Bt layouts (a host passes
-    either; a library's best layout alone would flatter it where the host passes the other)."""
-    routes = [key for key in timed[0] if "@" not in key and is_vendor(key)]
-    return min(routes, key=lambda r: sum(t.get(f"{r}@{layout}", t[r]) for t in timed for layout in BT_LAYOUTS))
+def timed_key(program: str, layout: str) -> str:
+    return f"{program}@{layout}"
 
 
-def _time_layout(
+def _programs(timed: Mapping[str, float], layout: str) -> list[str]:
+    """The uKernel ids and vendor routes timed in `layout`."""
+    suffix = "@" + layout
+    return [key.removesuffix(suffix) for key in timed if key.endswith(suffix)]
+
+
+def fastest_library(timed: Sequence[Mapping[str, float]], layout: str) -> str:
+    """The vendor route with the least time over the tuples timed with Bt in `layout`."""
+    routes = [r for r in _programs(timed[0], layout) if is_vendor(r)]
+    return min(routes, key=lambda r: sum(t[timed_key(r, layout)] for t in timed))
+
+
+def time_layout(
     kernels: Mapping[str, BmmUKernel], shape: Mapping[str, int], min_seconds: float, rounds: int, layout: str
 ) -> dict[str, float]:
     a, bt = random_pair(shape, bt_layout=layout)
@@ -177,8 +185,39 @@ def _time_layout(
     return best
 
 
-def _fastest_vendor(times: Mapping[str, float]) -> float:
-    return min(t for key, t in times.items() if "@" not in key and is_vendor(key))
+def _fastest_vendor(times: Mapping[str, float], layout: str) -> float:
+    return min(times[timed_key(r, layout)] for r in _programs(times, layout) if is_vendor(r))
+
+
+def _fastest_ukernel(timed: Sequence[Mapping[str, float]], kernels: Collection[str], layout: str) -> str:
+    return min(kernels, key=lambda uid: sum(t[timed_key(uid, layout)] for t in timed))
+
+
+def _wins(timed: Sequence[Mapping[str, float]], uid: str, layout: str) -> bool:
+    """Whether the uKernel beat the fastest library in `layout` by the margin at every tuple timed."""
+    return all(t[timed_key(uid, layout)] * (1 + VENDOR_MARGIN) < _fastest_vendor(t, layout) for t in timed)
+
+
+def route_cell(
+    kernels: Mapping[str, BmmUKernel], samples: Sequence[Mapping[str, int]], task: BmmRangeTask
+) -> tuple[dict[str, str], list[dict[str, float]]]:
+    """A planned cell's program per Bt layout, and its timings at each sample (full shapes): per layout, the uKernel
+    with the least total time there if it beat that layout's fastest library at every sample, by the margin, and
+    again when timed once more (each keeps its best time of both passes: load on a shared machine only ever adds
+    time, and it came in bursts that made a library look slow for a whole pass), else that layout's library with
+    the least total time. With `task.vendor_routes` off, the uKernel in every layout."""
+    timed = [time_programs(kernels, shape, task.min_seconds, task.rounds) for shape in samples]
+    ours = {layout: _fastest_ukernel(timed, kernels, layout) for layout in BT_LAYOUTS}
+    if not task.vendor_routes:
+        return ours, timed
+    winners = {ours[layout] for layout in BT_LAYOUTS if _wins(timed, ours[layout], layout)}
+    if winners:
+        for shape, first in zip(samples, timed, strict=True):
+            again = time_programs({uid: kernels[uid] for uid in winners}, shape, task.min_seconds, task.rounds)
+            for key, t in again.items():
+                first[key] = min(first[key], t)
+    routes = {lay: uid if _wins(timed, uid, lay) else fastest_library(timed, lay) for lay, uid in ours.items()}
+    return routes, timed
 
 
 def plan_cells(
@@ -230,32 +269,29 @@ def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
         )
         records.append({"id": uid, "tile": [mt, nt, kt]})
     empty, groups = plan_cells(symbolic, task.support)
-    cells: list[str | None] = list(empty.cells)
+    cells: dict[str, list[str | None]] = {layout: list(empty.cells) for layout in BT_LAYOUTS}
     measured: dict[str, dict[str, float]] = {}
     for index, points in sorted(groups.items()):
-        timed = []
-        for sample in cell_samples(points):
-            shape = {**task.static, **sample}
-            times = time_programs(kernels, shape, task.min_seconds, task.rounds)
+        samples = [{**task.static, **sample} for sample in cell_samples(points)]
+        routes, timed = route_cell(kernels, samples, task)
+        for shape, times in zip(samples, timed, strict=True):
             measured[",".join(f"{d}={shape[d]}" for d in symbolic)] = times
-            timed.append(times)
-        ours = min(kernels, key=lambda uid: sum(t[uid] for t in timed))
-        # the class runs on a uKernel only where it beat the fastest vendor library at every tuple timed, by the
-        # margin, and again when timed once more (each keeps its best time of both passes: load on a shared machine
-        # only ever adds time, and it came in bursts that made a library look slow for a whole pass)
-        wins = all(t[ours] * (1 + VENDOR_MARGIN) < _fastest_vendor(t) for t in timed)
-        if wins and task.vendor_routes:
-            for sample, first in zip(cell_samples(points), timed, strict=True):
-                again = time_programs({ours: kernels[ours]}, {**task.static, **sample}, task.min_seconds, task.rounds)
-                for key, t in again.items():
-                    first[key] = min(first[key], t)
-            wins = all(t[ours] * (1 + VENDOR_MARGIN) < _fastest_vendor(t) for t in timed)
-        cells[index] = ours if wins or not task.vendor_routes else fastest_library(timed)
-    table = TupleDispatchTable(empty.dims, empty.starts, empty.his, tuple(cells))
+        for layout, route in routes.items():
+            cells[layout][index] = route
+    table = per_layout_table(empty, cells)
     used = table.ukernel_ids()
     kernels = {uid: k for uid, k in kernels.items() if uid in used}
     artifacts = {uid: k.export(task.work_dir) for uid, k in kernels.items()}
     return BmmRangeOutcome(table, kernels, artifacts, measured, records, time.perf_counter() - began)
+
+
+def per_layout_table(empty: TupleDispatchTable, cells: Mapping[str, Sequence[str | None]]) -> TupleDispatchTable:
+    """The table over `empty`'s grid with each layout's cells: BNK's as `cells` (what a table read before routes
+    were per layout, or by an SDK from then, runs for any layout), another layout's under `layouts` only where
+    they differ from them."""
+    default = tuple(cells[BNK])
+    layouts = {layout: tuple(c) for layout, c in cells.items() if layout != BNK and tuple(c) != default}
+    return TupleDispatchTable(empty.dims, empty.starts, empty.his, default, layouts)
 
 
 def verification_shapes(table: TupleDispatchTable, static: Mapping[str, int]) -> list[dict[str, int]]:
@@ -271,14 +307,16 @@ def verification_shapes(table: TupleDispatchTable, static: Mapping[str, int]) ->
 
 
 def verify_bmm(dispatcher: BmmDispatcher, static: Mapping[str, int], rtol: float = 1e-4) -> str | None:
-    """Run the dispatcher as the SDK does against numpy in float64; the first error, or None."""
+    """Run the dispatcher as the SDK does, Bt in each layout (each runs its own routes), against numpy in float64;
+    the first error, or None."""
     assert dispatcher.table is not None
     for i, shape in enumerate(verification_shapes(dispatcher.table, static)):
-        a, bt = random_pair(shape, seed=i)
-        got = dispatcher(a, bt)
-        want = np.matmul(a.astype(np.float64), bt.astype(np.float64).transpose(0, 2, 1))
-        scale = max(1.0, float(np.abs(want).max()))
-        err = float(np.abs(got - want).max()) / scale
-        if err > rtol * max(1.0, np.sqrt(shape["K"])):
-            return f"program for {shape}: max relative error {err:.3g}"
+        for layout in BT_LAYOUTS:
+            a, bt = random_pair(shape, seed=i, bt_layout=layout)
+            got = dispatcher(a, bt)
+            want = np.matmul(a.astype(np.float64), bt.astype(np.float64).transpose(0, 2, 1))
+            scale = max(1.0, float(np.abs(want).max()))
+            err = float(np.abs(got - want).max()) / scale
+            if err > rtol * max(1.0, np.sqrt(shape["K"])):
+                return f"program for {shape}, Bt {layout}: max relative error {err:.3g}"
     return None

@@ -3,10 +3,11 @@
 O[N,OH,OW,CO] = I[N,H,W,CI] ⊛ F[KH,KW,CI,CO] is Y[M, CO] = X[M, K]·Wᵀ with M = N·OH·OW and K = KH·KW·CI
 (X the input's im2col matrix, W the filter as a matrix: kernelfleet.conv_dispatcher). Whatever subset of N, H and
 W is symbolic, a tuple only changes M, so the conv layer is tuned by the dense uKernel machinery (rules, cost
-model, combination DP, vendor routes: tuners.ukernel.tuner) over the distribution the tuples induce on M (each
-M weighted by the mass of the tuples that give it), and served by the dense table behind a ConvDispatcher that
-maps a tuple to M in O(1). Nothing here is a second kernel family: only the mapping, and the checks that the
-conv built on the dense table computes the conv.
+model, combination DP: tuners.ukernel.tuner) over the distribution the tuples induce on M (each M weighted by the
+mass of the tuples that give it), and served by the dense table behind a ConvDispatcher that maps a tuple to M in
+O(1). Its vendor routes are decided as convs (`route_conv`), never by the dense tuner's GEMM sweep. Nothing here is
+a second kernel family: only the mapping, the routes, and the checks that the conv built on the dense table
+computes the conv.
 
 Free of Celery and the store: the job kind drives it, benchmarks call `tune_conv_range` directly.
 """
@@ -185,7 +186,10 @@ def route_conv(outcome: RangeOutcome, workload: WorkloadSpec, support: Weighted)
     """The tuned dense outcome with its conv routes: at each route point the uKernels and every vendor library's
     conv are timed, and the span of M nearest that point (halfway to its neighbours; the last span reaching
     past the support) goes to a vendor library where one was fastest. The table then names only the uKernels
-    some M still runs."""
+    some M still runs. The outcome must route nothing yet (its task's `vendor_routes` off): a span this leaves on
+    the uKernels would keep a GEMM sweep's vendor route, and its programs are gone from the table."""
+    if any(iv.vendor for iv in outcome.table.intervals):
+        raise ValueError("a conv's routes are decided as convs: tune its dense layer with vendor_routes=False")
     ours = dispatcher_of(outcome, workload)
     timed: list[tuple[int, dict[str, float]]] = []
     for shape in route_points(workload, support):

@@ -3,8 +3,9 @@
 BERT-base QKV projection, Y = X·Wᵀ with K=768, N=2304 and the sequence length M drawn from a
 distribution. The job kind comes from the registry: by default the one the fleet loop would pick for
 this workload on this host (a kind that covers every M in one job, whose dispatch table the SDK then
-runs for shapes seen and unseen with no network per call); `--kind` names another. Each hot shape is
-compared with the vendor library on the same worker.
+runs for shapes seen and unseen with no network per call); `--kind` names another. Then one table, timed
+here as an inference host calls them: per shape, what the SDK runs (uKernels, or the library a vendor route
+calls) against the faster of numpy and PyTorch, interleaved (service.demo_compare).
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from kernelfleet import Client
 from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.epilogue import NO_EPILOGUE
+from kernelfleet.errors import NotFound
+from service.demo_compare import WIDTH, Route, Row, compare, dispatcher_route, machine, notes, results_table
 from service.launch import Supervisor
 from service.models import TargetSpec, WorkloadSpec
 from service.settings import Settings
@@ -54,17 +58,32 @@ def _wait_ready(client: Client, timeout_s: float = 120) -> dict[str, object]:
     raise TimeoutError("the service did not come up; see the logs under the data dir")
 
 
-def _median_s(fn: object, *args: np.ndarray, repeat: int = 30) -> float:
-    assert callable(fn)
-    # No pause between libraries: the SDK's thread settings (kernelfleet.runtime, applied when the
-    # `kernelfleet` command imports the SDK before numpy) keep TVM's and OpenBLAS's idle threads off the cores.
-    fn(*args)
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn(*args)
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
+SHOWN_M = (1, 16, 61, 97, 128, 200)  # the distribution's shapes, one between them and one past the tuned range
+
+
+def _weights() -> dict[int, float]:
+    points = DISTRIBUTION["points"]
+    assert isinstance(points, list)
+    return {p["shape"]["M"]: p["weight"] for p in points}
+
+
+def _weight(rng: np.random.Generator) -> np.ndarray:
+    dims = WORKLOAD["dims"]
+    assert isinstance(dims, dict)
+    return rng.standard_normal((dims["N"], dims["K"])).astype("float32")
+
+
+def _rows(rng: np.random.Generator, m: int, w: np.ndarray) -> np.ndarray:
+    return rng.standard_normal((m, w.shape[1])).astype("float32")
+
+
+def _print_rows(console: Console, rows: list[Row], title: str) -> None:
+    if not console.is_terminal:  # a file or a pipe: rich would squeeze the table into 80 columns
+        console.width = max(console.width, WIDTH)
+    console.print(f"machine: {machine()}")
+    console.print(results_table(rows, title))
+    for line in notes(rows):
+        console.print(f"  {line}")
 
 
 def _show_dispatcher(console: Console, client: Client, workload_hash: str, fingerprint: str, cache: Path) -> None:
@@ -74,23 +93,39 @@ def _show_dispatcher(console: Console, client: Client, workload_hash: str, finge
     assert isinstance(dispatcher, Dispatcher), "the demo tunes an llvm target: its table is a CPU one"
     console.print(f"SDK dispatcher loaded from the {dispatcher.source} in {time.perf_counter() - t0:.2f} s")
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((2304, 768)).astype("float32")
+    w = _weight(rng)
     dispatcher.prepare(w)
     worst = 0.0
     for m in [*range(1, 129), 131, 200, 257]:  # every tuned M, then shapes past the tuned range
-        x = rng.standard_normal((m, 768)).astype("float32")
+        x = _rows(rng, m, w)
         worst = max(worst, float(np.abs(dispatcher(x, w) - x @ w.T).max()))
     console.print(f"every M in 1..128 plus 131, 200, 257 checked against numpy: max |error| = {worst:.2e}")
-    table = Table(title="SDK dispatcher vs numpy on this machine (median of 30 calls)")
-    for col in ("M", "program", "dispatcher (µs)", "numpy (µs)", "numpy / dispatcher"):
-        table.add_column(col, justify="right")
-    for m in (1, 16, 61, 97, 128, 200):
-        x = rng.standard_normal((m, 768)).astype("float32")
-        ours, theirs = _median_s(dispatcher, x, w), _median_s(lambda a, b: a @ b.T, x, w)
-        program = " + ".join(f"{p.rows}@mt{dispatcher.kernels[p.ukernel_id].spec.mt}" for p in dispatcher.program(m))
-        program = program or "numpy (vendor route)"  # the job measured numpy faster here, so the table routes M to it
-        table.add_row(str(m), program, f"{ours * 1e6:.1f}", f"{theirs * 1e6:.1f}", f"{theirs / ours:.2f}×")
-    console.print(table)
+    rows = []
+    for m in SHOWN_M:
+        x = _rows(rng, m, w)
+        result = compare(dispatcher, x, w, dispatcher.epilogue)
+        rows.append(Row(m, _weights().get(m), dispatcher_route(dispatcher, m), result))
+    _print_rows(console, rows, "SDK dispatcher vs the faster of numpy and PyTorch, side by side on this machine")
+
+
+def _show_configs(console: Console, client: Client, job: Any, fingerprint: str) -> None:
+    """What an inference host does with a per-shape job: fetch the stored config for a shape and run it."""
+    rng = np.random.default_rng(0)
+    w = _weight(rng)
+    rows = []
+    for s in job.shapes:
+        m = int(s.shape["M"])
+        try:
+            kernel = client.kernel(job.workload_hash, fingerprint, s.shape)
+        except NotFound:
+            console.print(f"M={m}: the job stored no config (its state: {s.state})")
+            continue
+        x = _rows(rng, m, w)
+        err = float(np.abs(kernel(x, w) - x @ w.T).max())
+        console.print(f"SDK kernel for M={m} rebuilt from the stored trace: max |error| vs numpy = {err:.2e}")
+        route = Route("sketch config (TVM, this shape)", None)
+        rows.append(Row(m, _weights().get(m), route, compare(kernel, x, w, NO_EPILOGUE)))
+    _print_rows(console, rows, "SDK kernels vs the faster of numpy and PyTorch, side by side on this machine")
 
 
 def _kind(name: str | None, target: dict[str, object]) -> JobKind:
@@ -157,36 +192,14 @@ def _run(trials: int | None, port: int, data_dir: Path, kind: str | None) -> Non
         job = client.wait(job.id, progress=True, poll_s=1.0)
         console.print(f"job {job.state} in {time.monotonic() - t0:.0f} s")
 
-        table = Table(title=f"dense 768→2304 (BERT-base QKV), fp32, tuned by a {job_kind.name} job vs the vendor")
-        # both timed as an inference host calls them (Python call included), in the worker, side by side
-        for col in ("M", "weight", "trials", "tuned, as called (µs)", "vendor, as called (µs)", "vendor / tuned"):
-            table.add_column(col, justify="right")
-        for s in job.shapes:
-            table.add_row(
-                str(s.shape["M"]),
-                f"{s.weight:.2f}",
-                str(s.trials_done),
-                f"{s.best_latency_s * 1e6:.1f}" if s.best_latency_s else "-",
-                f"{s.baseline_latency_s * 1e6:.1f}" if s.baseline_latency_s else "-",
-                f"{s.speedup:.2f}×" if s.speedup else "-",
-            )
-        console.print(table)
-        if job.shapes and job.shapes[0].baseline:
-            console.print(f"baseline: {job.shapes[0].baseline}")
-
+        # the worker's own per-shape timings stay with the job: the one table below is timed here, side by side
+        console.print(f"the worker's own per-shape timings: `kernelfleet job {job.id}`")
         fingerprint = job.target_fingerprint
         assert fingerprint is not None
         if job_kind.publishes == "dispatch":
             _show_dispatcher(console, client, job.workload_hash, fingerprint, data_dir / "sdk-cache")
-            return
-        # What an inference host does: fetch the stored config for a shape and run it.
-        shape = {"M": 61}
-        kernel = client.kernel(job.workload_hash, fingerprint, shape)
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((61, 768)).astype("float32")
-        w = rng.standard_normal((2304, 768)).astype("float32")
-        err = float(np.abs(kernel(x, w) - x @ w.T).max())
-        console.print(f"SDK kernel for M=61 rebuilt from the stored trace: max |error| vs numpy = {err:.2e}")
+        else:
+            _show_configs(console, client, job, fingerprint)
     finally:
         console.print("shutting down …")
         supervisor.stop()

@@ -1,11 +1,19 @@
-"""`make demo` leaves nothing behind: its temporary store, broker and logs go, even when the demo fails."""
+"""`make demo` leaves nothing behind (its temporary store, broker and logs go, even when the demo fails) and its table
+says what each shape runs."""
 
 from __future__ import annotations
 
+import functools
+import io
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from kernelfleet import vendor
+from kernelfleet.dispatch import DispatchTable, Interval
+from kernelfleet.dispatcher import Dispatcher
+from service import demo
 from service.demo import demo_data_dir
 
 
@@ -24,3 +32,26 @@ def test_the_demo_removes_its_temporary_directory_even_on_failure(tmp_path: Path
     with demo_data_dir(tmp_path, keep=False) as given:  # a directory the user named is theirs
         pass
     assert given == tmp_path and tmp_path.is_dir()
+
+
+def test_the_demo_prints_one_table_with_the_library_each_shape_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A table routing small M to numpy and the rest to PyTorch: each row names its library, beside both
+    libraries' times and the machine; a vendor route is called no win."""
+    table = DispatchTable((Interval(1, 20, None), Interval(21, 300, None, vendor.TORCH)), {})
+
+    class _Client:
+        def dispatcher(self, workload: str, target: str, *, cache_dir: Path) -> Dispatcher:
+            return Dispatcher(table, {}, N=None, K=None, source="service")
+
+    monkeypatch.setitem(demo.WORKLOAD, "dims", {"N": 24, "K": 32})  # a small layer: the rows, not the speed, matter
+    monkeypatch.setattr(demo, "compare", functools.partial(demo.compare, rounds=3, min_sample_s=0, pause_s=0))
+    console = Console(record=True, width=80, file=io.StringIO())  # a pipe: the table still gets its width
+    demo._show_dispatcher(console, _Client(), "w", "t", tmp_path)  # type: ignore[arg-type]
+    out = console.export_text()
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
+    assert set(rows) == set(map(str, demo.SHOWN_M)) and "numpy (µs)" in out and "PyTorch (µs)" in out
+    for m in demo.SHOWN_M:
+        assert ("numpy (vendor route)" if m <= 20 else "PyTorch (vendor route)") in rows[str(m)]
+    assert out.count("machine: ") == 1 and "median over 3 interleaved rounds" in out and "not a KernelFleet win" in out

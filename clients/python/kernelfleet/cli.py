@@ -20,8 +20,8 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("the CLI needs its extras: pip install 'kernelfleet[cli]'")
 
-from kernelfleet import vendor
 from kernelfleet.client import Client
+from kernelfleet.dispatch_view import describe
 from kernelfleet.errors import InvalidRequest, KernelFleetError, ServiceUnavailable, Unauthorized
 
 app = typer.Typer(
@@ -238,37 +238,13 @@ def dispatch(
     target: Annotated[str, typer.Option(help="target fingerprint")],
     url: UrlOpt = None,
 ) -> None:
-    """The dispatch table a ukernel job published: intervals, uKernels and how well its model ranked them."""
+    """The dispatch table a ukernel job published (dense, batch_matmul or conv2d): its ranges, routes and uKernels,
+    and how well its model ranked them."""
     fetched = client_from_env(url).dispatch_doc(workload, target)
     if fetched is None:
         raise UsageProblem(f"no dispatch table for workload {workload} on target {target}: run a ukernel job first")
-    doc = fetched[0]
-    console.print(f"{doc.dim} = 1..{doc.s_max} (larger extend the last interval), from job {doc.job_id}")
-    for u in doc.ukernels:
-        # the service signs the document, which names each artifact by its sha256
-        console.print(f"  uKernel {u.id}: {u.size_bytes} B, sha256 {u.sha256[:16]}… (named by the signed document)")
-    intervals = doc.table["intervals"]
-    console.print(f"{len(intervals)} intervals; first: {intervals[:3]}")
-    routed: dict[str, list[str]] = {}  # library → its spans
-    for lo, hi, route in intervals:
-        library = vendor.library_of(route) if isinstance(route, str) else None
-        if library is not None:
-            routed.setdefault(library, []).append(f"{lo}..{hi}")
-    for library, spans in routed.items():
-        console.print(
-            f"  routed to {library} (measured faster than the uKernels and the other vendor libraries as the SDK "
-            f"calls them): {doc.dim} = {', '.join(spans)}"
-        )
-    v = doc.validation
-    for key in ("tuning_seconds", "padding_ratio", "rho_dietcode_mean", "rho_sia_mean"):
-        if v.get(key) is not None:
-            console.print(f"  {key}: {v[key]:.3g}")
-    for S, t in sorted(doc.measured_latency_s.items(), key=lambda kv: int(kv[0])):
-        console.print(
-            f"  {doc.dim}={S}: measured {t * 1e6:.1f} µs, predicted {doc.predicted_latency_s[int(S) - 1] * 1e6:.1f} µs"
-        )
-    for o in doc.overrides:
-        console.print(f"  exact config wins at {doc.dim}={o.S}: {o.latency_s * 1e6:.1f} µs")
+    for line in describe(fetched[0]):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 fleet_app = typer.Typer(no_args_is_help=True, help="Fleet-wide daily tuning: usage, reports, runs.")

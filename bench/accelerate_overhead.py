@@ -21,44 +21,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from common import Contender, calibrate, host_info, python_sampler, run_rounds, us, write_json
+from common import Contender, calibrate, host_info, paired, python_sampler, run_rounds, us, write_json
 
 N = K = 768
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "accelerate_overhead.json"
-
-
-def paired(a: Callable[[], object], b: Callable[[], object], seconds: float) -> dict[str, float]:
-    """Medians of per-call times of `a` and `b` called alternately (a, b, b, a, a, b, ...) for about `seconds`, and the
-    median of the per-pair differences: both see the same machine at almost the same moment, so a loaded host's
-    swings cancel far better than in back-to-back samples minutes apart."""
-    clock = time.perf_counter
-    ta: list[float] = []
-    tb: list[float] = []
-    end = clock() + seconds
-    flip = False
-    while clock() < end or len(ta) < 50:
-        first, second = (b, a) if flip else (a, b)  # each goes first half the time: no order bias
-        t0 = clock()
-        first()
-        t1 = clock()
-        second()
-        t2 = clock()
-        ta.append(t2 - t1 if flip else t1 - t0)
-        tb.append(t1 - t0 if flip else t2 - t1)
-        flip = not flip
-    diffs = [x - y for x, y in zip(ta, tb, strict=True)]
-    return {
-        "wrapper": statistics.median(ta),
-        "dispatcher": statistics.median(tb),
-        "difference": statistics.median(diffs),
-        "pairs": len(ta),
-    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
                 c.number = calibrate(c.sample, args.min_sample_ms / 1e3)
             run_rounds(contenders, args.rounds, pause_s=0.05, settle=True)  # torch's OpenMP threads spin after F.linear
             med = {c.name: statistics.median(c.samples_s) for c in contenders}
-            pair = paired(call_wrapper, call_dispatcher, args.paired_s)
+            pair = paired(call_wrapper, call_dispatcher, args.paired_s, names=("wrapper", "dispatcher"))
             results.append({"M": m, "median_s": med, "paired_s": pair, "max_abs_error": err})
             print(
                 f"M={m:4d}  wrapper {us(med['wrapper']):>8} µs  dispatcher {us(med['dispatcher']):>8} µs  "

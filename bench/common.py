@@ -12,6 +12,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -433,3 +434,35 @@ def us(seconds: float | None) -> str:
 
 def ratio(num: float | None, den: float | None) -> str:
     return "n/a" if num is None or den is None else f"{num / den:.2f}"
+
+
+def paired(
+    a: Callable[[], object], b: Callable[[], object], seconds: float, names: tuple[str, str] = ("a", "b")
+) -> dict[str, float]:
+    """Medians of per-call times of `a` and `b` called alternately (a, b, b, a, a, b, ...) for about `seconds`, the
+    median of the per-pair differences (a - b) and their quartiles: both see the same machine at almost the same
+    moment, so a loaded host's swings cancel far better than in back-to-back samples minutes apart."""
+    clock = time.perf_counter
+    ta: list[float] = []
+    tb: list[float] = []
+    end = clock() + seconds
+    flip = False
+    while clock() < end or len(ta) < 50:
+        first, second = (b, a) if flip else (a, b)  # each goes first half the time: no order bias
+        t0 = clock()
+        first()
+        t1 = clock()
+        second()
+        t2 = clock()
+        ta.append(t2 - t1 if flip else t1 - t0)
+        tb.append(t1 - t0 if flip else t2 - t1)
+        flip = not flip
+    diffs = sorted(x - y for x, y in zip(ta, tb, strict=True))
+    return {
+        names[0]: statistics.median(ta),
+        names[1]: statistics.median(tb),
+        "difference": statistics.median(diffs),
+        "difference_q1": diffs[len(diffs) // 4],
+        "difference_q3": diffs[(3 * len(diffs)) // 4],
+        "pairs": len(ta),
+    }

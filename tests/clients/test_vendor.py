@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernelfleet import vendor
-from kernelfleet.bmm_dispatcher import BmmDispatcher
+from kernelfleet.bmm_dispatcher import BKN, BNK, BmmDispatcher, bt_layout
 from kernelfleet.conv_dispatcher import ConvDispatcher, ConvGeometry
 from kernelfleet.dispatch import DispatchTable, Interval
 from kernelfleet.dispatcher import Dispatcher
@@ -54,14 +54,19 @@ def test_the_dispatcher_runs_the_library_each_interval_names(monkeypatch: pytest
     table = DispatchTable((Interval(1, 4, None), Interval(5, 9, None, vendor.TORCH)), {}, Epilogue(True, "relu"))
     d = Dispatcher(table, {}, N=None, K=None)
     ran: list[str] = []
-    real = vendor.dense
-    monkeypatch.setattr(vendor, "dense", lambda lib, *a: ran.append(lib) or real(lib, *a))
+    real = vendor.dense_call
+
+    def recorded(lib: str, epilogue: Epilogue) -> vendor.DenseCall:
+        call = real(lib, epilogue)
+        return lambda *a: ran.append(lib) or call(*a)
+
+    monkeypatch.setattr(vendor, "dense_call", recorded)
     rng = np.random.default_rng(0)
     w, b = rng.standard_normal((6, 5), dtype=np.float32), rng.standard_normal(6, dtype=np.float32)
-    for S in (2, 7, 30):  # 30: past the table, its last interval (PyTorch) extends
+    for S in (2, 7, 30, 2):  # 30: past the table, its last interval (PyTorch) extends
         x = rng.standard_normal((S, 5), dtype=np.float32)
         np.testing.assert_allclose(d(x, w, bias=b), np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-5)
-    assert ran == [vendor.NUMPY, vendor.TORCH, vendor.TORCH]
+    assert ran == [vendor.NUMPY, vendor.TORCH, vendor.TORCH, vendor.NUMPY]
     assert all(u.fallbacks == 0 for u in d.usage().values())  # the table's choice, not a miss
 
 
@@ -91,6 +96,31 @@ def test_bmm_cells_run_their_library() -> None:
         assert d(a, bt, out) is out
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     assert d.by_program["vendor"] == 2 and d.by_program["vendor:torch"] == 2 and d.vendor_calls == 4 and not d.misses
+
+
+def test_bmm_runs_the_route_of_the_layout_bt_comes_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: a cell routed per layout runs PyTorch for a contiguous Bt and numpy for the transposed view of a
+    [B,K,N] array (A·V's V), the same shapes in either order; a table from before runs its one route for both."""
+    ran: list[str] = []
+    real = vendor.bmm
+    monkeypatch.setattr(vendor, "bmm", lambda lib, *a: ran.append(lib) or real(lib, *a))
+    per_layout = TupleDispatchTable(("M",), ((1, 5),), (9,), ("vendor:torch", "vendor"), {BKN: ("vendor", "vendor")})
+    d = BmmDispatcher(per_layout, {}, {"B": 2, "N": 3, "K": 4})
+    old = BmmDispatcher(TupleDispatchTable(("M",), ((1, 5),), (9,), ("vendor:torch", "vendor")), {}, d.static)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((2, 3, 4), dtype=np.float32)
+    contiguous = rng.standard_normal((2, 3, 4), dtype=np.float32)
+    transposed = rng.standard_normal((2, 4, 3), dtype=np.float32).transpose(0, 2, 1)  # Bt = Vᵀ, a view
+    assert (bt_layout(contiguous), bt_layout(transposed)) == (BNK, BKN)
+    for bt in (contiguous, transposed, contiguous, transposed):
+        np.testing.assert_allclose(d(a, bt), a @ bt.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+    assert d.by_program["vendor:torch"] == 2 and d.by_program["vendor"] == 2 and d.misses == 0
+    assert ran == [vendor.TORCH, vendor.TORCH]  # numpy's calls go straight to numpy
+    assert (d.program({"M": 3}, BNK), d.program({"M": 3}, BKN)) == ("vendor:torch", "vendor")
+    ran.clear()
+    for bt in (contiguous, transposed):
+        old(a, bt)
+    assert ran == [vendor.TORCH, vendor.TORCH] and old.by_program["vendor:torch"] == 2
 
 
 @pytest.mark.parametrize(("kh", "stride", "padding"), [(3, 1, 1), (3, 2, 0), (1, 1, 0), (1, 2, 0)])

@@ -28,9 +28,10 @@ import numpy as np
 
 from kernelfleet import vendor
 from kernelfleet.dispatch import Piece
-from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 
 TABLE_KEY = "conv2d"  # where a dense dispatch table carries the conv geometry
+_now = time.perf_counter
 CONV_DIMS = ("N", "H", "W")  # the dims a conv table may leave symbolic: those that only change M
 
 
@@ -152,6 +153,8 @@ class ConvDispatcher:
         self.geometry = geometry
         self._weights: dict[tuple[int, str], tuple[weakref.ref[np.ndarray], Any]] = {}
         self._lock = threading.Lock()
+        self._plans: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int, int, int, bool]] = {}
+        self._last_torch_weight: tuple[Any, Any] = (None, None)  # (filter, its PyTorch weight)
 
     @property
     def fallback(self) -> bool:
@@ -188,17 +191,31 @@ class ConvDispatcher:
 
     def __call__(self, x: np.ndarray, f: np.ndarray) -> np.ndarray:
         """O[N,OH,OW,CO] for I[N,H,W,CI] and F[KH,KW,CI,CO]."""
-        n, oh, ow = self.geometry.check(x, f)
-        M = n * oh * ow
-        if self.dense.vendor_route(M) == vendor.TORCH and vendor.runnable(vendor.TORCH) == vendor.TORCH:
-            # the table routes M to PyTorch: its own conv (oneDNN's direct convolution), not a GEMM on im2col
-            start = time.perf_counter()
+        plan = self._plans.get((x.shape, f.shape))
+        if plan is None:
+            plan = self._plan(x, f)
+        n, oh, ow, M, on_torch = plan
+        if on_torch:  # the table routes M to PyTorch: its own conv (oneDNN's direct convolution), not a GEMM on im2col
+            start = _now()
+            last = self._last_torch_weight
+            if last[0] is not f:  # one layer's calls in a row skip the lookup; the pair is swapped in whole
+                last = self._last_torch_weight = (f, self._derived(f, vendor.TORCH, vendor.torch_conv_weight))
             g = self.geometry
-            y = vendor.torch_conv2d(x, self._derived(f, vendor.TORCH, vendor.torch_conv_weight), g.stride, g.padding)
-            self.dense.record_route(M, time.perf_counter() - start)
+            y = vendor.torch_conv2d(x, last[1], g.stride, g.padding)
+            self.dense._count(M, _now() - start, False)  # the table's choice, not a miss
             return y
         cols = self.geometry.columns(x, f.shape[0], f.shape[1], oh, ow)
         return self.dense(cols, self.weight(f)).reshape(n, oh, ow, f.shape[3])
+
+    def _plan(self, x: np.ndarray, f: np.ndarray) -> tuple[int, int, int, int, bool]:
+        """(N, OH, OW, M, whether PyTorch's conv runs it) for a call's shapes, checked once per pair of shapes."""
+        n, oh, ow = self.geometry.check(x, f)
+        M = n * oh * ow
+        on_torch = self.dense.vendor_route(M) == vendor.TORCH and vendor.runnable(vendor.TORCH) == vendor.TORCH
+        plan = (n, oh, ow, M, on_torch)
+        if len(self._plans) < MAX_TRACKED_SHAPES:
+            self._plans[(x.shape, f.shape)] = plan
+        return plan
 
     def usage(self, reset: bool = False) -> dict[int, Any]:
         """The dense dispatcher's calls per M (kernelfleet.dispatcher.ShapeUsage)."""

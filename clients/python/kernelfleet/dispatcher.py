@@ -42,6 +42,8 @@ from kernelfleet.ukernel import UKernel
 log = logging.getLogger(__name__)
 ExactKernel = Callable[..., np.ndarray]  # (x, w) or (x, w, bias): the workload's own signature
 _FALLBACK: tuple[Piece, ...] = ()  # memo value for "no program: numpy"
+_UNRESOLVED: Any = object()  # memo miss (None is a value there: "no vendor call, a program runs S")
+_now = time.perf_counter
 MAX_TRACKED_SHAPES = 4096  # usage memory bound: S values beyond it are counted under S = -1
 
 
@@ -107,6 +109,10 @@ class Dispatcher:
         self.meta = dict(meta or {})
         self._programs: dict[int, tuple[Piece, ...]] = {}
         self._libraries: dict[int, str] = {}
+        self._vendor_calls: dict[int, vendor.DenseCall | None] = {}
+        self._library_calls: dict[str, vendor.DenseCall] = {}
+        self._takes_bias = self.epilogue.bias
+        self._bias_checked: Any = _UNRESOLVED  # the bias last checked (by identity); never None once set
         self._packed: dict[int, _Packed] = {}
         self._usage: dict[int, ShapeUsage] = {}
         self._lock = threading.Lock()
@@ -128,6 +134,22 @@ class Dispatcher:
             if len(self._programs) < MAX_TRACKED_SHAPES:  # memo bounded like usage: rare S re-derive it
                 self._programs[S] = pieces
         return pieces
+
+    def _vendor_call_for(self, S: int) -> vendor.DenseCall | None:
+        """The library call that runs S where no uKernel program or exact kernel does (the table's route, numpy
+        without a table), memoized per S: the vendor-routed call then costs the library's own call plus a lookup."""
+        call = self._vendor_calls.get(S, _UNRESOLVED)
+        if call is _UNRESOLVED:
+            call = None if self.program(S) or S in self.exact else self._library_call(self.library(S))
+            if len(self._vendor_calls) < MAX_TRACKED_SHAPES:
+                self._vendor_calls[S] = call
+        return call  # type: ignore[no-any-return]
+
+    def _library_call(self, library: str) -> vendor.DenseCall:
+        call = self._library_calls.get(library)
+        if call is None:
+            call = self._library_calls.setdefault(library, vendor.dense_call(library, self.epilogue))
+        return call
 
     def library(self, S: int) -> str:
         """The vendor library that runs S when no uKernel does: the table's choice, numpy without a table."""
@@ -179,12 +201,30 @@ class Dispatcher:
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, *, bias: np.ndarray | None = None
     ) -> np.ndarray:
         """act(X·Wᵀ + bias) for X[S, K]; `bias` [N] is required iff the layer's epilogue adds one."""
-        if x.ndim != 2 or x.shape[0] < 1 or (self.K is not None and x.shape[1] != self.K):
-            raise ValueError(f"X must be [S≥1, {self.K or 'K'}], got {list(x.shape)}")
-        epilogue = self.epilogue
-        if bias is not None or epilogue.bias:
-            check_bias(epilogue, bias, self.N if self.N is not None else w.shape[0])
-        S = x.shape[0]
+        shape = x.shape
+        if len(shape) != 2 or shape[0] < 1 or (self.K is not None and shape[1] != self.K):
+            raise ValueError(f"X must be [S≥1, {self.K or 'K'}], got {list(shape)}")
+        if (bias is not None or self._takes_bias) and bias is not self._bias_checked:
+            check_bias(self.epilogue, bias, self.N if self.N is not None else w.shape[0])
+            self._bias_checked = bias  # biases are long-lived: checked once, not on every call
+        S = shape[0]
+        call = self._vendor_calls.get(S, _UNRESOLVED)
+        if call is _UNRESOLVED:
+            call = self._vendor_call_for(S)
+        if call is not None:  # the hot path of a vendor route: the library's call, the output, the count, inlined
+            start = _now()
+            y = call(x, w, bias)
+            out = y if out is None else _copy_into(out, y)
+            seconds = _now() - start
+            usage = self._usage.get(S)
+            if usage is None:
+                self._record(S, seconds, self.table is None)
+            else:  # lock-free: see _count
+                usage.calls += 1
+                usage.seconds += seconds
+                if self.table is None:  # no table: numpy ran as a fallback; with one, S ran where the table chose
+                    usage.fallbacks += 1
+            return out
         pieces = self.program(S)
         start = time.perf_counter()
         if pieces:
@@ -212,22 +252,17 @@ class Dispatcher:
                 out = y
             elif y is not out:
                 out = _copy_into(out, y)
-            fell_back = False
-        elif S in self.exact:
-            try:  # built from the workload's own compute: its signature has the bias when the layer does
+        else:  # an exact-shape kernel, built from the workload's own compute (with a bias iff the layer has one)
+            try:
                 y = self.exact[S](x, w) if bias is None else self.exact[S](x, w, bias)
             except Exception:  # e.g. no compiler on this host: drop the override, use the table from now on
                 log.exception("exact-shape kernel for S=%d failed; using the dispatch table instead", S)
                 self.exact.pop(S, None)
                 self._programs.pop(S, None)
+                self._vendor_calls.pop(S, None)
                 return self(x, w, out, bias=bias)
             out = y if out is None else _copy_into(out, y)
-            fell_back = False
-        else:  # the vendor library the table routes S to runs the layer as a host would (numpy without a table)
-            y = vendor.dense(self.library(S), x, w, bias, epilogue)
-            out = y if out is None else _copy_into(out, y)
-            fell_back = self.table is None  # else the table routed S to the vendor: its choice, not a miss
-        self._record(S, time.perf_counter() - start, fell_back)
+        self._count(S, time.perf_counter() - start, False)
         return out
 
     def _device_biases(self, bias: np.ndarray) -> dict[int, Any]:
@@ -242,6 +277,18 @@ class Dispatcher:
                 out[n] = k.device_weight(bias if ok else k.pack_bias(bias))
         return out
 
+    def _count(self, S: int, seconds: float, fell_back: bool) -> None:
+        """`_record` without the lock once S has its entry: three attribute updates, none of which CPython can
+        interrupt between read and write (no Python code runs inside them), so concurrent callers lose no count;
+        a `usage(reset=True)` racing a call may miss that one call. The lock costs ~0.3 µs a call (issue 31)."""
+        usage = self._usage.get(S)
+        if usage is None:
+            self._record(S, seconds, fell_back)
+        else:
+            usage.calls += 1
+            usage.seconds += seconds
+            usage.fallbacks += fell_back
+
     def _record(self, S: int, seconds: float, fell_back: bool) -> None:
         with self._lock:  # against a concurrent usage(reset=True) and other calling threads
             usage = self._usage.get(S)
@@ -255,7 +302,7 @@ class Dispatcher:
     def record_route(self, S: int, seconds: float) -> None:
         """Count a call for S that the caller ran on the vendor library the table routes S to (e.g. the conv
         dispatcher runs PyTorch's conv2d itself): the table's choice, not a miss."""
-        self._record(S, seconds, False)
+        self._count(S, seconds, False)
 
     def record_fallback(self, S: int, seconds: float = 0.0) -> None:
         """Count a call for S that the caller ran elsewhere (e.g. kernelfleet.torch runs PyTorch for an S past the
@@ -299,7 +346,7 @@ def dispatch_overhead_s(dispatcher: Dispatcher, S: int, w: np.ndarray, calls: in
                 pieces = dispatcher.program(S)
                 if pieces:
                     dispatcher._packed_for(w)
-                dispatcher._record(S, 0.0, False)
+                dispatcher._count(S, 0.0, False)
             per_call.append((time.perf_counter() - start) / calls)
     finally:
         dispatcher._usage = real_usage

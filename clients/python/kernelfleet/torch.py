@@ -67,6 +67,7 @@ FUSE_PATTERNS: dict[str, tuple[str, str]] = {
 }
 
 _F32 = torch.float32
+_now = time.perf_counter
 FALLBACK_REASONS = ("dtype", "device", "autograd", "range", "no_table", "empty")
 
 
@@ -208,6 +209,7 @@ class AcceleratedLinear(nn.Module):
         self._b: Any = None
         self._lock = threading.Lock()
         self.stats = LayerStats()
+        self._torch_routes: set[int] = set()  # S the table routes to PyTorch, as seen on calls
 
     def extra_repr(self) -> str:
         act = f", activation={type(self.activation).__name__} (fused)" if self.activation is not None else ""
@@ -216,14 +218,18 @@ class AcceleratedLinear(nn.Module):
 
     # the PyTorch computation of the original layer (plus the fused activation)
     def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        params = self._parameters  # not self.weight: Module.__getattr__ costs ~0.3 µs a parameter per call
+        w, b = params["weight"], params["bias"]
+        assert w is not None
         if self.transposed:
             size = (*x.shape[:-1], self.N)
             flat = x.reshape(-1, x.shape[-1])
-            y = torch.mm(flat, self.weight) if self.bias is None else torch.addmm(self.bias, flat, self.weight)
+            y = torch.mm(flat, w) if b is None else torch.addmm(b, flat, w)
             y = y.view(size)
         else:
-            y = nn.functional.linear(x, self.weight, self.bias)
-        return self.activation(y) if self.activation is not None else y
+            y = nn.functional.linear(x, w, b)
+        activation = self.activation
+        return activation(y) if activation is not None else y
 
     def _fallback(self, x: torch.Tensor, reason: str, S: int) -> torch.Tensor:
         start = time.perf_counter()
@@ -275,12 +281,18 @@ class AcceleratedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # the hot path: parameters read from the dict (not Module.__getattr__), no device objects built
-        params = self._parameters
-        w, bias = params["weight"], params["bias"]
-        assert w is not None
         K = self.K
         shape = x.shape
         S = x.numel() // K if shape and shape[-1] == K else 0
+        y: torch.Tensor
+        if S in self._torch_routes:  # the table routes S to PyTorch: the original layer on the caller's tensors,
+            start = _now()  # nothing in between (issue 31 item 2); any dtype, device or grad mode runs as it would
+            y = self._torch(x)
+            self._routed(S, _now() - start)
+            return y
+        params = self._parameters
+        w, bias = params["weight"], params["bias"]
+        assert w is not None
         if x.dtype is not _F32 or w.dtype is not _F32:
             return self._fallback(x, "dtype", S)
         if not ((x.is_cuda and w.is_cuda) if self._cuda else (x.is_cpu and w.is_cpu)):
@@ -299,13 +311,13 @@ class AcceleratedLinear(nn.Module):
         if not x2.is_contiguous():
             x2 = x2.contiguous()
         d = self.dispatcher
-        y: torch.Tensor
         if isinstance(d, Dispatcher) and d.vendor_route(S) == vendor.TORCH:
-            # the job timed PyTorch fastest at S: run the original layer on the caller's tensors, no numpy views
-            start = time.perf_counter()
+            # the job timed PyTorch fastest at S: from now on the first test in forward sends S there
+            if len(self._torch_routes) < MAX_TRACKED_SHAPES:
+                self._torch_routes.add(S)
+            start = _now()
             y = self._torch(x)
-            d.record_route(S, time.perf_counter() - start)
-            self._count(S)
+            self._routed(S, _now() - start)
             return y
         if isinstance(d, Dispatcher):
             xa = (x2.detach() if x2.requires_grad else x2).numpy()
@@ -320,6 +332,11 @@ class AcceleratedLinear(nn.Module):
                 y += bias.detach()
         self._count(S)
         return y if len(shape) == 2 else y.view((*shape[:-1], self.N))
+
+    def _routed(self, S: int, seconds: float) -> None:
+        """Count a call the table routed to PyTorch in the dispatcher's usage (the table's choice, not a miss)."""
+        self.dispatcher.record_route(S, seconds)  # type: ignore[union-attr]  # only Dispatchers have PyTorch routes
+        self._count(S)
 
     def _count(self, S: int) -> None:
         st = self.stats

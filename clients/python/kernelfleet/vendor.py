@@ -125,18 +125,52 @@ class _TorchViews:
 _torch_view = _TorchViews()
 
 
-def dense(library: str, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, epilogue: Epilogue) -> np.ndarray:
-    """act(X·Wᵀ + bias) on `library`: numpy's `x @ w.T` then the epilogue, or PyTorch's `linear` and activation."""
+DenseCall = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]  # (x, w, bias) → act(x·wᵀ + bias)
+
+
+def dense_call(library: str, epilogue: Epilogue) -> DenseCall:
+    """The call a route to `library` makes for a layer with `epilogue`, resolved once: which library runs (numpy
+    where PyTorch is absent), which activation, no per-call branching. A dispatcher makes one per library and keeps
+    it per routed S, so a vendor-routed call costs what calling the library directly costs plus a dict lookup
+    (issue 31 item 2). Each call object remembers the last weight and bias it saw (so, one per layer: not shared)."""
     if runnable(library) == NUMPY:
-        return apply_epilogue(x @ w.T, bias, epilogue)
+        if epilogue.trivial:
+            return _numpy_matmul
+
+        def numpy_dense(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+            return apply_epilogue(x @ w.T, bias, epilogue)
+
+        return numpy_dense
     import torch
 
-    b = _torch_view(bias) if epilogue.bias and bias is not None else None
-    y = torch.nn.functional.linear(torch.from_numpy(x), _torch_view(w), b)
-    if epilogue.activation != "none":
-        y = _torch_activation(epilogue.activation)(y)
-    out: np.ndarray = y.numpy()
-    return out
+    linear, from_numpy = torch.nn.functional.linear, torch.from_numpy
+    activation = None if epilogue.activation == "none" else _torch_activation(epilogue.activation)
+    views = _torch_view
+    # the last (array, view) pairs, each swapped in whole (a concurrent caller sees an old pair or a new one, never a
+    # mix): a layer's calls in a row skip the view lookup
+    last: list[tuple[Any, Any]] = [(None, None), (None, None)]
+
+    def torch_dense(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        wv, bv = last
+        if wv[0] is not w:
+            last[0] = wv = (w, views(w))
+        if bv[0] is not bias:
+            last[1] = bv = (bias, None if bias is None else views(bias))
+        y = linear(from_numpy(x), wv[1], bv[1])
+        out: np.ndarray = (y if activation is None else activation(y)).numpy()
+        return out
+
+    return torch_dense
+
+
+def _numpy_matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    y: np.ndarray = x @ w.T
+    return y
+
+
+def dense(library: str, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, epilogue: Epilogue) -> np.ndarray:
+    """act(X·Wᵀ + bias) on `library`: numpy's `x @ w.T` then the epilogue, or PyTorch's `linear` and activation."""
+    return dense_call(library, epilogue)(x, w, bias if epilogue.bias else None)
 
 
 def numpy_bmm(a: np.ndarray, bt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -6,13 +6,18 @@ Before, a table was published whole: S where numpy beat the tuned program still 
 from __future__ import annotations
 
 import itertools
+import math
+import statistics
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from kernelfleet.dispatch import VENDOR, DispatchTable, Interval, Shape
 from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.epilogue import Epilogue
 from kernelfleet.ukernel import UKernel
 from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
@@ -106,12 +111,21 @@ def test_every_timed_s_runs_on_whichever_was_faster(tmp_path: Path) -> None:
     assert set(geometric_grid(48)) | {1, 48} <= set(timed) and routes["shapes_timed"] == len(timed)
     assert set(routes["decided_by"]) == set(DECIDED_BY) and sum(routes["decided_by"].values()) == 48
     assert routes["libraries"] == ["numpy", "torch"]  # every vendor library this worker has, timed as the SDK calls it
-    for S, (tuned, vendor) in timed.items():
-        assert out.table.vendor_at(S) == (vendor < tuned), (S, tuned, vendor)
-        libraries = {lib: routes["timed_s"][str(S)][lib] for lib in routes["libraries"]}
-        assert vendor == min(libraries.values())  # the vendor is the fastest library
-        if out.table.vendor_at(S):  # and it runs there
-            assert out.table.vendor_library(S) == min(libraries, key=lambda lib: libraries[lib])
+    for S, (_, vendor) in timed.items():
+        record = routes["timed_s"][str(S)]
+        samples = record["samples_s"]  # the paired rounds behind the decision, published with it
+        assert record["rounds"] >= 3 and all(len(t) == record["rounds"] for t in samples.values())
+        libraries = {lib: statistics.median(samples[lib]) for lib in routes["libraries"]}
+        fastest = min(libraries, key=lambda lib: libraries[lib])
+        assert vendor == libraries[fastest] == record[fastest]
+        ratios = [o / v for o, v in zip(samples["ukernel"], samples[fastest], strict=True)]
+        # uKernels keep S only when the sign test over >= 5 rounds passes (p <= 0.05) and the median round wins by 5 %
+        wins = sum(r < 1 for r in ratios)
+        p = sum(math.comb(len(ratios), k) for k in range(wins, len(ratios) + 1)) / 2 ** len(ratios)
+        kept = len(ratios) >= 5 and p <= 0.05 and statistics.median(ratios) <= 0.95
+        assert out.table.vendor_at(S) == (not kept) == (record["route"] != "ukernel"), (S, ratios)
+        if out.table.vendor_at(S):  # and the fastest library runs there
+            assert out.table.vendor_library(S) == record["route"] == fastest
     points = sorted(timed)
     for lo, hi in itertools.pairwise(points):  # every crossing between timed S is exact
         if out.table.vendor_at(lo) != out.table.vendor_at(hi):
@@ -198,8 +212,13 @@ def test_each_timing_block_starts_after_the_previous_librarys_threads_are_asleep
 
     events: list[str] = []
     monkeypatch.setattr(tuner, "settle", lambda: events.append("settle"))
-    real_dense = tuner.vendor.dense
-    monkeypatch.setattr(tuner.vendor, "dense", lambda lib, *a: events.append(lib) or real_dense(lib, *a))
+    real_call = tuner.vendor.dense_call
+
+    def recorded_call(lib: str, epilogue: Epilogue) -> Callable[..., Any]:
+        call = real_call(lib, epilogue)
+        return lambda *a: events.append(lib) or call(*a)
+
+    monkeypatch.setattr(tuner.vendor, "dense_call", recorded_call)
     d = Dispatcher(DispatchTable((Interval(1, 8, None),), {}), {}, N=None, K=None)
     ours, theirs = tuner.time_against_vendors(d, 16, 16, 4, rounds=2, min_seconds=0.0)
     assert set(theirs) == {"numpy", "torch"} and ours > 0 and all(t > 0 for t in theirs.values())

@@ -82,7 +82,54 @@ def _range_panels(data: ui.JobData) -> list[ui.Panel]:
         [[iv.lo, iv.hi, programs[iv.hi - 1], doc.predicted_latency_s[iv.hi - 1]] for iv in table.intervals],
         f"{len(doc.ukernels)} uKernels shipped; beyond {dim}={doc.s_max} the last interval extends",
     )
-    return [chart, speedup, intervals]
+    return [chart, speedup, intervals, *_route_decisions(data)]
+
+
+def _route_decisions(data: ui.JobData) -> list[ui.Panel]:
+    """Every timed shape's paired rounds and the decision they gave (issue 31: no route rests on one timing)."""
+    assert data.dispatch is not None
+    routes = data.dispatch.validation.get("vendor_routes") or {}
+    sweep = {S: t for S, t in (routes.get("timed_s") or {}).items() if "samples_s" in t}
+    if not sweep:  # tables from before paired rounds were published
+        return []
+    confirmed = {str(S) for S in routes.get("confirmed_S") or []}
+
+    def row(S: str, t: dict[str, Any]) -> list[ui.Cell]:
+        samples = "; ".join(
+            f"{side} " + " ".join(f"{1e6 * v:.1f}" for v in times) for side, times in t["samples_s"].items()
+        )
+        lo, hi = t["ratio_range"]
+        return [
+            int(S),
+            t["route"],
+            t["rounds"],
+            t["wins"],
+            t["sign_test_p"],
+            t["ratio_median"],
+            f"{lo:.2f}–{hi:.2f}",
+            "yes" if S in confirmed else "",
+            samples,
+        ]
+
+    return [
+        ui.table(
+            "route-decisions",
+            "Route decisions: the paired rounds behind each timed shape",
+            [
+                ui.Column(data.dispatch.dim),
+                ui.Column("route"),
+                ui.Column("rounds"),
+                ui.Column("uKernel won"),
+                ui.Column("sign test p"),
+                ui.Column("median ours / library", "x"),
+                ui.Column("range"),
+                ui.Column("re-timed"),
+                ui.Column("per-round medians (µs)"),
+            ],
+            [row(S, t) for S, t in sorted(sweep.items(), key=lambda item: int(item[0]))],
+            routes.get("rule", ""),
+        )
+    ]
 
 
 def _timed_against_vendor(data: ui.JobData) -> tuple[list[tuple[float, float, float]], str]:

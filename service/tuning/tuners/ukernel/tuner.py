@@ -41,6 +41,7 @@ from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_ta
 from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
 from service.tuning.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
 from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
+from service.tuning.tuners.ukernel.route_stats import CONFIRM_ROUNDS, MIN_ROUNDS, PointTiming, describe_rule
 from service.tuning.tuners.ukernel.rules import dense_candidates
 from service.tuning.tuners.ukernel.vendor_routes import decide, fastest_libraries
 
@@ -200,36 +201,61 @@ def median_call(fn: Callable[[], object], min_seconds: float, min_samples: int =
     return statistics.median(samples)
 
 
-def time_against_vendors(
+def time_point(
     dispatcher: Dispatcher,
     N: int,
     K: int,
     S: int,
     seed: int = 0,
-    rounds: int = 3,
+    rounds: int = MIN_ROUNDS,
     min_seconds: float = 0.002,
     libraries: Sequence[str] | None = None,
-) -> tuple[float, dict[str, float]]:
-    """(dispatcher, {vendor library: seconds}) median seconds per call at S rows, all called as an inference
-    host calls them (`d(x, w, bias=b)`; numpy's `x @ w.T` then + b and the activation; PyTorch's `linear`
-    and activation on the same arrays: kernelfleet.vendor), in alternating blocks, each after the previous
-    library's spinning threads are asleep (`settle`); each is the fastest round's median (other load on the
-    machine only ever adds time, and it comes in bursts that one round can catch and another miss).
-    `libraries`: the vendor libraries to time (default: every one this worker has)."""
+    sequential: bool = True,
+) -> PointTiming:
+    """The dispatcher and every vendor library (`libraries`, default: every one this worker has) at S rows, in
+    `rounds` paired rounds, all called as an inference host calls them (`d(x, w, bias=b)`; each library's
+    `kernelfleet.vendor.dense_call`, the call a vendor route makes); each side of a round is the median of at
+    least 3 calls and `min_seconds`, after the previous library's spinning threads are asleep (`settle`). With
+    `sequential`, a shape that looks like a uKernel win gets the rounds a confirmed one needs (route_stats)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((S, K), dtype=np.float32)
     w = rng.standard_normal((N, K), dtype=np.float32)
     epilogue = dispatcher.epilogue
     bias = _bias(epilogue, N, rng)
     dispatcher.prepare(w)
-    ours: list[float] = []
-    theirs: dict[str, list[float]] = {lib: [] for lib in (libraries or vendor.available())}
-    for _ in range(rounds):
-        ours.append(median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3, settled=True))
-        for lib, times in theirs.items():
-            call = functools.partial(vendor.dense, lib, x, w, bias, epilogue)
-            times.append(median_call(call, min_seconds, 3, settled=True))
-    return min(ours), {lib: min(times) for lib, times in theirs.items()}
+    calls = {lib: vendor.dense_call(lib, epilogue) for lib in (libraries or vendor.available())}
+
+    def one_round() -> tuple[float, dict[str, float]]:
+        ours = median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3, settled=True)
+        theirs = {
+            lib: median_call(functools.partial(call, x, w, bias), min_seconds, 3, settled=True)
+            for lib, call in calls.items()
+        }
+        return ours, theirs
+
+    def timed(n: int) -> PointTiming:
+        samples = [one_round() for _ in range(n)]
+        return PointTiming(tuple(o for o, _ in samples), {lib: tuple(t[lib] for _, t in samples) for lib in calls})
+
+    timing = timed(rounds)
+    while sequential and timing.needs_more_rounds:
+        timing = timing.merged(timed(max(1, CONFIRM_ROUNDS - timing.rounds)))
+    return timing
+
+
+def time_against_vendors(
+    dispatcher: Dispatcher,
+    N: int,
+    K: int,
+    S: int,
+    seed: int = 0,
+    rounds: int = MIN_ROUNDS,
+    min_seconds: float = 0.002,
+    libraries: Sequence[str] | None = None,
+) -> tuple[float, dict[str, float]]:
+    """(dispatcher, {vendor library: seconds}): the medians over `time_point`'s rounds."""
+    t = time_point(dispatcher, N, K, S, seed, rounds, min_seconds, libraries, sequential=False)
+    return t.ours_s, {lib: statistics.median(times) for lib, times in t.libraries.items()}
 
 
 def time_against_vendor(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0) -> tuple[float, float]:
@@ -314,20 +340,22 @@ class UKernelTuner:
         tuned_table = dispatch_table(programs, epilogue=epilogue)
         tuned = Dispatcher(tuned_table, kernels, N=N, K=K)
 
-        libraries: dict[int, dict[str, float]] = {}  # S → each vendor library's time, where timed
-
-        def against_vendor(S: int) -> tuple[float, float]:
+        def against_vendor(S: int) -> PointTiming:
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            ours, theirs = time_against_vendors(tuned, N, K, S)
-            libraries[S] = theirs
-            return ours, min(theirs.values())  # the vendor is the fastest library
+            return time_point(tuned, N, K, S)
+
+        def confirm(S: int, timing: PointTiming) -> PointTiming:  # a route boundary or a lone decision: more rounds
+            if sink.should_stop():
+                raise TuningStopped("stopped by the job")
+            return timing.merged(time_point(tuned, N, K, S, seed=1, sequential=False))
 
         decided_by: dict[str, int] = {}
+        confirmed: tuple[int, ...] = ()
         if task.vendor_routes:  # a geometric grid, crossings bisected, the calibrated DP cost in between
-            decision = decide(task.s_max, predicted, against_vendor, must=task.validate)
-            sweep, decided_by = decision.timed, decision.decided_by
-            routes = fastest_libraries(decision.vendor, libraries)
+            decision = decide(task.s_max, predicted, against_vendor, must=task.validate, confirm=confirm)
+            sweep, decided_by, confirmed = decision.timed, decision.decided_by, decision.confirmed
+            routes = fastest_libraries(decision.vendor, {S: {t.library: t.vendor_s} for S, t in sweep.items()})
         else:
             sweep, routes = {S: against_vendor(S) for S in task.validate}, {}
         table = dispatch_table(programs, routes, epilogue=epilogue)
@@ -340,15 +368,23 @@ class UKernelTuner:
         validation["vendor_routes"] = {
             "vendor": "the fastest of numpy x @ w.T and PyTorch linear"
             + ("" if epilogue.trivial else f", then {epilogue.describe()}"),
-            "libraries": sorted({lib for times in libraries.values() for lib in times}),
+            "libraries": sorted({lib for t in sweep.values() for lib in t.libraries}),
             "shapes_timed": len(sweep),
             "vendor_S": len(routes),
             "vendor_S_by_library": dict(Counter(routes.values())),
             "intervals": [[iv.lo, iv.hi, iv.library] for iv in table.intervals if iv.vendor],
+            "rule": describe_rule(),
             "timed_s": {
-                str(S): {"tuned": t, "vendor": v, **libraries.get(S, {})} for S, (t, v) in sorted(sweep.items())
+                str(S): {
+                    "tuned": t.ours_s,
+                    "vendor": t.vendor_s,
+                    **{lib: statistics.median(times) for lib, times in t.libraries.items()},
+                    **t.to_dict(),
+                }
+                for S, t in sorted(sweep.items())
             },
             "decided_by": decided_by,
+            "confirmed_S": list(confirmed),
         }
         measured = {int(s): v["chosen_measured_s"] for s, v in validation["shapes"].items()}
         return RangeOutcome(
@@ -373,7 +409,7 @@ class UKernelTuner:
         dispatcher: Dispatcher,
         predicted: list[float],
         sink: RangeSink,
-        sweep: Mapping[int, tuple[float, float]],
+        sweep: Mapping[int, PointTiming],
     ) -> dict[str, Any]:
         """Measure every uKernel alone and the chosen route at the heaviest shapes; rank correlations."""
         N, K = _dims(task.workload)
@@ -393,7 +429,9 @@ class UKernelTuner:
                 sia[cost.ukernel_id] = sia_scores[(spec.mt, spec.nt)]
                 measured[cost.ukernel_id] = kernels[cost.ukernel_id].time(S, repeat=3, min_repeat_ms=task.min_repeat_ms)
             ids = list(measured)
-            tuned_s, vendor_s = sweep[S] if S in sweep else time_against_vendor(dispatcher, N, K, S)
+            tuned_s, vendor_s = (
+                (sweep[S].ours_s, sweep[S].vendor_s) if S in sweep else time_against_vendor(dispatcher, N, K, S)
+            )
             on_vendor = dispatcher.table is not None and dispatcher.table.vendor_at(S)
             entry: dict[str, Any] = {
                 "measured_s": measured,

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kernelfleet.dispatch import DispatchTable
+from service.tuning.tuners.ukernel.route_stats import PointTiming
 
 GRID_DENSE = 8  # every S up to here is on the grid: the small-S crossover matters most
 GRID_PER_OCTAVE = 4
@@ -59,25 +60,30 @@ def geometric_grid(s_max: int, dense: int = GRID_DENSE, per_octave: int = GRID_P
     return sorted(shapes)
 
 
+Measured = PointTiming | tuple[float, float]  # what `measure` returns: paired rounds, or one (ours, vendor) pair
+
+
+def as_timing(measured: Measured) -> PointTiming:
+    return measured if isinstance(measured, PointTiming) else PointTiming.single(*measured)
+
+
 @dataclass(frozen=True)
 class VendorDecision:
     vendor: frozenset[int]  # the S in 1..s_max routed to the vendor
-    timed: dict[int, tuple[float, float]]  # S → (ours, vendor) seconds, every S that was measured
+    timed: dict[int, PointTiming]  # every S that was measured, with the rounds behind its decision
     decided_by: dict[str, int]  # how many S each rule decided (keys: DECIDED_BY); they sum to s_max
     probes: tuple[int, ...] = field(default=())  # the S measured because the model flagged them, in order
+    confirmed: tuple[int, ...] = field(default=())  # the S re-timed because a route changes at them or they stand alone
 
 
-def _vendor_won(t: tuple[float, float]) -> bool:
-    ours, vendor = t
-    return vendor < ours
+def _vendor_won(t: PointTiming) -> bool:
+    return t.vendor_won
 
 
-def _model_doubt(
-    lo: int, hi: int, timed: Mapping[int, tuple[float, float]], predicted: Sequence[float]
-) -> tuple[float, int]:
+def _model_doubt(lo: int, hi: int, timed: Mapping[int, PointTiming], predicted: Sequence[float]) -> tuple[float, int]:
     """The S strictly inside (lo, hi) where the calibrated model most says the ends' common winner loses,
     and by how much (other side's advantage, relative: 0.05 = the winner of the ends is 5 % slower there)."""
-    (ours_lo, vend_lo), (ours_hi, vend_hi) = timed[lo], timed[hi]
+    ours_lo, vend_lo, ours_hi, vend_hi = timed[lo].ours_s, timed[lo].vendor_s, timed[hi].ours_s, timed[hi].vendor_s
     vendor_side = _vendor_won(timed[lo])
     ratio_lo = ours_lo / max(predicted[lo - 1], 1e-30)
     ratio_hi = ours_hi / max(predicted[hi - 1], 1e-30)
@@ -92,7 +98,7 @@ def _model_doubt(
     return worst, at
 
 
-def _next_point(timed: Mapping[int, tuple[float, float]], predicted: Sequence[float]) -> tuple[int, bool] | None:
+def _next_point(timed: Mapping[int, PointTiming], predicted: Sequence[float]) -> tuple[int, bool] | None:
     """The next S to measure and whether it is a model probe; None when every gap is settled.
     Crossings come first, widest first (with a cap, that leaves the least uncertainty behind)."""
     crossings: list[tuple[int, int]] = []
@@ -115,36 +121,60 @@ def _next_point(timed: Mapping[int, tuple[float, float]], predicted: Sequence[fl
     return (at, True) if at else None
 
 
+def to_confirm(timed: Mapping[int, PointTiming], done: Iterable[int] = ()) -> list[int]:
+    """The timed S whose decision needs more rounds: both sides of every change of route between neighbouring timed
+    S (uKernel, numpy, PyTorch), and every S whose route differs from both its neighbours'; not those in `done`."""
+    points = sorted(timed)
+    routes = [timed[s].route for s in points]
+    out: set[int] = set()
+    for i in range(len(points) - 1):
+        if routes[i] != routes[i + 1]:
+            out |= {points[i], points[i + 1]}
+    return sorted(out - set(done))
+
+
 def decide(
     s_max: int,
     predicted: Sequence[float],
-    measure: Callable[[int], tuple[float, float]],
+    measure: Callable[[int], Measured],
     must: Iterable[int] = (),
     grid: Sequence[int] | None = None,
     max_points: int | None = None,
+    confirm: Callable[[int, PointTiming], PointTiming] | None = None,
 ) -> VendorDecision:
     """Decide for every S in 1..s_max whether the vendor is faster.
 
-    `predicted[s - 1]` is the DP's predicted seconds of our program at S; `measure(S)` returns measured
-    (ours, vendor) seconds. The grid (default `geometric_grid(s_max)`, with 1 and s_max added) and the
-    `must` shapes in range are always measured; further points (bisections, probes) stop once
-    `max_points` points in all are measured (default: 4 per grid point)."""
+    `predicted[s - 1]` is the DP's predicted seconds of our program at S; `measure(S)` returns the rounds timed
+    at S (`PointTiming`; a plain (ours, vendor) pair is one round). The grid (default `geometric_grid(s_max)`,
+    with 1 and s_max added) and the `must` shapes in range are always measured; further points (bisections,
+    probes) stop once `max_points` points in all are measured (default: 4 per grid point). With `confirm`
+    (S, its timing → the timing with more rounds pooled), every timed S where the route changes or that stands
+    alone is confirmed once before its decision stands, and the search goes on from the confirmed decisions."""
     if len(predicted) < s_max:
         raise ValueError(f"predicted covers {len(predicted)} S, the range is 1..{s_max}")
     base = geometric_grid(s_max) if grid is None else sorted({s for s in grid if 1 <= s <= s_max} | {1, s_max})
     cap = POINTS_PER_GRID_POINT * len(base) if max_points is None else max_points
-    timed: dict[int, tuple[float, float]] = {}
+    timed: dict[int, PointTiming] = {}
     for s in sorted(set(base) | {s for s in must if 1 <= s <= s_max}):
-        timed[s] = measure(s)
+        timed[s] = as_timing(measure(s))
     probes: list[int] = []
-    while len(timed) < cap:
-        nxt = _next_point(timed, predicted)
-        if nxt is None:
+    confirmed: list[int] = []
+    while True:
+        while len(timed) < cap:
+            nxt = _next_point(timed, predicted)
+            if nxt is None:
+                break
+            s, probe = nxt
+            timed[s] = as_timing(measure(s))
+            if probe:
+                probes.append(s)
+        pending = to_confirm(timed, confirmed) if confirm is not None else []
+        if not pending:
             break
-        s, probe = nxt
-        timed[s] = measure(s)
-        if probe:
-            probes.append(s)
+        assert confirm is not None
+        for s in pending:
+            timed[s] = confirm(s, timed[s])
+        confirmed += pending
 
     points = sorted(timed)
     vendor: set[int] = set()
@@ -165,7 +195,7 @@ def decide(
                 decided_by["nearest_measured_at_cap"] += 1
         if won:
             vendor.add(s)
-    return VendorDecision(frozenset(vendor), timed, decided_by, tuple(probes))
+    return VendorDecision(frozenset(vendor), timed, decided_by, tuple(probes), tuple(confirmed))
 
 
 def fastest_libraries(vendor: Iterable[int], timed: Mapping[int, Mapping[str, float]]) -> dict[int, str]:

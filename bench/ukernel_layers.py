@@ -295,6 +295,10 @@ DENSE: dict[str, DenseLayer] = {
         DenseLayer("gpt-fc", "GPT-2 decode step, MLP c_fc, + bias, gelu_tanh", 3072, 768, 8, True, "gelu_tanh"),
         DenseLayer("gpt-lmhead", "GPT-2 decode step, LM head (no bias)", 50257, 768, 8, False, "none"),
         DenseLayer("odd", "dims not multiples of 8, + bias", 1000, 777, 200, True, "none"),
+        # held out (issue 31): layers no table or rule was developed against
+        DenseLayer("held-t5-wi", "held out: T5-small FFN wi, relu (no bias)", 2048, 512, 256, False, "relu"),
+        DenseLayer("held-vit-fc1", "held out: ViT-S/16 MLP fc1, + bias, gelu", 1536, 384, 256, True, "gelu"),
+        DenseLayer("held-odd-silu", "held out: odd dims, + bias, silu", 333, 1000, 128, True, "silu"),
     )
 }
 BMM: dict[str, BmmLayer] = {

@@ -181,21 +181,29 @@ def main(argv: list[str] | None = None) -> None:
                 direct()
             p = paired(routed, direct, args.paired_s, names=("routed", "direct"))
             budget = GOAL_US * 1e-6 + GOAL_REL * p["direct"]
-            met = p["difference"] <= budget
-            results.append({"case": name, **p, "budget_s": budget, "goal_met": met})
-            print(
-                f"{name:48s} direct {us(p['direct']):>9} µs  extra {1e6 * p['difference']:+7.2f} µs "
-                f"(IQR {1e6 * p['difference_q1']:+.2f}..{1e6 * p['difference_q3']:+.2f})  "
-                f"budget {1e6 * budget:5.2f} µs  {'ok' if met else 'OVER'}",
-                flush=True,
-            )
-    met = sum(r["goal_met"] for r in results)
-    print(f"{met} of {len(results)} cases within 1 µs + 2 % of the direct call")
-    write_json(
-        args.out,
-        {"host": host_info(), "torch_threads": torch.get_num_threads(), "goal": "1 µs + 2 %", "results": results},
+            results.append({"case": name, **p, "budget_s": budget, "goal_met": p["difference"] <= budget})
+            print(line(results[-1]), flush=True)
+    data = {"host": host_info(), "torch_threads": torch.get_num_threads(), "goal": "1 µs + 2 %", "results": results}
+    write_json(args.out, data)
+    args.out.with_suffix(".txt").write_text("\n".join(report(data)) + "\n")  # the JSON is not kept in git
+    print(report(data)[-1])
+    print(f"wrote {args.out} and its .txt")
+
+
+def line(r: dict[str, Any]) -> str:
+    return (
+        f"{r['case']:48s} direct {us(r['direct']):>9} µs  extra {1e6 * r['difference']:+7.2f} µs "
+        f"(IQR {1e6 * r['difference_q1']:+.2f}..{1e6 * r['difference_q3']:+.2f})  "
+        f"budget {1e6 * r['budget_s']:5.2f} µs  {'ok' if r['goal_met'] else 'OVER'}"
     )
-    print(f"wrote {args.out}")
+
+
+def report(data: dict[str, Any]) -> list[str]:
+    """The run as text: the machine, one line per case, the count within the goal."""
+    host, results = data["host"], data["results"]
+    head = f"{host.get('cpu_model', '?')}, {host.get('cores', '?')} cores; torch threads {data['torch_threads']}"
+    met = sum(r["goal_met"] for r in results)
+    return [head, *map(line, results), f"{met} of {len(results)} cases within 1 µs + 2 % of the direct call"]
 
 
 if __name__ == "__main__":

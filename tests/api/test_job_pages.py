@@ -119,3 +119,40 @@ def test_every_kind_draws_a_page_and_the_module_needs_no_compiler() -> None:
         "assert not [m for m in sys.modules if m == 'tvm' or m.startswith('tvm.')], 'imports TVM'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_ukernel_page_shows_the_paired_rounds_behind_each_route() -> None:
+    from kernelfleet.dispatch import DispatchTable, Interval, Shape
+    from kernelfleet.models import DispatchDoc
+    from service.tuning.tuners.ukernel.route_stats import PointTiming, describe_rule
+
+    won = PointTiming((1e-6,) * 5, {"numpy": (2e-6,) * 5, "torch": (3e-6,) * 5})
+    lost = PointTiming((3e-6, 1e-6, 3e-6), {"numpy": (2e-6,) * 3, "torch": (1.5e-6,) * 3})
+    timed = {"1": lost, "2": won}
+    table = DispatchTable((Interval(1, 1, None, "torch"), Interval(2, 2, Shape((), "u"))), {"u": 2})
+    doc = DispatchDoc(
+        workload_hash="w",
+        target_fingerprint="t",
+        dim="M",
+        s_max=2,
+        table=table.to_dict(),
+        ukernels=[],
+        predicted_latency_s=[1e-6, 1e-6],
+        measured_latency_s={},
+        validation={
+            "vendor_routes": {
+                "rule": describe_rule(),
+                "confirmed_S": [1],
+                "timed_s": {S: {"tuned": t.ours_s, "vendor": t.vendor_s, **t.to_dict()} for S, t in timed.items()},
+            }
+        },
+        job_id="j",
+        created_at=T0,
+    )
+    data = ui.JobData(_job([], kind="ukernel"), [], 0, doc)
+    panel = _panel(job_pages.job_panels(data), "route-decisions")
+    assert "sign test" in panel.note
+    by_m = {row[0]: row for row in panel.rows or []}
+    assert by_m[1][1] == "torch" and by_m[1][2] == 3 and by_m[1][3] == 1 and by_m[1][7] == "yes"
+    assert by_m[2][1] == "ukernel" and by_m[2][3] == 5 and by_m[2][4] == 1 / 32
+    assert "ukernel 1.0 1.0 1.0 1.0 1.0; numpy 2.0" in str(by_m[2][8])

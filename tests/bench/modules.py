@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(name: str) -> ModuleType:
+    if str(ROOT / "bench") not in sys.path:  # scripts import bench/common.py as `common`, as `python bench/x.py` does
+        sys.path.insert(0, str(ROOT / "bench"))
     key = f"bench_{name}"
     if key in sys.modules:
         return sys.modules[key]

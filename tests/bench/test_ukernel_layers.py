@@ -5,15 +5,11 @@ markdown table it renders from synthetic results."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
 import pytest
 
-from tests.bench.modules import ROOT, load
-
-if str(ROOT / "bench") not in sys.path:  # the script imports bench/common.py as `common`, as `python bench/x.py` does
-    sys.path.insert(0, str(ROOT / "bench"))
+from tests.bench.modules import load
 
 layers = load("ukernel_layers")
 

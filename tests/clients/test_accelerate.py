@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,11 @@ TABLES = [
     (INTER, H, Epilogue(True), None),  # the same layer unfused: for a ReLU that has no fused table
 ]
 ATOL = 2e-4
+# the fused GELU table's job timings (seconds per call): uKernels 3x faster than PyTorch at S=1, PyTorch routed at 64
+TIMED = {
+    "1": {"tuned": 1e-5, "vendor": 2e-5, "numpy": 2e-5, "torch": 3e-5, "route": "ukernel"},
+    "64": {"tuned": 9e-5, "vendor": 6e-5, "numpy": 7e-5, "torch": 6e-5, "route": "torch"},
+}
 
 
 @dataclass
@@ -56,10 +63,24 @@ class Fleet:
     cache: Path
     docs: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # workload → (body, signature)
     artifacts: dict[str, bytes] = field(default_factory=dict)
+    target: str = TARGET
 
 
-def _sign(key: Ed25519PrivateKey, workload: str, body: bytes) -> str:
-    return base64.b64encode(key.sign(document_message(workload, TARGET, body))).decode()
+def _sign(key: Ed25519PrivateKey, workload: str, body: bytes, target: str = TARGET) -> str:
+    return base64.b64encode(key.sign(document_message(workload, target, body))).decode()
+
+
+def _another_service(fleet: Fleet, target: str) -> Fleet:
+    """Another service's tables for the same workloads on `target`: the same bodies and artifacts, signed with its
+    own key (its cache is unused)."""
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    other = Fleet(public, fleet.cache, artifacts=fleet.artifacts, target=target)
+    for wh, (body, _) in fleet.docs.items():
+        doc = DispatchDoc.model_validate_json(body).model_copy(update={"target_fingerprint": target})
+        signed = doc.model_dump_json().encode()
+        other.docs[wh] = (signed, _sign(key, wh, signed, target))
+    return other
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +116,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
             ],
             predicted_latency_s=[1e-6] * S_MAX,
             measured_latency_s={},
+            validation={"vendor_routes": {"timed_s": TIMED}} if epilogue.activation == "gelu" else {},
             created_at=dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
         )
         body = doc.model_dump_json().encode()
@@ -257,7 +279,7 @@ class FakeService:
         path = request.url.path
         if path == "/v1/dispatch":
             found = self.fleet.docs.get(request.url.params["workload"])
-            if found is None or request.url.params["target"] != TARGET:
+            if found is None or request.url.params["target"] != self.fleet.target:
                 return httpx.Response(404, json={"detail": "no dispatch table"})
             body, signature = found
             return httpx.Response(200, content=body, headers={"ETag": '"1"', "X-KernelFleet-Signature": signature})
@@ -266,7 +288,7 @@ class FakeService:
         if path == "/v1/signing-key":
             return httpx.Response(200, json={"public_key": self.fleet.public_key})
         if path == "/v1/targets":
-            return httpx.Response(200, json=[{"target_fingerprint": TARGET, "kind": "llvm"}])
+            return httpx.Response(200, json=[{"target_fingerprint": self.fleet.target, "kind": "llvm"}])
         if path == "/v1/telemetry":
             self.batches.append(json.loads(request.content))
             return httpx.Response(200, json={"accepted": True})
@@ -365,3 +387,83 @@ def test_rows_the_table_routes_to_pytorch_run_the_original_layer_on_the_callers_
     assert fast.fallbacks() == 0 and out_layer.stats.calls == 4
     usage = out_layer.dispatcher.usage()
     assert usage[17].calls == 1 and usage[17].fallbacks == 0
+
+
+def _client(service: FakeService, cache: Path, url: str = "http://fleet.test", **kwargs: Any) -> Client:
+    return Client(url, transport=httpx.MockTransport(service), retries=0, cache_dir=cache, **kwargs)
+
+
+def test_accelerate_prints_and_returns_a_summary_and_names_each_layer_pytorch_runs(
+    service: FakeService, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = nn.Sequential(nn.Linear(H, INTER), nn.GELU(), nn.Linear(INTER, H), nn.Linear(H, 8)).eval()  # no table: 3
+    with caplog.at_level(logging.INFO):
+        fast = accelerate(model, _client(service, tmp_path / "cache"), telemetry=False)
+    summary = fast.summary()
+    assert summary.target == TARGET and str(summary) in capsys.readouterr().err  # printed once, to stderr
+    assert [layer.name for layer in summary.on_tables] == ["0", "2"]
+    fc1, fc2, head = summary.layers
+    assert (fc1.source, fc1.fused, fc2.fused) == ("service", "+ bias, gelu", "+ bias")
+    # from the table's timings: 3x at S=1 (uKernels), 1x at S=64 (PyTorch routed); fc2's table has none
+    assert fc1.speedup is not None and fc1.speedup.geomean == pytest.approx(math.sqrt(3)) and fc2.speedup is None
+    assert head.runs_on == "pytorch" and head.reason is not None and "404: no dispatch table" in head.reason
+    assert head.workload == workload_hash(dense_workload(8, H, Epilogue(True)))
+    # the warning names the layer and PyTorch; nothing claims numpy runs a layer
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("layer 3 runs on PyTorch, not on a tuned table: workload")
+    assert not [r for r in caplog.records if "numpy" in r.getMessage() and r.levelno >= logging.INFO]
+    x = torch.randn(5, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+    assert fast.stats()["3"]["reasons"] == {"no_table": 1}
+
+    quiet = accelerate(model, _client(service, tmp_path / "cache"), telemetry=False, print_summary=False)
+    assert capsys.readouterr().err == "" and [layer.name for layer in quiet.summary().on_pytorch] == ["3"]
+
+
+def _targets(fast: Any) -> set[str]:
+    return {layer.dispatcher.meta["target_fingerprint"] for layer in fast.layers.values()}
+
+
+def test_a_shared_cache_holding_another_services_tables_neither_blocks_nor_serves_the_client(
+    fleet: Fleet, service: FakeService, tmp_path: Path
+) -> None:
+    """Another service (another key) cached tables for the same workloads on its own target in the same directory:
+    the client's live target wins, and with its service down it reads its own cached tables, not the other's."""
+    other = FakeService(_another_service(fleet, "cd" * 16))
+    shared = tmp_path / "shared"
+    model = _mlp(nn.GELU())
+    theirs = accelerate(model, _client(other, shared, "http://other.test"), telemetry=False)
+    assert _targets(theirs) == {"cd" * 16} and theirs.fallbacks() == 0
+
+    mine = _client(service, shared)
+    fast = accelerate(model, mine, telemetry=False)
+    assert _targets(fast) == {TARGET} and {s["source"] for s in fast.stats().values()} == {"service"}
+    service.down = True  # both services' tables cached now: its own are the ones
+    again = accelerate(model, mine, telemetry=False)
+    assert _targets(again) == {TARGET} and {s["source"] for s in again.stats().values()} == {"cache"}
+    x = torch.randn(6, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(again(x), model(x), atol=ATOL, rtol=1e-4)
+    assert again.fallbacks() == 0
+
+
+def test_another_services_cached_tables_for_the_same_target_are_not_used_nor_an_error(
+    fleet: Fleet, service: FakeService, tmp_path: Path
+) -> None:
+    """The same target fingerprint on another service (the same hardware, another fleet): its cached tables do not
+    verify with this client's key. Keyed by service, they are not this client's to read: PyTorch runs the layers
+    (the service being down), rather than accelerate failing on a signature it was never meant to check."""
+    impostor = FakeService(_another_service(fleet, TARGET))
+    shared = tmp_path / "shared"
+    model = _mlp(nn.GELU())
+    accelerate(model, _client(impostor, shared, "http://other.test"), telemetry=False)
+    service.down = True
+    fast = accelerate(model, _client(service, shared, trusted_key=fleet.public_key), target=TARGET, telemetry=False)
+    assert {s["source"] for s in fast.stats().values()} == {"fallback"}  # no table: PyTorch runs both layers
+    for layer in fast.layers.values():
+        assert layer.dispatcher is not None and "no verified table cached" in layer.dispatcher.meta["reason"]
+    x = torch.randn(3, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x))
+    assert fast.stats()["0"]["reasons"] == {"no_table": 1}

@@ -482,7 +482,7 @@ def model_add(
                 budget={"trials": trials, "min_trials": min_trials, "max_shapes": max_shapes}, name=name, kind=kind,
             )  # fmt: skip
             if wait:
-                model = client.wait_model(model.id, poll_s=1.0)
+                model = client.wait_model(model.id, poll_s=1.0, raise_on_failure=False)  # printed below
     except ModelImportError as exc:
         raise UsageProblem(str(exc)) from None
     _print_model(model)

@@ -340,19 +340,30 @@ class Client:
         *,
         timeout_s: float | None = None,
         poll_s: float = 1.0,
+        raise_on_failure: bool = True,
         on_update: Callable[[Model], None] | None = None,
     ) -> Model:
-        """Poll until every job of the model ended; returns the model (its `state` says how it ended)."""
+        """Poll until every job of the model ended; returns the model once all succeeded.
+
+        A model that ended `failed` or `cancelled` raises JobFailed naming each op whose job did not succeed, as
+        `wait` does for a job (`detail`: op, job_id, state, error per such op), so a script that goes on to serve
+        the model cannot take half-tuned tables for finished ones; `raise_on_failure=False` returns it instead."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             model = self.model(model_id)
             if on_update:
                 on_update(model)
             if model.done:
-                return model
+                break
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"model {model_id} still {model.state} after {timeout_s} s")
             time.sleep(poll_s)
+        if raise_on_failure and model.state != "succeeded":
+            failed = [op for op in model.ops if op.job_id and op.state != "succeeded"]
+            detail = [{"op": op.name, "job_id": op.job_id, "state": op.state, "error": op.error} for op in failed]
+            ops = "; ".join(f"{op.name} {op.state}" + (f": {op.error}" if op.error else "") for op in failed)
+            raise JobFailed(f"model {model_id} {model.state}" + (f": {ops}" if ops else ""), detail=detail)
+        return model
 
     # -- configs ------------------------------------------------------------------------------------
     def best(self, workload: str, target: str, shape: Mapping[str, int]) -> BestConfig | None:
@@ -444,7 +455,8 @@ class Client:
         """A local dispatcher for `workload` on `target`: Y = X·Wᵀ for any number of rows, no network per call.
 
         Fetched once (revalidated by ETag), the document's signature and every artifact's hash verified; falls
-        back to the disk cache when the service cannot answer and to numpy when nothing verified is cached.
+        back to the disk cache when the service cannot answer (this service's entries: the cache is keyed by the
+        service's URL, kernelfleet.dispatch_cache) and to numpy when nothing verified is cached.
         `trusted_key` pins the signing key (default: $KERNELFLEET_TRUSTED_KEY, else the key this service
         presented first, kept in the cache).
 

@@ -9,10 +9,22 @@ fallback dispatcher that counts every call as a miss. A document or artifact tha
 raises `UntrustedArtifact`: it is an attack or a misconfiguration, and must not pass silently.
 
 Layout under the cache directory (default `$KERNELFLEET_CACHE_DIR` or `~/.cache/kernelfleet`):
-  dispatch/<workload>-<target>.json   {"etag", "signature", "body"}: the document exactly as signed
-  artifacts/<sha256>.so               libraries, named by content
-  keys/<sha256 of service URL>.pub    the pinned signing key of each service
+  dispatch/<workload>-<target>-<service>.json   {"etag", "signature", "body"}: the document exactly as signed,
+                                                by the service at that URL (<service>: `service_id`)
+  dispatch/<workload>-<target>.json             the same, written before the cache was keyed by service (or by
+                                                a tool that publishes with no service): whose it is is unknown
+  artifacts/<sha256>.so                         libraries, named by content (shared: the hash is the identity)
+  keys/<service>.pub                            the pinned signing key of each service
 Every name is checked against a hex pattern first, so nothing from the service can leave the directory.
+
+Keyed by service because one cache directory can serve several services (a shared ~/.cache, a staging and a
+production fleet) whose tables share workload hashes and even target fingerprints, each signed with its own key.
+A client reads and revalidates its own service's entries only; an entry of its own that fails verification
+raises (it was altered). An entry of the older, unkeyed layout is read when this service has none cached and
+it verifies with the trusted key (then it is this signer's, whoever fetched it); one that does not verify is
+another service's and is skipped with a warning, never an error. Offline (`load_dispatcher(any_service=True)`,
+`kernelfleet.torch.accelerate` on a cache directory) every entry for the pair is a candidate and the newest one
+that verifies with the trusted key is used; an entry of a service that pinned that very key must verify.
 """
 
 from __future__ import annotations
@@ -66,6 +78,11 @@ class DispatchSource(Protocol):
         """The service's public key (base64) that signs dispatch documents."""
 
 
+def service_id(base_url: str) -> str:
+    """The name a service's entries (and its pinned key) carry in the cache: the sha256 of its URL."""
+    return hashlib.sha256(base_url.encode()).hexdigest()
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get("KERNELFLEET_CACHE_DIR") or Path.home() / ".cache" / "kernelfleet")
 
@@ -91,24 +108,50 @@ class CachedDoc:
     signature: str
 
 
+@dataclass(frozen=True)
+class Entry:
+    """A cached document's key, read from its file name; `service` None: the unkeyed (older) layout."""
+
+    workload: str
+    target: str
+    service: str | None
+
+
 class DispatchCache:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _doc_path(self, workload: str, target: str) -> Path:
-        return self.root / "dispatch" / f"{_hex(workload, 'workload')}-{_hex(target, 'target')}.json"
+    def _doc_path(self, workload: str, target: str, service: str | None) -> Path:
+        name = f"{_hex(workload, 'workload')}-{_hex(target, 'target')}"
+        if service is not None:
+            name += f"-{_hex(service, 'service')}"
+        return self.root / "dispatch" / f"{name}.json"
 
-    def read_doc(self, workload: str, target: str) -> CachedDoc | None:
-        path = self._doc_path(workload, target)
+    def entries(self, workload: str | None = None) -> list[Entry]:
+        """Every cached document's key, or those of one workload (names that are not the cache's own are passed
+        over)."""
+        pattern = f"{_hex(workload, 'workload')}-*.json" if workload else "*.json"  # hex: no glob syntax in it
+        found = []
+        for path in sorted((self.root / "dispatch").glob(pattern)):
+            parts = path.stem.split("-")
+            if 2 <= len(parts) <= 3 and all(_HEX.match(p) for p in parts):
+                found.append(Entry(parts[0], parts[1], parts[2] if len(parts) == 3 else None))
+        return found
+
+    def read_doc(self, workload: str, target: str, service: str | None = None) -> CachedDoc | None:
+        """The entry of `service` (a `service_id`), or of the unkeyed layout when None."""
+        path = self._doc_path(workload, target, service)
         try:
             raw = json.loads(path.read_text())
             return CachedDoc(raw.get("etag"), raw["body"].encode(), raw.get("signature") or "")
         except (OSError, ValueError, KeyError, AttributeError):
             return None  # absent or damaged: as if never cached
 
-    def write_doc(self, workload: str, target: str, doc: CachedDoc) -> None:
+    def write_doc(self, workload: str, target: str, doc: CachedDoc, service: str | None = None) -> None:
+        """Write the entry of `service` (a `service_id`); None writes the unkeyed layout (a tool that signs and
+        publishes tables itself, with no service to name)."""
         record = {"etag": doc.etag, "signature": doc.signature, "body": doc.body.decode()}
-        _write_atomic(self._doc_path(workload, target), json.dumps(record).encode())
+        _write_atomic(self._doc_path(workload, target, service), json.dumps(record).encode())
 
     def artifact_path(self, sha256: str) -> Path:
         return self.root / "artifacts" / f"{_hex(sha256, 'sha256')}.so"
@@ -119,13 +162,21 @@ class DispatchCache:
         return path
 
     def _key_path(self, base_url: str) -> Path:
-        return self.root / "keys" / f"{hashlib.sha256(base_url.encode()).hexdigest()}.pub"
+        return self.root / "keys" / f"{service_id(base_url)}.pub"
+
+    def services_pinning(self, key: str) -> set[str]:
+        """The services (`service_id`) whose pinned key is `key`."""
+        pinned = {p.stem: self.pinned_key_of(p.stem) for p in (self.root / "keys").glob("*.pub")}
+        return {service for service, k in pinned.items() if k == key}
+
+    def pinned_key_of(self, service: str) -> str | None:
+        try:
+            return (self.root / "keys" / f"{_hex(service, 'service')}.pub").read_text().strip() or None
+        except (OSError, ValueError):
+            return None  # unreadable, or a name that is not the cache's own
 
     def pinned_key(self, base_url: str) -> str | None:
-        try:
-            return self._key_path(base_url).read_text().strip() or None
-        except OSError:
-            return None
+        return self.pinned_key_of(service_id(base_url))
 
     def pin_key(self, base_url: str, key: str) -> None:
         _write_atomic(self._key_path(base_url), key.encode())
@@ -157,7 +208,10 @@ def _fetch(
 ) -> DispatchDoc:
     """The current document, verified, with every artifact on disk and verified; raises when the service
     cannot answer."""
-    cached = cache.read_doc(workload, target)
+    service = service_id(client.base_url)
+    # this service's entry only: an ETag of another service's (or an unkeyed) entry could match by chance and
+    # make a 304 hand back a document this service never sent
+    cached = cache.read_doc(workload, target, service)
     fetched = client.dispatch_raw(workload, target, etag=cached.etag if cached else None)
     current = cached if fetched is None else CachedDoc(fetched[1], fetched[0], fetched[2])
     assert current is not None, "a 304 answers only a request that sent an ETag"
@@ -170,8 +224,44 @@ def _fetch(
         verify_bytes(data, u.sha256)
         cache.put_artifact(u.sha256, data)
     if fetched is not None:
-        cache.write_doc(workload, target, current)  # after its artifacts, so a cached doc is always complete
+        cache.write_doc(workload, target, current, service)  # after its artifacts: a cached doc is always complete
     return doc
+
+
+def cached_doc(cache: DispatchCache, workload: str, target: str, key: str, service: str | None) -> DispatchDoc | None:
+    """The cached document for `workload` on `target` that verifies with `key`, or None.
+
+    `service` (a `service_id`): its own entry if cached (one that fails verification raises UntrustedArtifact: it
+    was written for this service, so it was altered), else the unkeyed entry if it verifies. None (offline): the
+    newest of all entries for the pair that verify; one of a service that pinned `key` must verify. Any other entry
+    that does not verify is another service's: skipped, with a warning."""
+    if service is not None:
+        own = cache.read_doc(workload, target, service)
+        if own is not None:
+            return verified_doc(own, workload, target, key)
+        candidates: dict[str | None, CachedDoc | None] = {None: cache.read_doc(workload, target)}
+        must_verify: set[str] = set()
+    else:
+        pairs = (e.service for e in cache.entries(workload) if e.target == target)
+        candidates = {s: cache.read_doc(workload, target, s) for s in pairs}
+        must_verify = cache.services_pinning(key)
+    verified = []
+    for owner, cached in candidates.items():
+        if cached is None:
+            continue
+        try:
+            verified.append(verified_doc(cached, workload, target, key))
+        except UntrustedArtifact:
+            if owner in must_verify:
+                raise
+            log.warning(
+                "skipping the cached table of %s on %s from %s: it does not verify with the trusted key "
+                "(another service's table, or altered)",
+                workload,
+                target,
+                f"service {owner[:12]}" if owner else "the unkeyed cache layout",
+            )
+    return max(verified, key=lambda d: d.created_at, default=None)
 
 
 class _LazyKernel:
@@ -191,6 +281,15 @@ class _LazyKernel:
 
                     self._kernel = build_kernel(self.config)
         return self._kernel(x, w)
+
+
+def _timings(doc: DispatchDoc) -> dict[str, Any]:
+    """The job's per-S timings of its program and the vendor libraries (validation.vendor_routes.timed_s), kept in
+    the dispatcher's meta by reference (no copy) so what the table is expected to buy can be told to the user
+    (kernelfleet.accelerate_summary); nothing when the document has none."""
+    routes = doc.validation.get("vendor_routes")
+    timed = routes.get("timed_s") if isinstance(routes, dict) else None
+    return {"timed_s": timed} if isinstance(timed, dict) and timed else {}
 
 
 def dispatcher_from_doc(
@@ -225,6 +324,7 @@ def dispatcher_from_doc(
             "target_fingerprint": doc.target_fingerprint,
             "dim": doc.dim,
             "job_id": doc.job_id,
+            **_timings(doc),
         },
     )
     if CONV_KEY in doc.table:  # a conv2d layer as an implicit GEMM over M = N·OH·OW
@@ -264,6 +364,7 @@ def cuda_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str
         "target_fingerprint": doc.target_fingerprint,
         "dim": doc.dim,
         "job_id": doc.job_id,
+        **_timings(doc),
     }
     return CudaDispatcher(
         DispatchTable.from_dict(doc.table),
@@ -287,33 +388,46 @@ def load_dispatcher(
     cache_dir: Path | None = None,
     trusted_key: str | None = None,
     epilogue: Epilogue | None = None,
+    *,
+    any_service: bool = False,
+    quiet_fallback: bool = False,
 ) -> Dispatcher | CudaDispatcher | BmmDispatcher | ConvDispatcher:
     """The dispatcher for `workload` on `target` (see Client.dispatcher). `epilogue` is the layer's bias and
     activation: the numpy fallback (no table) needs it to compute the layer; a table carries its own, and one
-    that differs from `epilogue` is an error."""
+    that differs from `epilogue` is an error.
+
+    `any_service`: a source that is no service (offline) reads every service's cached entries (cached_doc).
+    `quiet_fallback`: the caller runs something else than numpy where no table loads and says so itself
+    (kernelfleet.torch.accelerate: PyTorch, per layer), so the numpy fallback is logged at debug only; its
+    `meta["reason"]` says why there is no table either way."""
     cache = DispatchCache(cache_dir or default_cache_dir())
     meta = {"workload_hash": _hex(workload, "workload"), "target_fingerprint": _hex(target, "target"), "dim": "M"}
+    level = logging.DEBUG if quiet_fallback else logging.WARNING
     try:
         doc = _fetch(client, cache, workload, target, trusted_key)
         source = "service"
     except UntrustedArtifact:
         raise
     except _UNANSWERED as exc:
-        cached = cache.read_doc(workload, target)
         key = trusted_key or cache.pinned_key(client.base_url)
-        if cached is None or key is None:
-            log.warning("no dispatch table for %s on %s (%s): running numpy", workload, target, exc)
+        service = None if any_service else service_id(client.base_url)
+        found = cached_doc(cache, workload, target, key, service) if key else None
+        if found is None:
+            reason = f"{exc}; no verified table cached" if key else f"{exc}; no trusted key to verify a cached table"
+            log.log(level, "no dispatch table for %s on %s (%s): running numpy", workload, target, reason)
             return Dispatcher(
-                None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
+                None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": reason}, epilogue=epilogue
             )
-        log.warning("the service did not answer (%s): using the cached dispatch table", exc)
-        doc, source = verified_doc(cached, workload, target, key), "cache"
+        cached_level = logging.INFO if any_service else logging.WARNING  # offline, reading the cache is the point
+        log.log(cached_level, "the service did not answer (%s): using the cached dispatch table", exc)
+        doc, source = found, "cache"
     try:
         return dispatcher_from_doc(doc, cache, source, epilogue)
     except UntrustedArtifact:
         raise
     except (ImportError, OSError) as exc:  # no TVM runtime here, or an artifact missing from the cache
-        log.warning("cannot load uKernels (%s): running numpy", exc)
+        log.log(level, "cannot load uKernels (%s): running numpy", exc)
+        reason = f"cannot load uKernels: {exc}"
         return Dispatcher(
-            None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": str(exc)}, epilogue=epilogue
+            None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": reason}, epilogue=epilogue
         )

@@ -23,9 +23,14 @@ layer; fallbacks for a shape the table lacks (past its range, no table) are also
 telemetry reports them as misses.
 
 `source` is a `kernelfleet.Client` (dispatchers fetched and verified through the signed disk cache, which serves
-them when the service is down: `kernelfleet.dispatch_cache.load_dispatcher`) or a cache directory (offline: only
-the documents cached there that verify with the trusted key). This module imports torch: it is the SDK's only
+them when the service is down: `kernelfleet.dispatch_cache.load_dispatcher`; the cache is keyed by service, so a
+client reads only its own service's tables) or a cache directory (offline: only the documents cached there that
+verify with the trusted key, whichever service cached them). This module imports torch: it is the SDK's only
 module that does at import time (kernelfleet.model_import imports it when an extractor runs).
+
+`accelerate` prints a summary to stderr (`print_summary=False`: none) and keeps it: `fast.summary()`
+(kernelfleet.accelerate_summary) says per layer whether a table or PyTorch runs it, why PyTorch, and the speedup the
+table is expected to give from the job's timings. Each layer left on PyTorch is also a WARNING naming the layer.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -48,7 +54,8 @@ import torch  # absolute: the real torch, never this module
 from torch import nn
 
 from kernelfleet import vendor
-from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_cache_dir, load_dispatcher
+from kernelfleet.accelerate_summary import AccelerationSummary, LayerSummary, expected_speedup
+from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_cache_dir, load_dispatcher, service_id
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.errors import KernelFleetError, ServiceUnavailable
@@ -374,34 +381,50 @@ def _offline_key(cache: DispatchCache, explicit: str | None) -> str | None:
     return pinned.pop() if pinned else None
 
 
-def _cached_targets(cache: DispatchCache, hashes: set[str]) -> set[str]:
-    found = set()
-    for path in (cache.root / "dispatch").glob("*-*.json"):
-        workload, _, target = path.stem.partition("-")
-        if workload in hashes:
-            found.add(target)
-    return found
+def _cached_targets(cache: DispatchCache, hashes: set[str], service: str | None) -> set[str]:
+    """Targets with a table cached for one of `hashes`: this service's (`service_id`; only where it has none, those
+    of the unkeyed layout written before the cache was keyed by service), or every service's offline (None)."""
+    entries = [e for e in cache.entries() if e.workload in hashes]
+    if service is None:
+        return {e.target for e in entries}
+    return {e.target for e in entries if e.service == service} or {e.target for e in entries if e.service is None}
+
+
+def _live_targets(client: Any, kind: str) -> set[str] | None:
+    """The service's live targets of this kind; None offline or when it does not answer."""
+    if client is None or not hasattr(client, "targets"):
+        return None
+    try:
+        return {str(t.target_fingerprint) for t in client.targets() if t.kind == kind}
+    except (KernelFleetError, OSError) as exc:
+        log.warning("cannot list the service's targets (%s): choosing among the cached tables' targets", exc)
+        return None
 
 
 def _resolve_target(target: str | None, cache: DispatchCache, hashes: set[str], client: Any, kind: str) -> str:
+    """`target`, else the service's one live target of the parameters' kind (the client names the fleet to serve
+    from: its live target wins over what the cache holds, which may be another service's or a retired target's;
+    of several live ones, the one with cached tables), else the one target with cached tables (the service
+    down, or offline)."""
     if target:
         return target
-    cached = _cached_targets(cache, hashes)
-    if len(cached) == 1:
-        return cached.pop()
-    if not cached and client is not None and hasattr(client, "targets"):
-        try:
-            live = [t.target_fingerprint for t in client.targets() if t.kind == kind]
-        except (KernelFleetError, OSError) as exc:
-            log.warning("cannot list the service's targets (%s)", exc)
-            live = []
-        if len(live) == 1:
-            return str(live[0])
-        cached = set(live)
+    live = _live_targets(client, kind)
+    cached = _cached_targets(cache, hashes, None if client is None else service_id(client.base_url))
+    candidates = cached if not live else live if len(live) == 1 else (live & cached) or live
+    if len(candidates) == 1:
+        return next(iter(candidates))
     raise ValueError(
-        f"cannot tell which target's tables to use ({len(cached)} candidates: {sorted(cached)[:4]}): pass target= "
-        "(a target fingerprint, `kernelfleet targets`)"
+        f"cannot tell which target's tables to use ({len(candidates)} candidates: {sorted(candidates)[:4]}): pass "
+        "target= (a target fingerprint, `kernelfleet targets`)"
     )
+
+
+def _why_pytorch(tried: list[tuple[str, str]]) -> str:
+    """Why no table runs a layer, from (workload, why) of each workload tried; workloads with one cause together."""
+    by_why: dict[str, list[str]] = {}
+    for h, why in tried:
+        by_why.setdefault(why, []).append(h[:12])
+    return "; ".join(f"workload {', '.join(hs)}: {why}" for why, hs in by_why.items())
 
 
 @dataclass
@@ -466,19 +489,30 @@ def _fits(table_epilogue: Epilogue, site: _Site) -> bool:
 
 class AcceleratedModule(nn.Module):
     """The module with its GEMM-like layers accelerated (`.module`); calls go to it, attributes it lacks are read
-    from it. `stats()` per layer; `close()` stops the telemetry reporter (flushing what it holds)."""
+    from it. `summary()` says what runs each layer, `stats()` what ran; `close()` stops the telemetry reporter
+    (flushing what it holds)."""
 
     def __init__(
-        self, module: nn.Module, layers: dict[str, AcceleratedLinear], reporter: TelemetryReporter | None
+        self,
+        module: nn.Module,
+        layers: dict[str, AcceleratedLinear],
+        reporter: TelemetryReporter | None,
+        summary: AccelerationSummary | None = None,
     ) -> None:
         super().__init__()
         self.module = module
         object.__setattr__(self, "_layers", layers)  # not registered twice: they live inside `module`
         object.__setattr__(self, "reporter", reporter)
+        object.__setattr__(self, "_summary", summary or AccelerationSummary(None, ()))
 
     @property
     def layers(self) -> dict[str, AcceleratedLinear]:
         return self._layers  # type: ignore[no-any-return]
+
+    def summary(self) -> AccelerationSummary:
+        """Per layer, as `accelerate` left it: on a table (where from, what it fuses, the speedup expected from the
+        job's timings, or unknown) or on PyTorch and why."""
+        return self._summary  # type: ignore[no-any-return]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -526,6 +560,7 @@ def accelerate(
     extend_range: bool = False,
     telemetry: bool = True,
     telemetry_interval_s: float = 60.0,
+    print_summary: bool = True,
 ) -> AcceleratedModule:
     """`module` with its nn.Linear / Conv1D layers running on the fleet's dispatchers (see the module docstring).
 
@@ -533,9 +568,11 @@ def accelerate(
     is down) or a cache directory (offline: verified cached documents only; the key is `trusted_key`,
     $KERNELFLEET_TRUSTED_KEY, or the one key pinned in that cache). `workloads` maps a layer's qualified name to
     the workload hash to use for it (default: the hash of its dense workload, computed here). `target` is the
-    target fingerprint (default: the one target the cache holds tables for, else the service's one live target of
-    the parameters' device kind). `inplace=False` leaves `module` untouched (a deep copy is accelerated).
-    With a client and `telemetry`, a background reporter sends the shapes run every `telemetry_interval_s`."""
+    target fingerprint (default: the client's one live target of the parameters' device kind, else the one target
+    the cache holds tables for: this service's, or any offline). `inplace=False` leaves `module` untouched (a deep
+    copy is accelerated). With a client and `telemetry`, a background reporter sends the shapes run every
+    `telemetry_interval_s`. `print_summary`: print `summary()` to stderr once (what runs each layer, why PyTorch
+    where it does, the speedup expected)."""
     root = module if inplace else copy.deepcopy(module)
     offline = isinstance(source, str | os.PathLike)
     client: Any = None if offline else source
@@ -557,10 +594,11 @@ def accelerate(
     }
     device_kind = "cuda" if any(p.is_cuda for p in root.parameters()) else "llvm"
     if not sites:
-        return AcceleratedModule(root, {}, None)
+        return _finish(AcceleratedModule(root, {}, None), print_summary)
     fingerprint = _resolve_target(target, cache, {h for hs in plans.values() for h in hs}, client, device_kind)
 
     loaded: dict[str, Dispatcher | CudaDispatcher | None] = {}
+    why_not: dict[str, str] = {}  # workload → why its table cannot run a Linear layer
 
     def dispatcher_for(h: str) -> Dispatcher | CudaDispatcher | None:
         if h not in loaded:
@@ -568,30 +606,34 @@ def accelerate(
             from kernelfleet.conv_dispatcher import ConvDispatcher
             from kernelfleet.cuda_ukernel import NoCudaDevice
 
+            loaded[h] = None
             try:
-                d = load_dispatcher(loader, h, fingerprint, cache_root, key)
-                # Linear layers run dense tables only
-                loaded[h] = None if isinstance(d, BmmDispatcher | ConvDispatcher) else d
+                # quiet: no "running numpy" per workload tried (PyTorch runs the layer; said once per layer below)
+                d = load_dispatcher(loader, h, fingerprint, cache_root, key, any_service=offline, quiet_fallback=True)
             except NoCudaDevice as exc:  # a CUDA table on a host without a GPU: PyTorch runs the layer
-                log.warning("workload %s: %s", h, exc)
-                loaded[h] = None
+                why_not[h] = str(exc)
+                return None
+            if isinstance(d, BmmDispatcher | ConvDispatcher):  # Linear layers run dense tables only
+                why_not[h] = f"its table is a {type(d).__name__.removesuffix('Dispatcher')} table, not a dense one"
+            else:
+                loaded[h] = d
+                if d.table is None:
+                    why_not[h] = str(d.meta.get("reason") or "no table")
         return loaded[h]
 
     layers: dict[str, AcceleratedLinear] = {}
+    summaries: list[LayerSummary] = []
     for site in sites:
         chosen: tuple[str, Dispatcher | CudaDispatcher | None] | None = None
+        tried: list[tuple[str, str]] = []  # (workload, why its table does not run this layer)
         for h in plans[site.name]:
             d = dispatcher_for(h)
             if d is None or d.table is None:
+                tried.append((h, why_not[h]))
                 continue
             table_epilogue = getattr(d, "epilogue", NO_EPILOGUE)
             if not _fits(table_epilogue, site):
-                log.warning(
-                    "layer %s: the table of workload %s computes %s, which this layer does not: not used",
-                    site.name,
-                    h,
-                    table_epilogue.describe(),
-                )
+                tried.append((h, f"its table computes {table_epilogue.describe()}, which this layer does not"))
                 continue
             chosen = (h, d)
             break
@@ -626,7 +668,15 @@ def accelerate(
         else:
             setattr(site.parent, site.attr, wrapper)
         layers[site.name] = wrapper
-        log.info("%s: %s on %s (%s)", site.name, h, "dispatcher" if on else "pytorch", getattr(d, "source", "-"))
+        if on:
+            assert d is not None
+            speedup = expected_speedup(d.meta.get("timed_s"))
+            summaries.append(LayerSummary(site.name, h, "tables", d.source, epilogue.describe(), None, speedup))
+            log.info("layer %s: the table of workload %s runs it (%s)", site.name, h, d.source)
+        else:
+            why = _why_pytorch(tried)
+            summaries.append(LayerSummary(site.name, h, "pytorch", "none", "none", why))
+            log.warning("layer %s runs on PyTorch, not on a tuned table: %s", site.name or "(the module)", why)
 
     reporter = None
     if client is not None and telemetry and hasattr(client, "telemetry_reporter"):
@@ -636,7 +686,14 @@ def accelerate(
             for d in watched.values():
                 reporter.watch(d)
             reporter.start()
-    return AcceleratedModule(root, layers, reporter)
+    summary = AccelerationSummary(fingerprint, tuple(summaries))
+    return _finish(AcceleratedModule(root, layers, reporter, summary), print_summary)
+
+
+def _finish(fast: AcceleratedModule, print_summary: bool) -> AcceleratedModule:
+    if print_summary:  # stderr: stdout may carry the program's own output
+        print(fast.summary(), file=sys.stderr)
+    return fast
 
 
 def iter_layers(module: nn.Module) -> Iterator[tuple[str, AcceleratedLinear]]:

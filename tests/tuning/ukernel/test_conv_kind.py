@@ -25,6 +25,7 @@ from kernelfleet.signing import document_message
 from service.models import Budget, TargetSpec, WorkloadSpec
 from service.models.distribution import Explicit, Independent, ShapePoint, Uniform
 from service.tuning.admission import check_job
+from service.tuning.tuners.ukernel.route_stats import PointTiming
 from tests.tuning.ukernel.units import publication_doc, run_ukernel_unit
 
 LLVM = TargetSpec(kind="llvm", mcpu="skylake-avx512", num_cores=2)
@@ -120,7 +121,8 @@ def test_a_table_routing_every_m_to_pytorch_is_published_and_runs_offline(
     table has no uKernel left but beats numpy, so it is published, and the SDK runs PyTorch's conv from it."""
     from service.tuning.tuners.ukernel import conv
 
-    monkeypatch.setattr(conv, "time_conv_routes", lambda *a, **k: {"ukernel": 3.0, "numpy": 2.0, "torch": 1.0})
+    timing = PointTiming((3.0,) * 5, {"numpy": (2.0,) * 5, "torch": (1.0,) * 5})
+    monkeypatch.setattr(conv, "time_conv_routes", lambda *a, **k: timing)
     result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
     assert result.fatal is None and result.dispatch is not None and result.dispatch.artifacts == []
     pub = result.dispatch
@@ -151,7 +153,8 @@ def test_the_gemm_sweep_never_routes_a_conv_whose_ukernels_won_as_a_conv(
     overlay them, so every M of the published table runs on the uKernels."""
     from service.tuning.tuners.ukernel import conv, tuner
 
-    monkeypatch.setattr(conv, "time_conv_routes", lambda *a, **k: {"ukernel": 1.0, "numpy": 2.0, "torch": 3.0})
+    timing = PointTiming((1.0,) * 5, {"numpy": (2.0,) * 5, "torch": (3.0,) * 5})
+    monkeypatch.setattr(conv, "time_conv_routes", lambda *a, **k: timing)
     monkeypatch.setattr(tuner, "time_against_vendors", lambda *a, **k: (2.0, {"numpy": 1.0, "torch": 3.0}))
     result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
     assert result.fatal is None and result.dispatch is not None, result.not_published
@@ -159,3 +162,30 @@ def test_the_gemm_sweep_never_routes_a_conv_whose_ukernels_won_as_a_conv(
     table = DispatchTable.from_dict(pub.table)
     assert not any(iv.vendor for iv in table.intervals) and table.mts and pub.artifacts
     assert pub.validation["conv_routes"]["spans"] == [] and pub.validation["vendor_routes"]["vendor_S"] == 0
+
+
+def test_a_conv_route_that_stands_alone_is_confirmed_before_it_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: PyTorch's conv is faster at every M, but the first M timed reads as a clear uKernel win once (a
+    burst of load on the libraries' rounds). That lone decision is re-timed, pooled with the first rounds, and
+    goes to PyTorch like its neighbours: one bad timing does not publish a uKernel span."""
+    from service.tuning.tuners.ukernel import conv
+
+    calls: dict[int, int] = {}
+
+    def timing(dispatcher: Any, workload: WorkloadSpec, shape: dict[str, int], rounds: int = 3) -> PointTiming:
+        m = conv.rows(workload, shape)
+        calls[m] = calls.get(m, 0) + 1
+        if len(calls) == 1 and calls[m] == 1:
+            return PointTiming((1.0,) * 5, {"numpy": (2.0,) * 5, "torch": (1.5,) * 5})
+        return PointTiming((3.0,) * 3, {"numpy": (2.0,) * 3, "torch": (1.0,) * 3})
+
+    monkeypatch.setattr(conv, "time_conv_routes", timing)
+    result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
+    assert result.dispatch is not None
+    routes = result.dispatch.validation["conv_routes"]
+    first = next(iter(calls))
+    assert calls[first] == 2 and first in routes["confirmed_M"]  # re-timed: 5 wins of 8 rounds is no win
+    assert routes["timed_s"][str(first)]["route"] == "torch" and routes["timed_s"][str(first)]["rounds"] == 8
+    assert result.dispatch.table["intervals"] == [[1, 2 * 9 * 9, "vendor:torch"]]

@@ -29,6 +29,12 @@ from kernelfleet.dispatcher import Dispatcher
 from service.models import TargetSpec, WorkloadSpec
 from service.tuning.tuners.ukernel.combine import overlay_routes
 from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
+from service.tuning.tuners.ukernel.route_stats import (
+    MIN_ROUNDS,
+    UKERNEL,
+    PointTiming,
+    describe_rule,
+)
 from service.tuning.tuners.ukernel.tuner import (
     QuietRangeSink,
     RangeOutcome,
@@ -37,8 +43,10 @@ from service.tuning.tuners.ukernel.tuner import (
     UKernelTuner,
     Weighted,
     median_call,
+    paired_rounds,
     weighted_mean,
 )
+from service.tuning.tuners.ukernel.vendor_routes import to_confirm
 
 GEMM_DIM = "M"
 ROUTE_POINTS = 8  # M values a conv's routes are timed at: a call at the largest costs the most of the job
@@ -159,27 +167,25 @@ def _log_distance(target: float, m: int) -> float:
 
 
 def time_conv_routes(
-    dispatcher: ConvDispatcher, workload: WorkloadSpec, shape: Mapping[str, int], rounds: int = 2
-) -> dict[str, float]:
-    """Seconds per call at one tuple of the uKernels ("ukernel": the conv dispatcher on its programs, im2col
-    included) and of every vendor library this worker has, each its own conv as a host calls it (numpy: im2col
-    and `x @ w.T`; PyTorch: conv2d on the channels_last view), in alternating rounds, the best round each."""
+    dispatcher: ConvDispatcher, workload: WorkloadSpec, shape: Mapping[str, int], rounds: int = MIN_ROUNDS
+) -> PointTiming:
+    """The uKernels (the conv dispatcher on its programs, im2col included) and every vendor library this worker
+    has, each its own conv as a host calls it (numpy: im2col and `x @ w.T`; PyTorch: conv2d on the channels_last
+    view), at one tuple in paired rounds (route_stats): more rounds while the uKernels look like a win."""
     from service.tuning.compute import random_inputs
 
     g = geometry(workload)
     inp, flt = random_inputs(workload, shape)
-    fns: dict[str, Callable[[], object]] = {"ukernel": functools.partial(dispatcher, inp, flt)}
+    ours = functools.partial(dispatcher, inp, flt)
+    libraries: dict[str, Callable[[], object]] = {}
     if vendor.NUMPY in vendor.available():
         on_numpy = ConvDispatcher(Dispatcher(None, {}, N=dispatcher.dense.N, K=dispatcher.dense.K), g)
-        fns[vendor.NUMPY] = functools.partial(on_numpy, inp, flt)
+        libraries[vendor.NUMPY] = functools.partial(on_numpy, inp, flt)
     if vendor.TORCH in vendor.available():
         weight = vendor.torch_conv_weight(flt)
-        fns[vendor.TORCH] = functools.partial(vendor.torch_conv2d, inp, weight, g.stride, g.padding)
-    best = dict.fromkeys(fns, math.inf)
-    for _ in range(rounds):
-        for key, fn in fns.items():
-            best[key] = min(best[key], median_call(fn, 0.002, 3, settled=True))
-    return best
+        libraries[vendor.TORCH] = functools.partial(vendor.torch_conv2d, inp, weight, g.stride, g.padding)
+
+    return paired_rounds(ours, libraries, rounds)
 
 
 def route_conv(outcome: RangeOutcome, workload: WorkloadSpec, support: Weighted) -> RangeOutcome:
@@ -191,21 +197,25 @@ def route_conv(outcome: RangeOutcome, workload: WorkloadSpec, support: Weighted)
     if any(iv.vendor for iv in outcome.table.intervals):
         raise ValueError("a conv's routes are decided as convs: tune its dense layer with vendor_routes=False")
     ours = dispatcher_of(outcome, workload)
-    timed: list[tuple[int, dict[str, float]]] = []
-    for shape in route_points(workload, support):
-        timed.append((rows(workload, shape), time_conv_routes(ours, workload, shape)))
+    shapes = {rows(workload, shape): shape for shape in route_points(workload, support)}
+    timed = {m: time_conv_routes(ours, workload, shape) for m, shape in shapes.items()}
+    confirmed = to_confirm(timed)  # a change of route between neighbours, or a lone one: decided on more rounds
+    for m in confirmed:
+        timed[m] = timed[m].merged(time_conv_routes(ours, workload, shapes[m]))
+    points = sorted(timed)
     spans: list[tuple[int, int, str]] = []
-    for i, (m, times) in enumerate(timed):
-        lo = 1 if i == 0 else (timed[i - 1][0] + m) // 2 + 1
-        hi = m if i == len(timed) - 1 else (m + timed[i + 1][0]) // 2
-        best = min(times, key=lambda key: times[key])
-        if best != "ukernel":
-            spans.append((lo, hi, best))
+    for i, m in enumerate(points):
+        lo = 1 if i == 0 else (points[i - 1] + m) // 2 + 1
+        hi = m if i == len(points) - 1 else (m + points[i + 1]) // 2
+        if timed[m].route != UKERNEL:
+            spans.append((lo, hi, timed[m].route))
     table = overlay_routes(outcome.table, spans)
     validation = {
         **outcome.validation,
         "conv_routes": {
-            "timed_s": {str(m): times for m, times in timed},
+            "rule": describe_rule(),
+            "timed_s": {str(m): {**timed[m].medians(), **timed[m].to_dict()} for m in points},
+            "confirmed_M": confirmed,
             "spans": [list(span) for span in spans],
         },
     }

@@ -38,6 +38,8 @@ def sign_test_p(wins: int, rounds: int) -> float:
     """P(at least `wins` wins of `rounds` | each round a fair coin): the one-sided sign test's p-value."""
     p: float = sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2**rounds
     return p
+
+
 UKERNEL = "ukernel"  # the route key of a shape our program keeps
 
 
@@ -121,6 +123,10 @@ class PointTiming:
     def route(self) -> str:
         """UKERNEL, or the library that runs this shape."""
         return UKERNEL if self.ukernel_wins else self.library
+
+    def medians(self) -> dict[str, float]:
+        """Each side's median seconds: UKERNEL's and each library's."""
+        return {UKERNEL: self.ours_s, **{lib: statistics.median(t) for lib, t in self.libraries.items()}}
 
     def to_dict(self) -> dict[str, Any]:
         """The samples behind the decision and the decision, for the published record and the dashboard."""

@@ -186,12 +186,28 @@ def settle() -> None:
     time.sleep(SETTLE_S)
 
 
-def median_call(fn: Callable[[], object], min_seconds: float, min_samples: int = 5, *, settled: bool = False) -> float:
+# A call at least this long is timed once per block: the paired rounds give the median (route_stats), and at large
+# M three calls a block made the vendor timing most of a job's time (issue 31 item 4).
+LONG_CALL_S = 0.02
+
+
+def median_call(
+    fn: Callable[[], object],
+    min_seconds: float,
+    min_samples: int = 5,
+    *,
+    settled: bool = False,
+    long_call_s: float | None = None,
+) -> float:
     """Median seconds per call over at least `min_samples` calls and `min_seconds`; with `settled`, after `settle()`
-    and one untimed call (which wakes this library's threads)."""
+    and one untimed call (which wakes this library's threads), and one timed call only where that call took
+    `long_call_s` or more."""
     if settled:
         settle()
+        start = time.perf_counter()
         fn()
+        if long_call_s is not None and time.perf_counter() - start >= long_call_s:
+            min_samples = 1
     samples: list[float] = []
     deadline = time.perf_counter() + min_seconds
     while len(samples) < min_samples or (time.perf_counter() < deadline and len(samples) < 1000):
@@ -224,18 +240,32 @@ def time_point(
     bias = _bias(epilogue, N, rng)
     dispatcher.prepare(w)
     calls = {lib: vendor.dense_call(lib, epilogue) for lib in (libraries or vendor.available())}
+    return paired_rounds(
+        lambda: dispatcher(x, w, bias=bias),
+        {lib: functools.partial(call, x, w, bias) for lib, call in calls.items()},
+        rounds,
+        min_seconds,
+        sequential=sequential,
+    )
 
-    def one_round() -> tuple[float, dict[str, float]]:
-        ours = median_call(lambda: dispatcher(x, w, bias=bias), min_seconds, 3, settled=True)
-        theirs = {
-            lib: median_call(functools.partial(call, x, w, bias), min_seconds, 3, settled=True)
-            for lib, call in calls.items()
-        }
-        return ours, theirs
+
+def paired_rounds(
+    ours: Callable[[], object],
+    libraries: Mapping[str, Callable[[], object]],
+    rounds: int = MIN_ROUNDS,
+    min_seconds: float = 0.002,
+    *,
+    sequential: bool = True,
+) -> PointTiming:
+    """`rounds` rounds of our call and each library's, each block a `median_call` after the previous block's
+    threads are asleep; with `sequential`, more rounds while the route rule asks for them (route_stats)."""
+
+    def block(fn: Callable[[], object]) -> float:
+        return median_call(fn, min_seconds, 3, settled=True, long_call_s=LONG_CALL_S)
 
     def timed(n: int) -> PointTiming:
-        samples = [one_round() for _ in range(n)]
-        return PointTiming(tuple(o for o, _ in samples), {lib: tuple(t[lib] for _, t in samples) for lib in calls})
+        samples = [(block(ours), {lib: block(fn) for lib, fn in libraries.items()}) for _ in range(n)]
+        return PointTiming(tuple(o for o, _ in samples), {lib: tuple(t[lib] for _, t in samples) for lib in libraries})
 
     timing = timed(rounds)
     while sequential and timing.needs_more_rounds:

@@ -48,7 +48,9 @@ def test_the_demo_prints_one_table_with_the_library_each_shape_runs(
     monkeypatch.setitem(demo.WORKLOAD, "dims", {"N": 24, "K": 32})  # a small layer: the rows, not the speed, matter
     monkeypatch.setattr(demo, "compare", functools.partial(demo.compare, rounds=3, min_sample_s=0, pause_s=0))
     console = Console(record=True, width=80, file=io.StringIO())  # a pipe: the table still gets its width
-    demo._show_dispatcher(console, _Client(), "w", "t", tmp_path)  # type: ignore[arg-type]
+    timing = demo._show_dispatcher(console, _Client(), "w", "t", tmp_path)  # type: ignore[arg-type]
+    assert "numpy (µs)" not in console.export_text(clear=False)  # timed later, once the service is stopped
+    timing()
     out = console.export_text()
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
     assert set(rows) == set(map(str, demo.SHOWN_M)) and "numpy (µs)" in out and "PyTorch (µs)" in out

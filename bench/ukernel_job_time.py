@@ -44,24 +44,27 @@ from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
 from service.tuning.tuners.ukernel import tuner as tuner_module
 from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner, time_against_vendor
-from service.tuning.tuners.ukernel.vendor_routes import VendorDecision, decide, vendor_wins
+from service.tuning.tuners.ukernel.vendor_routes import Measured, VendorDecision, as_timing, decide, vendor_wins
 
 
 def sweep_rule(
     s_max: int,
     predicted: Sequence[float],
-    measure: Callable[[int], tuple[float, float]],
+    measure: Callable[[int], Measured],
     must: Iterable[int] = (),
     grid: Sequence[int] | None = None,
     max_points: int | None = None,
+    confirm: object = None,
 ) -> VendorDecision:
-    """The rule before issue 22 item 6, as a stand-in for `decide`: every S ≤ 256, a stride beyond, the hot shapes."""
+    """The rule before issue 22 item 6, as a stand-in for `decide`: every S ≤ 256, a stride beyond, the hot shapes,
+    each decided on its medians (no confirmation rounds)."""
     dense = 256
     shapes = set(range(1, min(s_max, dense) + 1)) | {s for s in must if 1 <= s <= s_max} | {s_max}
     if s_max > dense:
         shapes |= set(range(dense, s_max + 1, math.ceil(s_max / dense)))
-    timed = {s: measure(s) for s in sorted(shapes)}
-    return VendorDecision(frozenset(vendor_wins(timed, s_max)), timed, {"measured": len(timed)})
+    timed = {s: as_timing(measure(s)) for s in sorted(shapes)}
+    medians = {s: (t.ours_s, t.vendor_s) for s, t in timed.items()}
+    return VendorDecision(frozenset(vendor_wins(medians, s_max)), timed, {"measured": len(timed)})
 
 
 def run_job(args: argparse.Namespace, rule: str, validate: list[int]) -> tuple[Dispatcher, Any]:

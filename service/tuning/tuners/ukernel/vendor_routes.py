@@ -16,6 +16,10 @@ predicted cost, calibrated on the measured points, measuring only where a decisi
     the gap, that S is measured (a probe), and the process goes on from there;
   - the S still unmeasured take the winner of their gap's ends, which agree by then.
 
+Each measured point is a set of paired rounds, and which side wins it is `route_stats`'s rule (a sign test and a
+5 % margin before the uKernels keep a point; the library with the least median otherwise); with `confirm`, both
+sides of every change of route are re-timed and decided on the pooled rounds (docs/routes.md).
+
 The total number of measured points is capped (`max_points`); a crossing the cap left unresolved is
 decided per S by the nearest measured point.
 

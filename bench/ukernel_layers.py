@@ -605,7 +605,7 @@ def dense_bench(torch: Any, layer: DenseLayer, d: Any) -> LayerBench:
             lib = d.library(S)
             inner_what, inner = (
                 f"{lib}'s own call",
-                functools.partial(_best_median, lambda: vendor.dense(lib, x, w, b, epi), 1),
+                functools.partial(_best_median, functools.partial(vendor.dense_call(lib, epi), x, w, b), 1),
             )
         return OverheadProbe(
             call=lambda: d(x, w, bias=b),

@@ -134,8 +134,8 @@ def compare(
 ) -> Comparison:
     """`run(x, w)` against every vendor library this process has, on the same arrays, interleaved."""
     contenders: dict[str, Callable[[], object]] = {SUBJECT: functools.partial(run, x, w)}
-    for lib in vendor.available():
-        contenders[lib] = functools.partial(vendor.dense, lib, x, w, bias, epilogue)
+    for lib in vendor.available():  # each library's call resolved once, as a vendor route makes it
+        contenders[lib] = functools.partial(vendor.dense_call(lib, epilogue), x, w, bias if epilogue.bias else None)
     return Comparison.of(interleaved(contenders, rounds, min_sample_s, pause_s))
 
 

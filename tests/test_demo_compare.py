@@ -13,7 +13,7 @@ from rich.console import Console
 from kernelfleet import vendor
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.dispatcher import Dispatcher
-from kernelfleet.epilogue import NO_EPILOGUE
+from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from service.demo_compare import (
     Comparison,
     Route,
@@ -65,8 +65,13 @@ def test_each_route_is_named_by_what_runs_it(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_subject_is_timed_with_every_library_here_in_the_same_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[str] = []
-    real = vendor.dense
-    monkeypatch.setattr(vendor, "dense", lambda lib, *a: called.append(lib) or real(lib, *a))
+    real = vendor.dense_call
+
+    def recorded(lib: str, epilogue: Epilogue) -> vendor.DenseCall:
+        call = real(lib, epilogue)
+        return lambda *a: called.append(lib) or call(*a)
+
+    monkeypatch.setattr(vendor, "dense_call", recorded)
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((5, 32), dtype=np.float32), rng.standard_normal((24, 32), dtype=np.float32)
 

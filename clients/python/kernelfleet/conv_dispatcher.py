@@ -202,7 +202,7 @@ class ConvDispatcher:
                 last = self._last_torch_weight = (f, self._derived(f, vendor.TORCH, vendor.torch_conv_weight))
             g = self.geometry
             y = vendor.torch_conv2d(x, last[1], g.stride, g.padding)
-            self.dense._count(M, _now() - start, False)  # the table's choice, not a miss
+            self.dense.record_route(M, _now() - start)  # the table's choice, not a miss
             return y
         cols = self.geometry.columns(x, f.shape[0], f.shape[1], oh, ow)
         return self.dense(cols, self.weight(f)).reshape(n, oh, ow, f.shape[3])

@@ -169,7 +169,8 @@ def _numpy_matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.n
 
 
 def dense(library: str, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, epilogue: Epilogue) -> np.ndarray:
-    """act(X·Wᵀ + bias) on `library`: numpy's `x @ w.T` then the epilogue, or PyTorch's `linear` and activation."""
+    """act(X·Wᵀ + bias) on `library`: numpy's `x @ w.T` then the epilogue, or PyTorch's `linear` and activation.
+    Resolves the call each time: a caller that calls (or times) it repeatedly keeps `dense_call`'s call instead."""
     return dense_call(library, epilogue)(x, w, bias if epilogue.bias else None)
 
 

@@ -155,7 +155,8 @@ def test_the_gemm_sweep_never_routes_a_conv_whose_ukernels_won_as_a_conv(
 
     timing = PointTiming((1.0,) * 5, {"numpy": (2.0,) * 5, "torch": (3.0,) * 5})
     monkeypatch.setattr(conv, "time_conv_routes", lambda *a, **k: timing)
-    monkeypatch.setattr(tuner, "time_against_vendors", lambda *a, **k: (2.0, {"numpy": 1.0, "torch": 3.0}))
+    numpy_wins = PointTiming((2.0,) * 3, {"numpy": (1.0,) * 3, "torch": (3.0,) * 3})
+    monkeypatch.setattr(tuner, "time_point", lambda *a, **k: numpy_wins)
     result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
     assert result.fatal is None and result.dispatch is not None, result.not_published
     pub = result.dispatch

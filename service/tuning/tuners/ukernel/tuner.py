@@ -273,25 +273,10 @@ def paired_rounds(
     return timing
 
 
-def time_against_vendors(
-    dispatcher: Dispatcher,
-    N: int,
-    K: int,
-    S: int,
-    seed: int = 0,
-    rounds: int = MIN_ROUNDS,
-    min_seconds: float = 0.002,
-    libraries: Sequence[str] | None = None,
-) -> tuple[float, dict[str, float]]:
-    """(dispatcher, {vendor library: seconds}): the medians over `time_point`'s rounds."""
-    t = time_point(dispatcher, N, K, S, seed, rounds, min_seconds, libraries, sequential=False)
-    return t.ours_s, {lib: statistics.median(times) for lib, times in t.libraries.items()}
-
-
 def time_against_vendor(dispatcher: Dispatcher, N: int, K: int, S: int, seed: int = 0) -> tuple[float, float]:
-    """(dispatcher, fastest vendor library) median seconds per call at S rows (`time_against_vendors`)."""
-    ours, theirs = time_against_vendors(dispatcher, N, K, S, seed)
-    return ours, min(theirs.values())
+    """(dispatcher, fastest vendor library) median seconds per call at S rows over `time_point`'s rounds."""
+    t = time_point(dispatcher, N, K, S, seed, sequential=False)
+    return t.ours_s, t.vendor_s
 
 
 class UKernelTuner:

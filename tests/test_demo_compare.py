@@ -13,7 +13,7 @@ from rich.console import Console
 from kernelfleet import vendor
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.dispatcher import Dispatcher
-from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
+from kernelfleet.epilogue import NO_EPILOGUE
 from service.demo_compare import (
     Comparison,
     Route,
@@ -25,6 +25,7 @@ from service.demo_compare import (
     notes,
     results_table,
 )
+from tests.clients.vendor_calls import record_library_calls
 
 # M 1..8 routed to numpy, 9..20 on the uKernel "u" (mt=16), 21.. routed to PyTorch
 TABLE = DispatchTable(
@@ -65,13 +66,7 @@ def test_each_route_is_named_by_what_runs_it(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_subject_is_timed_with_every_library_here_in_the_same_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[str] = []
-    real = vendor.dense_call
-
-    def recorded(lib: str, epilogue: Epilogue) -> vendor.DenseCall:
-        call = real(lib, epilogue)
-        return lambda *a: called.append(lib) or call(*a)
-
-    monkeypatch.setattr(vendor, "dense_call", recorded)
+    record_library_calls(monkeypatch, called)
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((5, 32), dtype=np.float32), rng.standard_normal((24, 32), dtype=np.float32)
 

@@ -14,6 +14,7 @@ from kernelfleet.dispatch import DispatchTable, Interval
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import ACTIVATIONS, Epilogue, dense_reference
 from kernelfleet.tuple_dispatch import TupleDispatchTable
+from tests.clients.vendor_calls import record_library_calls
 
 
 def test_routes_on_the_wire() -> None:
@@ -54,13 +55,7 @@ def test_the_dispatcher_runs_the_library_each_interval_names(monkeypatch: pytest
     table = DispatchTable((Interval(1, 4, None), Interval(5, 9, None, vendor.TORCH)), {}, Epilogue(True, "relu"))
     d = Dispatcher(table, {}, N=None, K=None)
     ran: list[str] = []
-    real = vendor.dense_call
-
-    def recorded(lib: str, epilogue: Epilogue) -> vendor.DenseCall:
-        call = real(lib, epilogue)
-        return lambda *a: ran.append(lib) or call(*a)
-
-    monkeypatch.setattr(vendor, "dense_call", recorded)
+    record_library_calls(monkeypatch, ran)
     rng = np.random.default_rng(0)
     w, b = rng.standard_normal((6, 5), dtype=np.float32), rng.standard_normal(6, dtype=np.float32)
     for S in (2, 7, 30, 2):  # 30: past the table, its last interval (PyTorch) extends

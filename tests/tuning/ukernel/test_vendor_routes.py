@@ -8,16 +8,13 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from kernelfleet.dispatch import VENDOR, DispatchTable, Interval, Shape
 from kernelfleet.dispatcher import Dispatcher
-from kernelfleet.epilogue import Epilogue
 from kernelfleet.ukernel import UKernel
 from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
@@ -31,6 +28,7 @@ from service.tuning.tuners.ukernel.vendor_routes import (
     vendor_sweep_shapes,
     vendor_wins,
 )
+from tests.clients.vendor_calls import record_library_calls
 
 
 def _costs() -> list[TileCost]:
@@ -212,13 +210,7 @@ def test_each_timing_block_starts_after_the_previous_librarys_threads_are_asleep
 
     events: list[str] = []
     monkeypatch.setattr(tuner, "settle", lambda: events.append("settle"))
-    real_call = tuner.vendor.dense_call
-
-    def recorded_call(lib: str, epilogue: Epilogue) -> Callable[..., Any]:
-        call = real_call(lib, epilogue)
-        return lambda *a: events.append(lib) or call(*a)
-
-    monkeypatch.setattr(tuner.vendor, "dense_call", recorded_call)
+    record_library_calls(monkeypatch, events)
     d = Dispatcher(DispatchTable((Interval(1, 8, None),), {}), {}, N=None, K=None)
     timing = tuner.time_point(d, 16, 16, 4, rounds=2, min_seconds=0.0, sequential=False)
     ours, theirs = timing.ours_s, timing.medians()

@@ -40,8 +40,8 @@ def test_every_ukernel_compiles_with_a_pipeline(layer: str) -> None:
         found = pipeline_structure(src)
         assert found.is_pipelined(tile), (tile.label(), found)
         # stage-sized shared buffers: stages copies of the X (bm×bk) and W (bn×bk) tiles
-        assert tile.stages * tile.bm * tile.bk in found.shared_buffers
-        assert tile.stages * tile.bn * tile.bk in found.shared_buffers
+        assert tile.stages * tile.bm * tile.row_pitch in found.shared_buffers
+        assert tile.stages * tile.bn * tile.row_pitch in found.shared_buffers
         # cp.async commit/wait groups: one commit per prologue stage and per steady-state step
         assert found.commit_groups >= tile.stages and found.wait_groups == tuple(range(tile.stages))
         if tile.split_k > 1:

@@ -114,4 +114,6 @@ def test_the_gpu_extra_pins_one_cuda_minor() -> None:
     pins = [d for d in extras["cuda-build"] if d.startswith("nvidia-")]
     assert {d.split("==")[0] for d in pins} >= {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm"}
     assert all(d.endswith("==13.0.*") for d in pins), pins  # torch 2.13.0's CUDA (cuda-toolkit==13.0.3)
-    assert "torch==2.13.0" in extras["gpu"] and "kernelfleet-service[cuda-build]" in extras["gpu"]
+    assert "torch==2.13.0" in extras["gpu"] and "kernelfleet-service[cuda-build,sass]" in extras["gpu"]
+    # the SASS readers inspect cubins only; they are not part of the toolchain a kernel is built with
+    assert {d.split("==")[0] for d in extras["sass"]} == {"nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"}

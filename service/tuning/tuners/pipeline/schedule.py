@@ -65,6 +65,15 @@ class GemmTile:
     stages: int = 3
     async_copy: bool = True
     split_k: int = 1
+    # elements added to every row of the shared X and W tiles (`storage_align`): with rows of bk elements a
+    # multiple of 32 banks apart, lanes owning neighbouring W rows hit one bank and an LDS.128 takes 32
+    # wavefronts instead of 4 (gpu-first-light.md §4.1); a pitch of bk + 4 fp32 (≡ 4 mod 32 words) spreads
+    # each quarter-warp's 16-byte reads over all 32 banks. 0 reproduces the first light's unpadded tiles.
+    pad: int = 0
+    # a thread's tn columns: adjacent (tx·tn + j, the first light's layout) or interleaved (tx + j·bn/tn). With
+    # adjacent columns, lanes of a warp read W rows tn apart and even a padded tile conflicts tn-fold; with
+    # interleaved ones they read consecutive rows (and write Y coalesced), as CUTLASS's SIMT warp tiles do.
+    interleave: bool = False
 
     @property
     def threads_y(self) -> int:
@@ -79,8 +88,13 @@ class GemmTile:
         return self.threads_y * self.threads_x
 
     def smem_bytes(self, dtype: str = "float32") -> int:
-        """Shared memory per thread block: one (bm + bn)·bk stage per pipeline stage."""
-        return max(self.stages, 1) * (self.bm + self.bn) * self.bk * _BYTES[dtype]
+        """Shared memory per thread block: one (bm + bn)·(bk + pad) stage per pipeline stage, padding counted."""
+        return max(self.stages, 1) * (self.bm + self.bn) * (self.bk + self.pad) * _BYTES[dtype]
+
+    @property
+    def row_pitch(self) -> int:
+        """Elements between two rows of a shared tile: bk plus the padding."""
+        return self.bk + self.pad
 
     def registers_estimate(self) -> int:
         """32-bit registers per thread: accumulators + one X and W fragment + addressing overhead.
@@ -106,6 +120,8 @@ class GemmTile:
             return f"bn={self.bn} must divide N={n}"
         if k % (self.bk * self.split_k):
             return f"bk·split_k={self.bk * self.split_k} must divide K={k}"
+        if self.pad < 0 or self.pad % self.vector_width():
+            return f"pad={self.pad} must be a non-negative multiple of the {self.vector_width()}-element copy vector"
         if not 1 <= self.threads <= 1024:
             return f"{self.threads} threads per block (1..1024 allowed)"
         steps = k // (self.bk * self.split_k)
@@ -115,7 +131,43 @@ class GemmTile:
 
     def label(self) -> str:
         sk = f"_sk{self.split_k}" if self.split_k > 1 else ""
-        return f"{self.bm}x{self.bn}x{self.bk}_t{self.tm}x{self.tn}_s{self.stages}{'a' if self.async_copy else ''}{sk}"
+        pad = f"_p{self.pad}" if self.pad else ""
+        spread = "i" if self.interleave else ""
+        return (
+            f"{self.bm}x{self.bn}x{self.bk}_t{self.tm}x{self.tn}{spread}_s{self.stages}{'a' if self.async_copy else ''}"
+            f"{sk}{pad}"
+        )
+
+    @classmethod
+    def from_label(cls, label: str) -> GemmTile:
+        """The tile a `label()` names, e.g. '8x96x32_t1x1_s2a_sk8' or '64x96x16_t8x8_s3a_p4'."""
+        found = _LABEL.fullmatch(label)
+        if found is None:
+            raise ValueError(f"not a uKernel tile label: {label!r}")
+        bm, bn, bk, tm, tn, spread, stages, is_async, split_k, pad = found.groups()
+        return cls(
+            int(bm),
+            int(bn),
+            int(bk),
+            int(tm),
+            int(tn),
+            int(stages),
+            bool(is_async),
+            int(split_k or 1),
+            int(pad or 0),
+            bool(spread),
+        )
+
+
+_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_t(\d+)x(\d+)(i?)_s(\d+)(a?)(?:_sk(\d+))?(?:_p(\d+))?")
+
+
+def conflict_free_pad(bk: int, dtype: str = "float32") -> int:
+    """The row padding (elements) that makes a shared tile's 16-byte row reads conflict-free for lanes owning
+    consecutive rows: a row pitch of an odd number of 16-byte chunks, so the 8 lanes of a quarter-warp land on
+    8 different 4-bank groups. 0 when bk already gives one."""
+    chunk = 16 // _BYTES[dtype]
+    return 0 if (bk // chunk) % 2 else chunk
 
 
 def dense_module(n: int, k: int, m: int | None = None, dtype: str = "float32") -> Any:
@@ -144,6 +196,22 @@ def _cooperative_fetch(sch: Any, block: Any, depth: int, tile: GemmTile, dtype: 
     sch.bind(t_y, "threadIdx.y")
     sch.bind(t_x, "threadIdx.x")
     sch.vectorize(v)
+
+
+def _split_columns(sch: Any, j: Any, tile: GemmTile) -> tuple[Any, Any, Any]:
+    """(block, thread, per-thread) loops over N: adjacent or interleaved columns per thread (GemmTile.interleave)."""
+    if tile.interleave:
+        bj, jj, tx = sch.split(j, [None, tile.tn, tile.threads_x])
+        return bj, tx, jj
+    bj, tx, jj = sch.split(j, [None, tile.threads_x, tile.tn])
+    return bj, tx, jj
+
+
+def _pad_rows(sch: Any, block: Any, tile: GemmTile) -> None:
+    """Row pitch bk + pad for a shared tile: `storage_align` rounds the row stride (bk) up to the next
+    multiple of `factor` (offset 0), so factor = bk + pad gives exactly that pitch."""
+    if tile.pad:
+        sch.storage_align(block, 0, axis=-2, factor=tile.bk + tile.pad, offset=0)
 
 
 def _annotate_pipeline(sch: Any, loop: Any, tile: GemmTile) -> None:
@@ -177,7 +245,7 @@ def schedule_gemm(tile: GemmTile, n: int, k: int, m: int | None = None, dtype: s
         return _schedule_split_k(sch, blk, xpad, ycopy, tile, dtype)
     i, j, kk = sch.get_loops(blk)
     bi, ty, ii = sch.split(i, [None, tile.threads_y, tile.tm])
-    bj, tx, jj = sch.split(j, [None, tile.threads_x, tile.tn])
+    bj, tx, jj = _split_columns(sch, j, tile)
     ko, ki = sch.split(kk, [None, tile.bk])
     # blockIdx.x over N: consecutive blocks share the X rows and stream different W columns
     sch.reorder(bj, bi, ty, tx, ko, ki, ii, jj)
@@ -190,6 +258,7 @@ def schedule_gemm(tile: GemmTile, n: int, k: int, m: int | None = None, dtype: s
     for idx in (0, 1):
         shared = sch.cache_read(blk, idx, "shared")
         sch.compute_at(shared, ko)
+        _pad_rows(sch, shared, tile)
         _cooperative_fetch(sch, shared, 5, tile, dtype)  # under bj, bi, ty, tx, ko
     if xpad is not None:
         sch.compute_inline(xpad)
@@ -206,7 +275,7 @@ def _schedule_split_k(sch: Any, blk: Any, xpad: Any, ycopy: Any, tile: GemmTile,
     # partial-sum kernel
     i, j, kz, kr = sch.get_loops(rf)  # rfactor keeps the original loop order
     bi, ty, ii = sch.split(i, [None, tile.threads_y, tile.tm])
-    bj, tx, jj = sch.split(j, [None, tile.threads_x, tile.tn])
+    bj, tx, jj = _split_columns(sch, j, tile)
     ko, ki = sch.split(kr, [None, tile.bk])
     sch.reorder(kz, bj, bi, ty, tx, ko, ki, ii, jj)
     sch.bind(kz, "blockIdx.z")
@@ -219,6 +288,7 @@ def _schedule_split_k(sch: Any, blk: Any, xpad: Any, ycopy: Any, tile: GemmTile,
     for idx in (0, 1):
         shared = sch.cache_read(rf, idx, "shared")
         sch.compute_at(shared, ko)
+        _pad_rows(sch, shared, tile)
         _cooperative_fetch(sch, shared, 6, tile, dtype)  # under kz, bj, bi, ty, tx, ko
     if xpad is not None:
         sch.compute_inline(xpad)
@@ -300,8 +370,8 @@ class PipelineStructure:
 
     def is_pipelined(self, tile: GemmTile) -> bool:
         """Shared buffers hold `stages` copies of the X and W tiles, and copies are async when asked."""
-        stage_sized = tile.stages * tile.bm * tile.bk in self.shared_buffers and (
-            tile.stages * tile.bn * tile.bk in self.shared_buffers
+        stage_sized = tile.stages * tile.bm * tile.row_pitch in self.shared_buffers and (
+            tile.stages * tile.bn * tile.row_pitch in self.shared_buffers
         )
         if not (tile.async_copy and tile.stages > 1):
             return stage_sized

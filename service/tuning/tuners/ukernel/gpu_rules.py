@@ -11,7 +11,8 @@ Rules, each of which a candidate must pass:
   (a) warp alignment  threads per block (bm/tm)·(bn/tn) a whole number of warps, ≤ the block limit; bk
                       a multiple of the 16-byte copy vector, bn divides N, bk·split_k divides K;
   (b) registers       ~tm·tn + tm + tn + 24 per thread ≤ 255, and ·threads ≤ registers per block;
-  (c) shared memory   stages·(bm + bn)·bk·bytes ≤ the static per-block limit (48 KiB);
+  (c) shared memory   stages·(bm + bn)·(bk + pad)·bytes ≤ the static per-block limit (48 KiB), the rows
+                      padded to a conflict-free pitch (schedule.conflict_free_pad) and counted;
   (d) occupancy       resident blocks per SM (bounded by threads, registers, shared memory per SM and the
                       block limit) ≥ 1, and the resident warps cover at least `min_warps_per_sm`;
   (e) parallelism     ceil(M/bm)·(N/bn)·split_k thread blocks at a representative M give every SM one;
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from service.tuning.hardware_model import HardwareModel
-from service.tuning.tuners.pipeline.schedule import GemmTile
+from service.tuning.tuners.pipeline.schedule import GemmTile, conflict_free_pad
 from service.tuning.tuners.ukernel.rules import wave_efficiency
 
 _BYTES = {"float32": 4, "float16": 2}
@@ -215,7 +216,18 @@ def gpu_candidates(
                 if bm % tm or bn % tn:
                     continue
                 for bk in limits.bk:
-                    tile = GemmTile(bm, bn, bk, tm, tn, stages=limits.stages, async_copy=hw.async_copy)
+                    # padded rows and interleaved columns: conflict-free shared reads (gpu_model.gate checks)
+                    tile = GemmTile(
+                        bm,
+                        bn,
+                        bk,
+                        tm,
+                        tn,
+                        stages=limits.stages,
+                        async_copy=hw.async_copy,
+                        pad=conflict_free_pad(bk, dtype),
+                        interleave=tn > 1,
+                    )
                     if tile.problem(n, k):
                         continue
                     tile = with_split_k(tile, choose_split_k(hw, representative_m, n, k, tile, limits))

@@ -6,9 +6,10 @@
      where the arch has them (worth 1.3–1.9× on the H100, with the best depth differing by shape,
      ../shared/research/gpu.md §3.1);
   3. each uKernel at its best depth is timed at a few M, the existing DP (combine) picks per S which
-     uKernels run which rows, every S where cuBLAS (called as a host calls it) is faster is routed to
-     cuBLAS, and the table plus content-addressed libraries (device code embedded; the sha256 of that
-     device code, as nvcc returned it to TVM, recorded in the spec) are what the job publishes;
+     uKernels run which rows, every S the uKernels do not win against cuBLAS (kernel-only plus each side's
+     host cost, paired rounds, the route_stats rule: gpu_routes) is routed to cuBLAS, and the table plus
+     content-addressed libraries (device code embedded; the sha256 of that device code, as nvcc returned it
+     to TVM, recorded in the spec) are what the job publishes;
   4. the heaviest shapes are re-measured with every uKernel alone and with the chosen program as a
      GPU host runs it (kernelfleet.cuda_ukernel.CudaDispatcher, device tensors, synchronised).
 
@@ -31,10 +32,18 @@ from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, supports_async_copy
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
+from service.tuning.tuners.ukernel.gpu_routes import (
+    GpuRouteDecision,
+    GpuTimers,
+    decide_gpu_routes,
+    host_cost_shapes,
+    not_routed_record,
+)
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, gpu_ukernels
+from service.tuning.tuners.ukernel.gpu_screen import Screened, screen
 from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
 from service.tuning.tuners.ukernel.tuner import NOISE_TIE, RangeOutcome, RangeSink, RangeTask
-from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes, vendor_wins
+from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes
 
 
 def build_cuda_ukernel(tile: GemmTile, N: int, K: int, target: Mapping[str, Any]) -> CudaUKernel:
@@ -127,9 +136,16 @@ class GPUUKernelTuner:
         N, K, hw, target = job.N, job.K, job.hardware, job.target
         arch = str(target["arch"])
         reps = sorted({1, 16, max(1, job.representative_m), job.s_max})
-        proposals = gpu_ukernels(hw, N, K, reps, limits=GPURuleLimits())[: min(job.max_ukernels, MAX_UKERNELS)]
-        if not proposals:
+        # the static model gates every proposal and orders the survivors by predicted time (gpu_screen)
+        screened = screen(gpu_ukernels(hw, N, K, reps, limits=GPURuleLimits()), N, K, target, hw.sm_count)
+        if not screened:
             raise ValueError(f"no uKernel tile passes the GPU rules for N={N}, K={K} on {hw.name}")
+        gated = [s for s in screened if not s.passed]
+        screened = [s for s in screened if s.passed][: min(job.max_ukernels, MAX_UKERNELS)]
+        if not screened:
+            raise ValueError(f"every uKernel tile fails the static model's gate: {[s.verdict.reasons for s in gated]}")
+        proposals = [s.candidate for s in screened]
+        model_of = {s.candidate.tile: s for s in screened}
         kernels: dict[str, CudaUKernel] = {}
         artifacts: dict[str, Any] = {}
         costs: list[TileCost] = []
@@ -158,6 +174,8 @@ class GPUUKernelTuner:
                 "gemm_tile": dataclasses.asdict(cand.tile),
                 "score": cand.score,
                 "reasons": list(cand.reasons),
+                "model": model_of[cand.tile].model,  # static prediction at the representative M, resources
+                "gate": list(model_of[cand.tile].verdict.reasons),
             }
             candidates.append(record)
             try:
@@ -185,6 +203,7 @@ class GPUUKernelTuner:
             path, digest = kernel.export(job.work_dir / "artifacts")
             artifacts[uid] = _Artifact(path, digest, kernel.spec)
         runner.close()
+        candidates += [_gated_record(s) for s in gated]
         if not costs:
             raise RuntimeError(f"all {len(proposals)} uKernels failed to build or run")
         overhead = self._piece_overhead(kernels, N, K)
@@ -194,10 +213,12 @@ class GPUUKernelTuner:
         kernels = {u: k for u, k in kernels.items() if u in used}
         artifacts = {u: a for u, a in artifacts.items() if u in used}
         programs = combine(costs, job.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE)
-        # the tuned programs against cuBLAS as a host calls both; cuBLAS keeps every S it wins
+        # the tuned programs against cuBLAS (kernel-only + host cost, paired rounds); cuBLAS keeps every S the
+        # uKernels do not win by the route rule (gpu_routes, docs/routes.md)
         tuned_table = dispatch_table(programs)
-        sweep = self._vendor_sweep(CudaDispatcher(tuned_table, kernels, N=N, K=K), N, K, job, sink)
-        vendor = vendor_wins({S: (t["ours_called_s"], t["cublas_called_s"]) for S, t in sweep.items()}, job.s_max)
+        tuned = CudaDispatcher(tuned_table, kernels, N=N, K=K)
+        routes = self._vendor_sweep(tuned, N, K, job, sink, [p.cost for p in programs])
+        vendor = routes.vendor if routes is not None else frozenset()
         table = dispatch_table(programs, vendor)
         artifacts = {u: a for u, a in artifacts.items() if u in table.mts}  # published: what the table uses
         dispatcher = CudaDispatcher(table, {u: k for u, k in kernels.items() if u in table.mts}, N=N, K=K)
@@ -219,16 +240,10 @@ class GPUUKernelTuner:
             "piece_overhead_s": overhead,
             "platform": "cuda",
             "tuned_table": tuned_table.to_dict(),  # before routing: every S on our uKernels
-            "vendor_routes": {
-                # routed on what a torch host pays (both called from Python on torch tensors, synchronised);
-                # the kernel-only times (both replayed from CUDA graphs) are kept beside them
-                "vendor": "cuBLAS through torch F.linear",
-                "routed_on": "called",
-                "shapes_timed": len(sweep),
-                "vendor_S": len(vendor),
-                "intervals": [[iv.lo, iv.hi] for iv in table.intervals if iv.vendor],
-                "sweep_s": {str(S): v for S, v in sweep.items()},
-            },
+            # every paired round of every timed S, both host costs, the rule and the re-timed S (gpu_routes)
+            "vendor_routes": routes.record(table)
+            if routes is not None
+            else not_routed_record("routing off, or no torch with CUDA to time cuBLAS"),
         }
         return RangeOutcome(
             table=table,
@@ -276,32 +291,36 @@ class GPUUKernelTuner:
 
     @staticmethod
     def _vendor_sweep(
-        tuned: CudaDispatcher, N: int, K: int, job: DenseRange, sink: RangeSink
-    ) -> dict[int, dict[str, float]]:
-        """Ours and cuBLAS at the swept S, both as a torch host calls them (what routing decides on) and both
-        kernel only (CUDA graphs), W rotating through copies larger than the L2 on both sides. Empty when
-        routing is off or torch is missing (the table then serves every S with our uKernels)."""
+        tuned: CudaDispatcher, N: int, K: int, job: DenseRange, sink: RangeSink, predicted: Sequence[float]
+    ) -> GpuRouteDecision | None:
+        """Which S go to cuBLAS (gpu_routes): ours and cuBLAS in paired rounds of kernel-only times (both replayed
+        from CUDA graphs), each side's host cost (called minus graph time, as a torch host calls it) added, W
+        rotating through copies larger than the L2 on both sides; the route_stats rule decides, route boundaries
+        re-timed. None when routing is off or torch is missing (the table then serves every S with our uKernels)."""
         from service.tuning import cublas
 
         if not job.vendor_routes:
-            return {}
+            return None
         try:
             cublas.torch_cuda()
         except RuntimeError:
-            return {}
+            return None
         assert tuned.table is not None
         l2 = job.hardware.l2_bytes
-        sweep: dict[int, dict[str, float]] = {}
-        for S in vendor_sweep_shapes(tuned.table, job.validate):
+        timers = GpuTimers(
+            ours_graph=lambda S: tuned.time_graph(S, l2_bytes=l2),
+            cublas_graph=lambda S: cublas.time_linear(S, N, K, l2_bytes=l2),
+            ours_called=lambda S: tuned.time_called(S, calls=20, l2_bytes=l2),
+            cublas_called=lambda S: cublas.time_linear_called(S, N, K, l2_bytes=l2),
+        )
+
+        def check() -> None:
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            sweep[S] = {
-                "ours_called_s": tuned.time_called(S, calls=20, l2_bytes=l2),
-                "cublas_called_s": cublas.time_linear_called(S, N, K, l2_bytes=l2),
-                "ours_graph_s": tuned.time_graph(S, l2_bytes=l2),
-                "cublas_graph_s": cublas.time_linear(S, N, K, l2_bytes=l2),
-            }
-        return sweep
+
+        shapes = vendor_sweep_shapes(tuned.table, job.validate)
+        host_shapes = host_cost_shapes(tuned.table)
+        return decide_gpu_routes(job.s_max, predicted, timers, shapes, host_shapes, must=job.validate, check=check)
 
     @staticmethod
     def _piece_overhead(kernels: Mapping[str, CudaUKernel], N: int, K: int) -> float:
@@ -311,6 +330,20 @@ class GPUUKernelTuner:
             one = CudaDispatcher(_single_table(kernel), {"k": kernel}, N=N, K=K)
             samples.append(one.overhead(S=kernel.spec.mt))
         return statistics.median(samples)
+
+
+def _gated_record(screened: Screened) -> dict[str, Any]:
+    """A proposal the static model's gate rejected: recorded with why, never built on the GPU."""
+    tile = screened.candidate.tile
+    return {
+        "id": tile.label(),
+        "gemm_tile": dataclasses.asdict(tile),
+        "score": screened.candidate.score,
+        "reasons": list(screened.candidate.reasons),
+        "model": screened.model,
+        "gate": list(screened.verdict.reasons),
+        "error": "rejected by the static GPU model's gate before timing",
+    }
 
 
 def time_ukernel(

@@ -26,8 +26,9 @@ decided per S by the nearest measured point.
 Where several vendor libraries were timed (numpy, PyTorch: kernelfleet.vendor), the vendor's time at S is the
 fastest library's, and `fastest_libraries` says which one each vendor-routed S runs.
 
-`vendor_sweep_shapes` and `vendor_wins` are the older rule (every S ≤ 256, then a stride), which the GPU
-tuner still uses: a cuBLAS timing is cheap next to a CPU one, and its sweep records more than a winner.
+`vendor_sweep_shapes` (every S ≤ 256, then a stride) is the GPU tuner's grid for `decide` (gpu_routes: paired
+rounds of kernel-only times plus host costs); `vendor_wins` is the older rule on one sample per S, kept for the
+job-time bench's comparison and for replaying older records (`gpu_routes.replay_sweep`).
 """
 
 from __future__ import annotations
@@ -222,8 +223,9 @@ VENDOR_SWEEP_DENSE = 256  # the GPU tuner's sweep: every S up to here is timed a
 
 
 def vendor_sweep_shapes(table: DispatchTable, extra: Sequence[int] = (), points: int = VENDOR_SWEEP_DENSE) -> list[int]:
-    """Where the dispatcher is timed against the vendor: every S ≤ 256, both ends of every interval, the
-    hot shapes, and a stride over the rest of the range so that no S is far from a measured one."""
+    """Where the GPU tuner times the dispatcher against cuBLAS (the grid it hands `decide`): every S ≤ 256, both
+    ends of every interval, the hot shapes, and a stride over the rest of the range so that no S is far from a
+    measured one."""
     s_max = table.s_max
     shapes = set(range(1, min(s_max, points) + 1)) | {s for s in extra if 1 <= s <= s_max}
     for iv in table.intervals:
@@ -236,7 +238,9 @@ def vendor_sweep_shapes(table: DispatchTable, extra: Sequence[int] = (), points:
 
 def vendor_wins(measured: Mapping[int, tuple[float, float]], s_max: int) -> set[int]:
     """Every S in 1..s_max where the vendor is faster: measured, or as measured at the nearest timed S
-    (the lower one on a tie) for S the sweep skipped."""
+    (the lower one on a tie) for S the sweep skipped. The older rule, on one (ours, vendor) sample per S with no
+    margin: one lucky reading decides (gpu-first-light §4 item 7); routes are now decided by `decide` on paired
+    rounds."""
     timed = sorted(measured)
     out = set()
     for s in range(1, s_max + 1):

@@ -1,0 +1,109 @@
+"""The static GPU model's report (issue 32), on a host without a GPU: (1) the first-light uKernels' predicted
+times next to what the H100 measured; (2) what the GPU rules now propose (padded rows, interleaved columns),
+gated and ranked by the model, predicted per T next to cuBLAS fp32 as the H100 measured it.
+
+Every number in part 2 is a PREDICTION (a per-SM bound: shared-memory wavefronts, FFMA issue, DRAM); no kernel
+in it has run on a GPU. cuBLAS figures are the first light's measurements (kernel-only, CUDA graphs).
+
+    .venv/bin/python bench/gpu_model_report.py [--out bench/results/gpu_model_report.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+from pathlib import Path
+
+from service.tuning.gpu_model.access import analyze
+from service.tuning.gpu_model.arch import sm_spec
+from service.tuning.gpu_model.bound import predict
+from service.tuning.hardware_model import HardwareModel
+from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target, pass_config, schedule_gemm
+from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, gpu_ukernels
+from service.tuning.tuners.ukernel.gpu_screen import screen
+
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "tuning" / "gpu_model" / "h100_first_light.json"
+LAYERS = {"qkv": (2304, 768), "ffn_down": (768, 3072)}
+TS = (1, 2, 4, 8, 16, 32, 61, 64, 97, 128)
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="bench/results/gpu_model_report.md")
+    args = parser.parse_args(argv)
+    target, spec = cuda_target("sm_90a"), sm_spec("sm_90a", 132)
+    fixture = json.loads(FIXTURE.read_text())
+    lines = [
+        "# Static GPU model report (issue 32)",
+        "",
+        f"Host: {platform.processor() or platform.machine()}, no GPU. Model: `service.tuning.gpu_model` (H100 SXM, "
+        "132 SMs, 1.755–1.98 GHz, 3.0 TB/s). Command: `.venv/bin/python bench/gpu_model_report.py`.",
+        "",
+        "## 1. First-light uKernels: predicted vs measured on the H100 (kernel-only, fp32)",
+        "",
+        "| layer | T | uKernel | predicted µs (band) | measured µs | measured / predicted |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in fixture["dense"]:
+        tile = GemmTile.from_label(p["ukernel"])
+        pr = predict(analyze(schedule_gemm(tile, p["N"], p["K"]).mod, target, pass_config("sm_90a")), p["T"], spec)
+        lines.append(
+            f"| {p['layer']} | {p['T']} | {p['ukernel']} | {pr.high_s * 1e6:.1f} "
+            f"({pr.low_s * 1e6:.1f}–{pr.high_s * 1e6:.1f}) | {p['measured_us']:.1f} | "
+            f"{p['measured_us'] / (pr.high_s * 1e6):.2f} |"
+        )
+    lines += [
+        "",
+        "## 2. What the rules propose now, gated and ranked by the model: PREDICTED, not measured",
+        "",
+        "Per T the best passing uKernel's predicted time (slow end of the band) next to cuBLAS fp32 as measured "
+        "on the H100; ratio > 1 means the prediction beats cuBLAS.",
+        "",
+    ]
+    hw = HardwareModel.for_gpu("sm_90")
+    cublas = {(p["layer"], p["T"]): p["cublas_fp32_us"] for p in fixture["dense"]}
+    for layer, (n, k) in LAYERS.items():
+        screened = screen(gpu_ukernels(hw, n, k, sorted({1, 16, 64, 128}), limits=GPURuleLimits()), n, k, target, 132)
+        passed = [s for s in screened if s.passed]
+        lines += [
+            f"### {layer} (N={n}, K={k}): {len(screened)} proposals, {len(passed)} pass the gate",
+            "",
+            "| T | best predicted uKernel | predicted µs | cuBLAS fp32 measured µs | cuBLAS / predicted |",
+            "|---|---|---|---|---|",
+        ]
+        ratios = []
+        profiles = {
+            s.candidate.tile: analyze(schedule_gemm(s.candidate.tile, n, k).mod, target, pass_config("sm_90a"))
+            for s in passed
+        }
+        for t in TS:
+            best_tile, best = min(
+                ((tile, predict(a, t, spec)) for tile, a in profiles.items()), key=lambda x: x[1].high_s
+            )
+            ratio = cublas[(layer, t)] / (best.high_s * 1e6)
+            ratios.append(ratio)
+            lines.append(
+                f"| {t} | {best_tile.label()} | {best.high_s * 1e6:.1f} ({best.bound}) | "
+                f"{cublas[(layer, t)]:.1f} | {ratio:.2f} |"
+            )
+        lines += ["", f"Geomean cuBLAS / predicted: **{_geomean(ratios):.2f}×** (worst {min(ratios):.2f}×).", ""]
+        for s in screened:
+            if not s.passed:
+                lines.append(
+                    f"- gated out: {s.candidate.tile.label()}: {'; '.join(r for r in s.verdict.reasons if 'FAIL' in r)}"
+                )
+        lines.append("")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The per-SM time bound of a module at a given M: max(shared-memory, FFMA-issue, DRAM), as a band.
+
+Per kernel, the busiest SM runs ceil(grid / SMs) thread blocks (all resident at once or in waves — shared
+memory serves one wavefront per clock either way); its shared-memory time is those blocks' wavefronts at
+one per clock, its FFMA time their FMAs at `fp32_lanes` per clock. The DRAM term is every global byte the
+module touches once (X, W, Y, plus split-K partial sums written and read back) at the streaming bandwidth.
+The band's slow end (`high_s`) is the phase model at the base clock, its fast end (`low_s`) the warp model
+at the boost clock; on the H100 every measured uKernel time fell between the slow end −10 % and +17 %
+(tests/tuning/gpu_model/test_h100_first_light.py), so `high_s` is the prediction the tuner ranks by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.tuning.gpu_model.access import ModuleAccess
+from service.tuning.gpu_model.arch import SMSpec
+
+
+@dataclass(frozen=True)
+class Prediction:
+    m: int
+    grid: tuple[int, ...]  # thread blocks per kernel
+    busiest_sm_blocks: tuple[int, ...]
+    shared_s: tuple[float, float]  # (warp model at boost clock, phase model at base clock)
+    conflict_free_s: float  # the same loads with ideal wavefronts, boost clock
+    ffma_s: float
+    dram_s: float
+
+    @property
+    def low_s(self) -> float:
+        return max(self.shared_s[0], self.ffma_s, self.dram_s)
+
+    @property
+    def high_s(self) -> float:
+        return max(self.shared_s[1], self.ffma_s, self.dram_s)
+
+    @property
+    def bound(self) -> str:
+        """Which term sets `high_s`: 'shared memory', 'FFMA issue' or 'DRAM'."""
+        terms = {"shared memory": self.shared_s[1], "FFMA issue": self.ffma_s, "DRAM": self.dram_s}
+        return max(terms, key=lambda key: terms[key])
+
+    def to_dict(self) -> dict[str, Any]:
+        us = 1e6
+        return {
+            "m": self.m,
+            "grid": list(self.grid),
+            "busiest_sm_blocks": list(self.busiest_sm_blocks),
+            "shared_us": [round(self.shared_s[0] * us, 2), round(self.shared_s[1] * us, 2)],
+            "conflict_free_us": round(self.conflict_free_s * us, 2),
+            "ffma_us": round(self.ffma_s * us, 2),
+            "dram_us": round(self.dram_s * us, 2),
+            "predicted_us": round(self.high_s * us, 2),
+            "bound": self.bound,
+        }
+
+
+def predict(access: ModuleAccess, m: int, spec: SMSpec) -> Prediction:
+    grids, busiest = [], []
+    phase = warp = ideal = fma = 0.0
+    for kernel in access.kernels:
+        blocks = kernel.grid(m)
+        on_busiest = -(-blocks // spec.sm_count)
+        grids.append(blocks)
+        busiest.append(on_busiest)
+        p, w, i = kernel.wavefronts_per_block()
+        phase += p * on_busiest
+        warp += w * on_busiest
+        ideal += i * on_busiest
+        fma += kernel.fma_per_thread * kernel.threads * on_busiest
+    per_clock = spec.shared_wavefronts_per_clock
+    return Prediction(
+        m=m,
+        grid=tuple(grids),
+        busiest_sm_blocks=tuple(busiest),
+        shared_s=(warp / per_clock / spec.clock_max_hz, phase / per_clock / spec.clock_min_hz),
+        conflict_free_s=ideal / per_clock / spec.clock_max_hz,
+        ffma_s=fma / spec.fp32_lanes / spec.clock_min_hz,
+        dram_s=access.dram_bytes(m) / spec.dram_bytes_per_s,
+    )

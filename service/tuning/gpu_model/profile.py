@@ -1,0 +1,66 @@
+"""One kernel module, profiled statically: its accesses (from TIR), its resources and SASS (from nvcc), and
+the bound at any M on an SM spec. What the GPU tuner ranks and gates candidates by, and what the report shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.tuning.gpu_model.access import ModuleAccess, analyze
+from service.tuning.gpu_model.arch import SMSpec, sm_spec
+from service.tuning.gpu_model.bound import Prediction, predict
+from service.tuning.gpu_model.cubin import KernelResources, compile_and_inspect
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    label: str
+    access: ModuleAccess
+    resources: tuple[KernelResources, ...]  # empty when compiled=False (no nvcc run)
+    spec: SMSpec
+
+    def predict(self, m: int) -> Prediction:
+        return predict(self.access, m, self.spec)
+
+    def to_dict(self, ms: Iterable[int] = ()) -> dict[str, Any]:
+        ms = list(ms)
+        return {
+            "label": self.label,
+            "sm": self.spec.name,
+            "access": self.access.to_dict(ms[0] if ms else 1),
+            "resources": [r.to_dict() for r in self.resources],
+            "predictions": [self.predict(m).to_dict() for m in ms],
+        }
+
+
+def profile_module(
+    label: str,
+    mod: Any,
+    target: Mapping[str, Any],
+    config: Mapping[str, object],
+    source: str | None = None,
+    sm_count: int | None = None,
+) -> KernelProfile:
+    """Profile a scheduled module; `source` (its generated CUDA) adds ptxas resources and the SASS mix."""
+    arch = str(target["arch"])
+    resources = tuple(compile_and_inspect(source, arch)) if source is not None else ()
+    return KernelProfile(label, analyze(mod, target, config), resources, sm_spec(arch, sm_count))
+
+
+def profile_gemm_tile(
+    tile: Any,
+    n: int,
+    k: int,
+    target: Mapping[str, Any],
+    dtype: str = "float32",
+    compiled: bool = True,
+    sm_count: int | None = None,
+) -> KernelProfile:
+    """A dense uKernel (pipeline/schedule.GemmTile) over a symbolic M, profiled."""
+    from service.tuning.tuners.pipeline.schedule import build_gemm, cuda_source, pass_config, schedule_gemm
+
+    arch = str(target["arch"])
+    source = cuda_source(build_gemm(tile, n, k, target, dtype=dtype)) if compiled else None
+    mod = schedule_gemm(tile, n, k, None, dtype).mod
+    return profile_module(tile.label(), mod, target, pass_config(arch), source, sm_count)

@@ -5,8 +5,9 @@ never finishes keeps the job alive forever while the heartbeat thread goes on be
 illegal address is a sticky CUDA error: every later CUDA call in that process fails, so every later job
 on the worker would too). So candidates are built and timed in a child process (TVM's `PopenWorker`,
 the one MetaSchedule's runner uses): a child that does not answer within `timeout_s` is killed, a child
-that dies or reports a sticky CUDA error is replaced, and the candidate is recorded as failed with the
-reason while the search goes on. The long-lived worker process never touches the faulting context.
+that dies or whose measured function raises anything at all is replaced, and the candidate is recorded as
+failed with the reason while the search goes on. The long-lived worker process never touches the faulting
+context.
 
 The deadline is kept by the parent: the child's own timer thread cannot fire while a C call that holds
 the GIL (a device synchronise) is stuck. Functions sent to the child must be importable module-level
@@ -26,25 +27,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# Errors after which a CUDA context is unusable (CUDA programming guide, "sticky" errors): the process
-# that hit one must go. Matched in the error text, which is all a child process can send back.
-STICKY_CUDA_ERRORS = (
-    "illegal memory access",
-    "illegal address",
-    "misaligned address",
-    "illegal instruction",
-    "unspecified launch failure",
-    "device-side assert",
-    "hardware stack error",
-    "CUDA_ERROR_ILLEGAL_ADDRESS",
-    "CUDA_ERROR_LAUNCH_FAILED",
-    "CUDA_ERROR_MISALIGNED_ADDRESS",
-    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-    "CUDA_ERROR_ASSERT",
-    "cudaErrorIllegalAddress",
-    "cudaErrorLaunchFailure",
-)
-
 
 class MeasureTimeout(RuntimeError):
     """The child did not answer in time; it was killed (a hung kernel, or a build that never ends)."""
@@ -52,11 +34,6 @@ class MeasureTimeout(RuntimeError):
 
 class MeasureCrashed(RuntimeError):
     """The child died while measuring (a segfault, an abort in the driver, or killed from outside)."""
-
-
-def is_sticky_cuda_error(error: BaseException | str) -> bool:
-    text = str(error)
-    return any(marker in text for marker in STICKY_CUDA_ERRORS)
 
 
 # How long a fresh child may take to start (interpreter, cloudpickle, TVM's popen worker) before it counts
@@ -72,10 +49,11 @@ def _ready() -> int:
 class IsolatedRunner:
     """Calls `fn(*args)` in a child process with a deadline; one child, reused until it fails.
 
-    `run` raises MeasureTimeout / MeasureCrashed, or re-raises the child's exception; after a timeout, a
-    crash or a sticky CUDA error the child is gone and the next call starts a fresh one (a second or two
-    to import TVM), so one bad candidate costs its own measurement and nothing after it. A fresh child
-    first answers a ping under `startup_timeout_s`; `timeout_s` covers the measurement alone."""
+    `run` raises MeasureTimeout / MeasureCrashed, or re-raises the child's exception (its type and message);
+    after a timeout, a crash or any exception the child is gone and the next call starts a fresh one (2.4-3.2 s
+    to start Python and import TVM on two busy EPYC cores, plus a new CUDA context on a GPU), so one bad
+    candidate costs its own measurement and a restart, and nothing after it. A fresh child first answers a
+    ping under `startup_timeout_s`; `timeout_s` covers the measurement alone."""
 
     def __init__(self, timeout_s: float, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         if timeout_s <= 0:
@@ -83,7 +61,7 @@ class IsolatedRunner:
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         self._child: _Child | None = None
-        self.restarts = 0  # children replaced after a timeout, crash or sticky error
+        self.restarts = 0  # children replaced after a timeout, a crash or an exception
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._child is None:
@@ -107,8 +85,17 @@ class IsolatedRunner:
             raise MeasureCrashed(f"the measuring process died running {name} (exit {child.exit_code()})") from None
         if status == StatusKind.COMPLETE:
             return value
-        if is_sticky_cuda_error(value):
-            self._drop()  # its CUDA context is poisoned; an ordinary failure (a build error) keeps the child
+        # Any exception retires the child, whatever it says. Telling a poisoned CUDA context from a healthy one
+        # by the error text needs a list of error strings, and a list always misses one (error 717,
+        # cudaErrorInvalidAddressSpace, slipped through on an H100). Asking the child instead is no better:
+        # CUDA errors are asynchronous, so a plain Python error (a failed check, a bad tile) can be raised while
+        # a kernel launched just before it is still running or about to fault; a probe would have to
+        # synchronise, which blocks on that kernel and turns the real error into a timeout; TVM, torch and the
+        # driver each keep their own error state; and CUDA is not the only state a half-run measurement can
+        # leave behind (device memory held by the traceback, half-loaded modules). Nor can "CUDA never
+        # initialised" save the child: after its first measurement it always is. A fresh process is the one
+        # state known to be clean, and only failing candidates pay for it.
+        self._drop()
         raise _without_traceback(value)
 
     def _drop(self) -> None:

@@ -162,15 +162,16 @@ def _card() -> Any:
 def test_a_faulting_and_a_hanging_kernel_cost_only_their_child() -> None:
     import torch
 
-    from service.tuning.isolation import IsolatedRunner, MeasureTimeout, is_sticky_cuda_error
+    from service.tuning.isolation import IsolatedRunner, MeasureTimeout
     from tests.tuning.gpu import faulty_kernels
 
     with IsolatedRunner(timeout_s=20) as runner:
         with pytest.raises(Exception) as fault:
             runner.run(faulty_kernels.run_faulting_kernel)
-        assert is_sticky_cuda_error(fault.value) or "died" in str(fault.value), fault.value
+        assert runner.restarts == 1, fault.value  # whatever the fault raised (error 717 on an H100), its child is gone
         with pytest.raises(MeasureTimeout):
             runner.run(faulty_kernels.run_hanging_kernel)
+        assert runner.restarts == 2
         assert runner.run(faulty_kernels.sum_on_gpu) == 4.0  # a fresh child computes again
     assert float(torch.ones(4, device="cuda").sum()) == 4.0  # and this process never saw the fault
 

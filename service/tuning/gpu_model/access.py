@@ -59,6 +59,26 @@ class SharedLoad:
 
 
 @dataclass(frozen=True)
+class GlobalLoad:
+    """One global load instruction (LDG, or the source side of a cp.async), as each thread issues it."""
+
+    buffer: str
+    width_bytes: int
+    per_thread: int
+    sectors: float  # distinct 32-byte sectors per warp-wide issue (ideal: 32·width/32 for coalesced lanes)
+    lines: float  # distinct 128-byte lines per warp-wide issue: L1 wavefronts at one line per clock
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "buffer": self.buffer,
+            "width_bytes": self.width_bytes,
+            "per_thread": self.per_thread,
+            "sectors": round(self.sectors, 2),
+            "lines": round(self.lines, 2),
+        }
+
+
+@dataclass(frozen=True)
 class KernelAccess:
     """One __global__ kernel of the module: launch geometry (grid as a function of M) and per-thread work."""
 
@@ -67,6 +87,7 @@ class KernelAccess:
     grid: Callable[[int], int]  # M -> thread blocks launched
     shared_loads: tuple[SharedLoad, ...]
     fma_per_thread: int
+    global_loads: tuple[GlobalLoad, ...] = ()
 
     @property
     def threads(self) -> int:
@@ -83,6 +104,10 @@ class KernelAccess:
         ideal = sum(s.per_thread * s.ideal for s in self.shared_loads) * self.warps
         return phase, warp, ideal
 
+    def l1_lines_per_block(self) -> float:
+        """128-byte L1 wavefronts one thread block's global loads take."""
+        return sum(g.per_thread * g.lines for g in self.global_loads) * self.warps
+
 
 @dataclass(frozen=True)
 class ModuleAccess:
@@ -98,6 +123,7 @@ class ModuleAccess:
                     "grid": k.grid(m),
                     "fma_per_thread": k.fma_per_thread,
                     "shared_loads": [s.to_dict() for s in k.shared_loads],
+                    "global_loads": [g.to_dict() for g in k.global_loads],
                 }
                 for k in self.kernels
             ],
@@ -220,7 +246,8 @@ class _Scope:
 @dataclass
 class _RawLoad:
     buffer: str
-    elem_bytes: int
+    elem_bytes: int  # of one scalar element
+    lanes: int  # elements per access already vectorised by TVM (a Ramp index)
     index: Any
     loops: tuple[tuple[str, int], ...]
     lets: dict[str, Any]
@@ -232,6 +259,7 @@ class _KernelBuilder:
     blocks: dict[str, Any] = field(default_factory=dict)  # blockIdx.x -> extent expr
     thread_vars: dict[str, str] = field(default_factory=dict)  # var name -> threadIdx.x
     loads: list[_RawLoad] = field(default_factory=list)
+    global_loads: list[_RawLoad] = field(default_factory=list)
     fma: int = 0
 
     def finish(self, index: int) -> KernelAccess:
@@ -247,7 +275,8 @@ class _KernelBuilder:
 
         env = self._thread_env(block)
         loads = tuple(_shared_load(raw, env, math.prod(block)) for raw in self.loads)
-        return KernelAccess(index, block, grid, loads, self.fma)
+        global_loads = tuple(_global_load(raw, env, math.prod(block)) for raw in self.global_loads)
+        return KernelAccess(index, block, grid, loads, self.fma, global_loads)
 
     def _thread_env(self, block: tuple[int, int, int]) -> Env:
         tid = np.arange(math.prod(block), dtype=np.int64)
@@ -323,11 +352,13 @@ class _Walker:
             return
         found: list[Any] = []
         for expr in exprs:
-            _collect_shared_loads(expr, found)
-        for load in found:
-            self.current.loads.append(
-                _RawLoad(str(load.source.name), _dtype_bytes(load.ty), load.indices[-1], scope.loops, scope.lets)
+            _collect_loads(expr, found)
+        for load, scope_name in found:
+            dt = _dtype(load.ty)
+            raw = _RawLoad(
+                str(load.source.name), max(1, dt.bits // 8), dt.lanes, load.indices[-1], scope.loops, scope.lets
             )
+            (self.current.loads if scope_name in SHARED_SCOPES else self.current.global_loads).append(raw)
 
     def _count_fma(self, store: Any, scope: _Scope) -> None:
 
@@ -335,18 +366,23 @@ class _Walker:
             return
         value = store.value
         if type(value).__name__ == "Add" and "Mul" in (type(value.a).__name__, type(value.b).__name__):
-            self.current.fma += math.prod(extent for _, extent in scope.loops)
+            lanes = _dtype(value.ty).lanes  # a vectorised update is that many FMAs
+            self.current.fma += lanes * math.prod(extent for _, extent in scope.loops)
 
 
-def _collect_shared_loads(expr: Any, found: list[Any]) -> None:
-    """Every shared-memory load inside an expression (TVM 0.27 has no Python expression visitor)."""
+def _collect_loads(expr: Any, found: list[tuple[Any, str]]) -> None:
+    """Every shared or global load inside an expression, with its scope (TVM 0.27 has no Python expression
+    visitor). A cp.async's source is a global load of its byte count, recorded as a pseudo-load."""
     kind = type(expr).__name__
     if _is_load(expr):
-        if _load_scope(expr) in SHARED_SCOPES:
-            found.append(expr)
+        scope = _load_scope(expr)
+        if scope in SHARED_SCOPES or scope == "global":
+            found.append((expr, scope))
         children: list[Any] = list(expr.indices)
     elif kind == "Call":
         children = list(expr.args)
+        if "cp_async" in str(expr.op.name) and len(expr.args) >= 5:
+            found.append((_CpAsyncSource(expr), "global"))
     elif kind == "Select":
         children = [expr.condition, expr.true_value, expr.false_value]
     elif kind == "Ramp":
@@ -359,7 +395,33 @@ def _collect_shared_loads(expr: Any, found: list[Any]) -> None:
         children = [getattr(expr, name) for name in ("a", "b", "value") if hasattr(expr, name)]
     for child in children:
         if not isinstance(child, int | float | str):
-            _collect_shared_loads(child, found)
+            _collect_loads(child, found)
+
+
+class _CpAsyncSource:
+    """The global side of `cp_async_raw(dst, dst_offset, src, src_offset, bytes[, predicate])` (element type: the
+    call's) as a load of `bytes` from `src` at `src_offset` elements."""
+
+    def __init__(self, call: Any) -> None:
+        import tvm
+
+        args = call.args
+        self.source = _Named(str(args[2]).split(".")[0])
+        self.indices = [args[3]]
+        scalar = tvm.DataType(str(call.ty))
+        lanes = int(args[4].value) // max(1, scalar.bits // 8)
+        self.ty = f"{scalar}x{lanes}" if lanes > 1 else str(scalar)
+
+
+@dataclass(frozen=True)
+class _Named:
+    name: str
+
+
+def _dtype(ty: Any) -> Any:
+    import tvm
+
+    return tvm.DataType(str(ty))
 
 
 def _unrolled(loops: tuple[tuple[str, int], ...]) -> int:
@@ -387,7 +449,7 @@ def _shared_load(raw: _RawLoad, threads_env: Env, threads: int) -> SharedLoad:
     depends = {name for name, stride in strides.items() if np.any(stride != 0)}
     count = math.prod(extent for name, extent in raw.loops if name in depends or name not in inner_names)
     elems = 1
-    for lanes in (16 // raw.elem_bytes, 8 // raw.elem_bytes):
+    for lanes in (16 // raw.elem_bytes, 8 // raw.elem_bytes) if raw.lanes == 1 else ():
         if lanes <= 1:
             continue
         along = [name for name, extent in inner if extent % lanes == 0 and np.all(strides[name] == 1)]
@@ -397,7 +459,7 @@ def _shared_load(raw: _RawLoad, threads_env: Env, threads: int) -> SharedLoad:
         if along and aligned:
             elems = lanes
             break
-    width = raw.elem_bytes * elems
+    width = raw.elem_bytes * raw.lanes * elems
     phase, warp = [], []
     for start in range(0, threads, banks.WARP):
         lane_bytes = [int(a) * raw.elem_bytes for a in origin[start : start + banks.WARP]]
@@ -405,3 +467,18 @@ def _shared_load(raw: _RawLoad, threads_env: Env, threads: int) -> SharedLoad:
         phase.append(p)
         warp.append(w)
     return SharedLoad(raw.buffer, width, count // elems, float(np.mean(phase)), float(np.mean(warp)))
+
+
+def _global_load(raw: _RawLoad, threads_env: Env, threads: int) -> GlobalLoad:
+    """Sectors and 128-byte lines per warp-wide issue; TVM vectorises global loads itself (Ramp / cp.async)."""
+    env: Env = {**threads_env, **raw.lets, **{name: 0 for name, _ in raw.loops}}
+    origin = np.broadcast_to(np.asarray(_evaluate(raw.index, env, 1), dtype=np.int64), (threads,))
+    width = raw.elem_bytes * raw.lanes
+    sectors, lines = [], []
+    for start in range(0, threads, banks.WARP):
+        first = origin[start : start + banks.WARP] * raw.elem_bytes
+        touched = {int(b) for a in first for b in range(int(a), int(a) + width, 4)}
+        sectors.append(len({b // 32 for b in touched}))
+        lines.append(len({b // 128 for b in touched}))
+    count = math.prod(extent for _, extent in raw.loops)
+    return GlobalLoad(raw.buffer, width, count, float(np.mean(sectors)), float(np.mean(lines)))

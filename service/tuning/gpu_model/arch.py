@@ -24,6 +24,10 @@ class SMSpec:
     max_threads_per_sm: int = 2048
     max_blocks_per_sm: int = 32
     shared_wavefronts_per_clock: int = 1
+    # What one kernel costs beyond its bound when it is tiny (launch, ramp-up, tail, in a CUDA-graph replay).
+    # An assumption, not a fit: the first light's fastest kernel (cuBLAS fp16, qkv T = 1) took 4.55 µs for 1.2 µs
+    # of DRAM time, and graph-replayed kernel nodes are commonly ~2 µs apart. `Prediction.with_launch_s` adds it.
+    launch_floor_s: float = 2.0e-6
 
     def resident_blocks(self, threads: int, registers: int, smem_bytes: int) -> int:
         """Blocks of this kernel one SM holds at once (registers are allocated per warp, in 256s)."""

@@ -199,8 +199,10 @@ def gpu_candidates(
     dtype: str = "float32",
     top_k: int = 4,
     limits: GPURuleLimits | None = None,
+    per_bm: int = 1,
 ) -> list[GPUTileCandidate]:
-    """The best `top_k` tiles (distinct bm) for one representative M."""
+    """The best `top_k` tiles for one representative M, at most `per_bm` of each bm (the static model's
+    screen asks for a wide pool: gpu_screen.model_ukernels)."""
     limits = limits or GPURuleLimits()
     if hw.kind != "gpu":
         raise ValueError("GPU rules need a GPU hardware model (HardwareModel.for_gpu / GPUDescription.hardware_model)")
@@ -252,10 +254,13 @@ def gpu_candidates(
         for c in underfilling
     ]
     pool.sort(key=lambda c: (-round(c.score, 9), c.tile.split_k, -c.tile.bk, c.tile.label()))
-    best_per_bm: dict[int, GPUTileCandidate] = {}
+    kept: list[GPUTileCandidate] = []
+    per: dict[int, int] = {}
     for cand in pool:
-        best_per_bm.setdefault(cand.tile.bm, cand)
-    return sorted(best_per_bm.values(), key=lambda c: -c.score)[:top_k]
+        if per.get(cand.tile.bm, 0) < per_bm:
+            per[cand.tile.bm] = per.get(cand.tile.bm, 0) + 1
+            kept.append(cand)
+    return sorted(kept, key=lambda c: -c.score)[:top_k]
 
 
 def gpu_ukernels(

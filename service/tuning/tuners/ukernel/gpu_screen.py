@@ -1,10 +1,14 @@
-"""Before any GPU time is spent: every proposed uKernel is profiled by the static GPU model, the ones the gate
-rejects are recorded and dropped, and the rest are ranked by the model's predicted time at their
-representative M (service.tuning.gpu_model). This replaces the rules' shared-memory-blind estimate as the
-order candidates are measured in; the measurement still decides.
+"""Before any GPU time is spent: uKernels are chosen, gated and ordered by the static GPU model.
 
-Profiling lowers each tile through TVM (~0.1 s); ptxas resources and the SASS mix are added where nvcc and
-cuobjdump are installed (`cuda-build` extra), else the gate judges shared loads alone and says so.
+The GPU rules' analytic estimate cannot see shared memory, so it only prefilters: per representative M they
+give a wide pool (`POOL_PER_M` tiles, at most `POOL_PER_BM` per bm). Every tile of the pool is predicted by the
+model from its lowered TIR (service.tuning.gpu_model; bound + launch floor at that M), and in predicted order
+tiles are compiled (ptxas, SASS) and gated until `per_m` of distinct bm pass; the ones the gate rejects on the
+way are kept with their reasons for the job's record (never built on the GPU). For small T the best predicted
+GEMV-family kernel that passes the gate joins them (pipeline/gemv.py). The measurement still decides.
+
+Lowering costs ~0.07 s per tile, compiling ~1 s; without nvcc/cuobjdump (no `cuda-build`/`sass` extras) the
+gate judges shared loads alone and says so. An arch the model has no figures for keeps the rules' order.
 """
 
 from __future__ import annotations
@@ -14,45 +18,145 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.tuning.gpu_model import gate
-from service.tuning.gpu_model.cubin import have_tools
-from service.tuning.gpu_model.profile import profile_gemm_tile
-from service.tuning.tuners.ukernel.gpu_rules import GPUTileCandidate
+from service.tuning.gpu_model.access import analyze
+from service.tuning.gpu_model.arch import SMSpec, sm_spec
+from service.tuning.gpu_model.bound import predict
+from service.tuning.gpu_model.cubin import compile_and_inspect, have_tools
+from service.tuning.gpu_model.profile import KernelProfile
+from service.tuning.hardware_model import HardwareModel
+from service.tuning.tuners.pipeline.gemv import GemvTile, gemv_candidates
+from service.tuning.tuners.pipeline.schedule import cuda_source, pass_config
+from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, scheduled_module
+from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, GPUTileCandidate, gpu_candidates
+
+POOL_PER_M = 64
+POOL_PER_BM = 16
+MAX_CHECKS_PER_M = 8  # compiles spent per representative M looking for per_m passing tiles
+GEMV_MAX_ROWS = 16  # representative M up to which the GEMV family is proposed
 
 
 @dataclass(frozen=True)
 class Screened:
-    candidate: GPUTileCandidate
-    predicted_s: float | None  # the model's bound at the representative M (None: not modelled)
+    tile: UKernelTile
+    representative_m: int  # the M it was chosen at
+    score: float  # the rules' analytic score (0 for GEMV tiles, which the rules do not propose)
+    reasons: tuple[str, ...]  # why it was proposed
+    predicted_s: float | None  # bound + launch floor at the representative M (None: not modelled)
     verdict: gate.Verdict
-    model: dict[str, Any]  # the prediction and resources, for the job's candidate record
+    model: dict[str, Any]  # the prediction and ptxas resources, for the job's candidate record
 
     @property
     def passed(self) -> bool:
         return self.verdict.passed
 
 
-def screen(
-    proposals: Sequence[GPUTileCandidate],
-    n: int,
-    k: int,
-    target: Mapping[str, Any],
-    sm_count: int | None = None,
-    dtype: str = "float32",
-) -> list[Screened]:
-    """Every proposal profiled and gated; passed ones first, fastest predicted first. A target the model has
-    no figures for (an unknown arch) keeps the rules' order, every candidate passed and marked unmodelled."""
-    compiled = have_tools()
-    out: list[Screened] = []
-    for cand in proposals:
-        try:
-            profile = profile_gemm_tile(cand.tile, n, k, target, dtype, compiled=compiled, sm_count=sm_count)
-        except ValueError as exc:  # no SM figures for this arch
-            out.append(Screened(cand, None, gate.Verdict(True, (f"not modelled: {exc}",)), {}))
-            continue
+class _Profiles:
+    """Per tile, lowered once and compiled at most once."""
+
+    def __init__(self, n: int, k: int, target: Mapping[str, Any], spec: SMSpec, dtype: str) -> None:
+        self.n, self.k, self.target, self.spec, self.dtype = n, k, dict(target), spec, dtype
+        self.arch = str(target["arch"])
+        self.compiled = have_tools()
+        self.lowered: dict[UKernelTile, KernelProfile] = {}
+        self.checked: dict[UKernelTile, KernelProfile] = {}
+
+    def lowered_profile(self, tile: UKernelTile) -> KernelProfile:
+        if tile not in self.lowered:
+            access = analyze(scheduled_module(tile, self.n, self.k, self.dtype), self.target, pass_config(self.arch))
+            self.lowered[tile] = KernelProfile(tile.label(), access, (), self.spec)
+        return self.lowered[tile]
+
+    def checked_profile(self, tile: UKernelTile) -> KernelProfile:
+        if tile not in self.checked:
+            profile = self.lowered_profile(tile)
+            if self.compiled:
+                source = cuda_source(build_module(tile, self.n, self.k, self.target, self.dtype))
+                profile = KernelProfile(
+                    profile.label, profile.access, tuple(compile_and_inspect(source, self.arch)), self.spec
+                )
+            self.checked[tile] = profile
+        return self.checked[tile]
+
+    def screened(self, cand: GPUTileCandidate | _GemvProposal) -> Screened:
+        profile = self.checked_profile(cand.tile)
         verdict = gate.check(profile)
-        if not compiled:
+        if not self.compiled:
             verdict = gate.Verdict(verdict.passed, (*verdict.reasons, "ptxas not run: no nvcc/cuobjdump on this host"))
         predicted = profile.predict(max(cand.representative_m, 1))
         model = {"predicted": predicted.to_dict(), "resources": [r.to_dict() for r in profile.resources]}
-        out.append(Screened(cand, predicted.high_s, verdict, model))
-    return sorted(out, key=lambda s: (not s.passed, s.predicted_s if s.predicted_s is not None else float("inf")))
+        m = cand.representative_m
+        return Screened(cand.tile, m, cand.score, cand.reasons, predicted.with_launch_s, verdict, model)
+
+
+def model_ukernels(
+    hw: HardwareModel,
+    n: int,
+    k: int,
+    representative_ms: Sequence[int],
+    target: Mapping[str, Any],
+    dtype: str = "float32",
+    per_m: int = 2,
+    limits: GPURuleLimits | None = None,
+) -> list[Screened]:
+    """Passing uKernels first (fastest predicted at their M first), then the gated ones met on the way."""
+    try:
+        spec = sm_spec(str(target["arch"]), hw.sm_count)
+    except ValueError as exc:  # no SM figures: the rules' order, unmodelled
+        from service.tuning.tuners.ukernel.gpu_rules import gpu_ukernels
+
+        note = gate.Verdict(True, (f"not modelled: {exc}",))
+        return [
+            Screened(c.tile, c.representative_m, c.score, c.reasons, None, note, {})
+            for c in gpu_ukernels(hw, n, k, representative_ms, dtype, per_m, limits)
+        ]
+    profiles = _Profiles(n, k, target, spec, dtype)
+    passed: dict[UKernelTile, Screened] = {}
+    gated: dict[UKernelTile, Screened] = {}
+    for m in representative_ms:
+        pool = gpu_candidates(hw, n, k, m, dtype, top_k=POOL_PER_M, limits=limits, per_bm=POOL_PER_BM)
+        ranked = sorted(
+            pool,
+            key=lambda c: (
+                predict(profiles.lowered_profile(c.tile).access, max(m, 1), spec).with_launch_s,
+                c.tile.label(),
+            ),
+        )
+        kept_bm: set[int] = set()
+        checks = 0
+        for cand in ranked:
+            if len(kept_bm) >= per_m or checks >= MAX_CHECKS_PER_M:
+                break
+            if cand.tile.bm in kept_bm:
+                continue
+            checks += cand.tile not in profiles.checked
+            result = profiles.screened(cand)
+            if result.passed:
+                kept_bm.add(cand.tile.bm)
+                passed.setdefault(cand.tile, result)
+            else:
+                gated.setdefault(cand.tile, result)
+    small = [m for m in representative_ms if m <= GEMV_MAX_ROWS]
+    if small:  # the GEMV family for small T: the best predicted at the smallest M that passes the gate
+        m = min(small)
+        family = [_GemvProposal(tile, m) for tile in gemv_candidates(n, k, dtype)]
+        family.sort(
+            key=lambda c: (predict(profiles.lowered_profile(c.tile).access, m, spec).with_launch_s, c.tile.label())
+        )
+        for proposal in family[:MAX_CHECKS_PER_M]:
+            result = profiles.screened(proposal)
+            (passed if result.passed else gated).setdefault(proposal.tile, result)
+            if result.passed:
+                break
+    order = sorted(passed.values(), key=lambda s: (s.representative_m, s.predicted_s or 0.0))
+    return [*order, *gated.values()]
+
+
+@dataclass(frozen=True)
+class _GemvProposal:
+    tile: GemvTile
+    representative_m: int
+    score: float = 0.0
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return (f"GEMV family (T ≤ {self.tile.max_rows}): W streamed into registers, warp-shuffle reductions",)

@@ -30,8 +30,10 @@ from service.tuning.cuda_toolchain import captured_device_code, device_code_sha2
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
-from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, supports_async_copy
+from service.tuning.tuners.pipeline.gemv import GemvTile
+from service.tuning.tuners.pipeline.schedule import GemmTile, supports_async_copy
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
+from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, rows_per_piece, tile_record
 from service.tuning.tuners.ukernel.gpu_routes import (
     GpuRouteDecision,
     GpuTimers,
@@ -39,21 +41,23 @@ from service.tuning.tuners.ukernel.gpu_routes import (
     host_cost_shapes,
     not_routed_record,
 )
-from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, gpu_ukernels
-from service.tuning.tuners.ukernel.gpu_screen import Screened, screen
+from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
+from service.tuning.tuners.ukernel.gpu_screen import Screened, model_ukernels
 from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
 from service.tuning.tuners.ukernel.tuner import NOISE_TIE, RangeOutcome, RangeSink, RangeTask
 from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes
 
 
-def build_cuda_ukernel(tile: GemmTile, N: int, K: int, target: Mapping[str, Any]) -> CudaUKernel:
-    """Compile one uKernel over a symbolic M. On a GPU host the spec records the sha256 of the device code
-    nvcc returned to TVM, which is what the exported library embeds; a host without a CUDA runtime builds
-    CUDA source only and records '' (no device code exists to hash)."""
+def build_cuda_ukernel(tile: UKernelTile, N: int, K: int, target: Mapping[str, Any]) -> CudaUKernel:
+    """Compile one uKernel (GEMM tile or GEMV) over a symbolic M. On a GPU host the spec records the sha256 of
+    the device code nvcc returned to TVM, which is what the exported library embeds; a host without a CUDA
+    runtime builds CUDA source only and records '' (no device code exists to hash)."""
     with captured_device_code() as blobs:
-        module = build_gemm(tile, N, K, target)
-    tile_dict, digest = dataclasses.asdict(tile), device_code_sha256(blobs)
-    spec = CudaUKernelSpec(N=N, K=K, mt=tile.bm, tile=tile_dict, target=dict(target), fatbin_sha256=digest)
+        module = build_module(tile, N, K, target)
+    digest = device_code_sha256(blobs)
+    spec = CudaUKernelSpec(
+        N=N, K=K, mt=rows_per_piece(tile), tile=tile_record(tile), target=dict(target), fatbin_sha256=digest
+    )
     return CudaUKernel(module, spec)
 
 
@@ -136,16 +140,14 @@ class GPUUKernelTuner:
         N, K, hw, target = job.N, job.K, job.hardware, job.target
         arch = str(target["arch"])
         reps = sorted({1, 16, max(1, job.representative_m), job.s_max})
-        # the static model gates every proposal and orders the survivors by predicted time (gpu_screen)
-        screened = screen(gpu_ukernels(hw, N, K, reps, limits=GPURuleLimits()), N, K, target, hw.sm_count)
+        # proposals chosen, gated and ordered by the static GPU model (gpu_screen), at most per_m per M
+        screened = model_ukernels(hw, N, K, reps, target, limits=GPURuleLimits())
         if not screened:
             raise ValueError(f"no uKernel tile passes the GPU rules for N={N}, K={K} on {hw.name}")
         gated = [s for s in screened if not s.passed]
         screened = [s for s in screened if s.passed][: min(job.max_ukernels, MAX_UKERNELS)]
         if not screened:
             raise ValueError(f"every uKernel tile fails the static model's gate: {[s.verdict.reasons for s in gated]}")
-        proposals = [s.candidate for s in screened]
-        model_of = {s.candidate.tile: s for s in screened}
         kernels: dict[str, CudaUKernel] = {}
         artifacts: dict[str, Any] = {}
         costs: list[TileCost] = []
@@ -154,28 +156,18 @@ class GPUUKernelTuner:
         # every candidate is built and timed in a child process: a hung kernel is killed after the timeout and a
         # faulting one takes only the child's CUDA context with it (service.tuning.isolation)
         runner = IsolatedRunner(job.measure_timeout_s)
-        for cand in proposals:
+        for cand in screened:
             if sink.should_stop():
                 runner.close()
                 raise TuningStopped("stopped by the job")
             uid = cand.tile.label()
             record: dict[str, Any] = {
                 "id": uid,
-                # [bm, bn, bk, tm, tn, stages, split_k], a list like the CPU records' [mt, nt, kt]
-                "tile": [
-                    cand.tile.bm,
-                    cand.tile.bn,
-                    cand.tile.bk,
-                    cand.tile.tm,
-                    cand.tile.tn,
-                    cand.tile.stages,
-                    cand.tile.split_k,
-                ],
-                "gemm_tile": dataclasses.asdict(cand.tile),
+                "gemm_tile": tile_record(cand.tile),
                 "score": cand.score,
                 "reasons": list(cand.reasons),
-                "model": model_of[cand.tile].model,  # static prediction at the representative M, resources
-                "gate": list(model_of[cand.tile].verdict.reasons),
+                "model": cand.model,  # static prediction at the representative M, resources
+                "gate": list(cand.verdict.reasons),
             }
             candidates.append(record)
             try:
@@ -183,11 +175,21 @@ class GPUUKernelTuner:
                 record["depths_s"] = depths
                 uid = chosen.label()  # the label now names the chosen depth
                 record["id"] = uid
-                record["gemm_tile"] = dataclasses.asdict(chosen)
-                record["tile"][5] = chosen.stages  # the depth the search kept
-                points = sample_ms(chosen.bm, job.s_max, job.measure_points)
+                record["gemm_tile"] = tile_record(chosen)
+                if isinstance(chosen, GemmTile):  # [bm, bn, bk, tm, tn, stages, split_k], like the CPU's [mt, nt, kt]
+                    record["tile"] = [
+                        chosen.bm,
+                        chosen.bn,
+                        chosen.bk,
+                        chosen.tm,
+                        chosen.tn,
+                        chosen.stages,
+                        chosen.split_k,
+                    ]
+                rows = rows_per_piece(chosen)
+                points = sample_ms(rows, job.s_max, job.measure_points)
                 seconds = runner.run(time_ukernel, chosen, N, K, dict(target), points, hw.l2_bytes)
-                cost = TileCost.from_measurements(uid, chosen.bm, dict(zip(points, seconds, strict=True)))
+                cost = TileCost.from_measurements(uid, rows, dict(zip(points, seconds, strict=True)))
                 kernel = build_cuda_ukernel(chosen, N, K, target)  # built here too: exported and dispatched
             except Exception as exc:  # a tile the compiler or the GPU rejects is recorded, the others go on
                 errors += 1
@@ -205,7 +207,7 @@ class GPUUKernelTuner:
         runner.close()
         candidates += [_gated_record(s) for s in gated]
         if not costs:
-            raise RuntimeError(f"all {len(proposals)} uKernels failed to build or run")
+            raise RuntimeError(f"all {len(screened)} uKernels failed to build or run")
         overhead = self._piece_overhead(kernels, N, K)
         programs = combine(costs, job.s_max, piece_overhead_s=overhead, rel_tie=NOISE_TIE)
         used = {p.ukernel_id for prog in programs for p in prog.pieces}
@@ -262,17 +264,20 @@ class GPUUKernelTuner:
     @staticmethod
     def _best_depth(
         runner: IsolatedRunner,
-        tile: GemmTile,
+        tile: UKernelTile,
         N: int,
         K: int,
         target: Mapping[str, Any],
         arch: str,
         hw: HardwareModel,
         m: int,
-    ) -> tuple[GemmTile, dict[str, float | str]]:
+    ) -> tuple[UKernelTile, dict[str, float | str]]:
         """ALCOP's question per uKernel: build every feasible depth and time it at the representative M, each in
         the measuring child (a depth that hangs or faults is recorded and skipped). The depth is chosen on
-        repeated medians: each time is the median of 5 rounds of at least 50 ms, L2 flushed before each launch."""
+        repeated medians: each time is the median of 5 rounds of at least 50 ms, L2 flushed before each launch.
+        A GEMV kernel has no shared-memory pipeline: it is returned as it is."""
+        if isinstance(tile, GemvTile):
+            return tile, {}
         best: tuple[float, GemmTile] | None = None
         timings: dict[str, float | str] = {}
         for cand in depth_candidates(tile, N, K, arch, hw):
@@ -334,12 +339,12 @@ class GPUUKernelTuner:
 
 def _gated_record(screened: Screened) -> dict[str, Any]:
     """A proposal the static model's gate rejected: recorded with why, never built on the GPU."""
-    tile = screened.candidate.tile
+    tile = screened.tile
     return {
         "id": tile.label(),
-        "gemm_tile": dataclasses.asdict(tile),
-        "score": screened.candidate.score,
-        "reasons": list(screened.candidate.reasons),
+        "gemm_tile": tile_record(tile),
+        "score": screened.score,
+        "reasons": list(screened.reasons),
         "model": screened.model,
         "gate": list(screened.verdict.reasons),
         "error": "rejected by the static GPU model's gate before timing",
@@ -347,12 +352,12 @@ def _gated_record(screened: Screened) -> dict[str, Any]:
 
 
 def time_ukernel(
-    tile: GemmTile, N: int, K: int, target: Mapping[str, Any], ms: Sequence[int], l2_bytes: int
+    tile: UKernelTile, N: int, K: int, target: Mapping[str, Any], ms: Sequence[int], l2_bytes: int
 ) -> list[float]:
     """Build one uKernel and time it at each M (kernel only, L2 flushed before each launch): what the measuring
     child process runs, on picklable values."""
-    spec = CudaUKernelSpec(N=N, K=K, mt=tile.bm, tile=dataclasses.asdict(tile), target=dict(target))
-    kernel = CudaUKernel(build_gemm(tile, N, K, target), spec)
+    spec = CudaUKernelSpec(N=N, K=K, mt=rows_per_piece(tile), tile=tile_record(tile), target=dict(target))
+    kernel = CudaUKernel(build_module(tile, N, K, target), spec)
     return [kernel.time(m, l2_bytes=l2_bytes) for m in ms]
 
 

@@ -1,0 +1,41 @@
+"""The two families of CUDA uKernel the GPU tuner builds, behind one small set of functions.
+
+  - GEMM tiles (pipeline/schedule.GemmTile): shared-memory tiles, pipelined, any M; a piece runs bm rows.
+  - GEMV (pipeline/gemv.GemvTile): W streamed into registers, warp-shuffle reductions, for T ≤ 16 (correct for
+    any M); a piece runs `bucket` rows.
+Both compile to a module whose `main(X, W, Y)` takes a symbolic M, so kernelfleet.cuda_ukernel runs either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from service.tuning.tuners.pipeline.gemv import GemvTile, build_gemv, schedule_gemv
+from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, schedule_gemm
+
+UKernelTile = GemmTile | GemvTile
+
+
+def rows_per_piece(tile: UKernelTile) -> int:
+    """The M granularity a dispatch piece of this uKernel runs (the DP's `mt`)."""
+    return tile.bucket if isinstance(tile, GemvTile) else tile.bm
+
+
+def build_module(tile: UKernelTile, n: int, k: int, target: Mapping[str, Any], dtype: str = "float32") -> Any:
+    if isinstance(tile, GemvTile):
+        return build_gemv(tile, n, k, target, dtype)
+    return build_gemm(tile, n, k, target, dtype=dtype)
+
+
+def scheduled_module(tile: UKernelTile, n: int, k: int, dtype: str = "float32") -> Any:
+    """The scheduled (unbuilt) IRModule, what the static GPU model lowers and reads."""
+    if isinstance(tile, GemvTile):
+        return schedule_gemv(tile, n, k, dtype).mod
+    return schedule_gemm(tile, n, k, None, dtype).mod
+
+
+def tile_record(tile: UKernelTile) -> dict[str, Any]:
+    """What a spec and a candidate record keep of the tile: its fields and its family."""
+    return {"kind": "gemv" if isinstance(tile, GemvTile) else "gemm", **dataclasses.asdict(tile)}

@@ -2,8 +2,8 @@
 # A GPU session in commands that each fit the GPU machine's 10-minute limit per command.
 #
 # On this (CPU) host:   bash bench/gpu_session.sh pack
-#   packs TVM 0.27 with ../shared/tools/tvm-gpu-bundle.sh into the git-ignored .gpu-bundle/ (about 61 MiB: the
-#   GPU machine reaches no package registry); carry .gpu-bundle to the GPU machine with the working tree.
+#   packs TVM 0.27 with bench/tvm_bundle.sh into the git-ignored .gpu-bundle/ (about 60.6 MiB: the GPU machine
+#   reaches no package registry); carry .gpu-bundle to the GPU machine with the working tree (64 MiB in all).
 # On the GPU machine, from the repository root (estimates for an H100 with 16 cores: MetaSchedule ~1.25 s per
 # trial with the fast builder (../shared/research/gpu.md §3), a uKernel build + nvcc ~1-2 s (0.6-1.8 s timed on
 # the 2-core dev VM); the first command also unpacks TVM: 4 s on the dev VM):
@@ -19,6 +19,15 @@
 #   run-pipeline           pipelined GEMMs vs MetaSchedule, bert_fc1 and bert_qk, 32 trials each side (~5 min)
 #   run                    run-tests, run-bench and run-pipeline in one command (for hosts without the
 #                          10-minute limit: set GPU_SESSION_LIMIT_S=1800; ~13 min)
+#   table                  issue 32's whole table in ONE command, every stage time-boxed (budgets printed first,
+#                          450 s in all): GPU tests (120 s); qkv and ffn_down, T = 1..128 headline set, fp32
+#                          uKernels vs cuBLAS fp32 with TF32/fp16 cuBLAS references (110 s each); the pipeline
+#                          kind vs its unpipelined twin and MetaSchedule at one T, 16 trials each (110 s). A stage
+#                          that overruns is cut (its partial results kept) and the next one starts on time.
+#                          GPU_SESSION_DRY_RUN=1: on a CPU host, everything up to the first GPU call (=plan: the
+#                          plan alone): the plan,
+#                          the benchmarks' imports and arguments, the GPU tests collected, and both layers'
+#                          uKernel proposals chosen by the static model and compiled with nvcc.
 # Extra arguments go to the benchmark (e.g. run-bench --ms-trials 0). Every command stops its benchmark at
 # GPU_SESSION_LIMIT_S (default 570 s) from its start, keeping what it measured, and ends by merging its part
 # into ONE results file, $OUT/gpu_results.json (environment facts read now from nvidia-smi/torch/tvm, test
@@ -152,11 +161,14 @@ collect() { # mode rc seconds [collect args]: merge this command's part into the
     echo "results: $out/gpu_results.json"
 }
 
-step() { # mode log-name command...: run under the time limit, return its exit status without stopping here
-    local m=$1 log=$2 rc=0
+step() { # mode log-name command...: run under the time limit (and the stage's STEP_BUDGET_S when set), return
+    # its exit status without stopping here
+    local m=$1 log=$2 rc=0 budget
     shift 2
+    budget=$(remaining)
+    if [[ -n "${STEP_BUDGET_S:-}" ]] && ((STEP_BUDGET_S < budget)); then budget=$STEP_BUDGET_S; fi
     set +e
-    timeout --signal=INT --kill-after=20 "$(remaining)" "$@" 2>&1 | tee "$out/$log"
+    timeout --signal=INT --kill-after=20 "$budget" "$@" 2>&1 | tee "$out/$log"
     rc=${PIPESTATUS[0]}
     set -e
     ((rc != 124)) || echo "$m: stopped at the time limit (GPU_SESSION_LIMIT_S=$limit_s); partial results kept"
@@ -191,10 +203,67 @@ run_pipeline() {
 }
 
 short=(--layers qkv --ts 1,2,4,8,16,32,61,64,97,128 --extra-ts "" --ms-shapes 16,128 --ms-trials 32)
+headline=(--ts 1,2,4,8,16,32,61,64,97,128 --extra-ts "" --ms-trials 0)
+# issue 32's table: stage, budget (s), what it runs; the estimates are the first light's H100 times
+# (gpu-first-light.md §1: tests 129 s for 45, a layer 94-99 s, pipeline + MetaSchedule 16 trials 105 s)
+table_plan=(
+    "tests 120 GPU tests: kernels, dispatchers, faults (test_on_gpu, test_codegen, test_gpu_rules)"
+    "qkv 110 qkv 2304x768: uKernels (static-model proposals, GEMV for small T) vs cuBLAS fp32/TF32/fp16"
+    "ffn_down 110 ffn_down 768x3072: the same"
+    "pipeline 110 pipeline kind on bert_fc1 vs its unpipelined twin and MetaSchedule, 16 trials each"
+)
+
+print_plan() {
+    local line total=0
+    echo "gpu_session table: stages and budgets (estimates from the first light's H100 run)"
+    for line in "${table_plan[@]}"; do
+        read -r name budget what <<<"$line"
+        printf '  %-9s %4d s  %s\n' "$name" "$budget" "$what"
+        total=$((total + budget))
+    done
+    echo "  total     $total s of the command's ${limit_s} s (GPU_SESSION_LIMIT_S)"
+}
+
+stage_budget() { # name -> budget seconds from the plan
+    local line
+    for line in "${table_plan[@]}"; do
+        read -r name budget _ <<<"$line"
+        [[ "$name" == "$1" ]] && { echo "$budget"; return; }
+    done
+}
+
+dry_run() { # everything up to the first GPU call, on a CPU host
+    export PYTHONPATH="$PWD:$PWD/clients/python${PYTHONPATH:+:$PYTHONPATH}"
+    mkdir -p "$out"
+    print_plan
+    "$PYTHON" bench/gpu_dynamic_bert.py --help >/dev/null && echo "dry run: gpu_dynamic_bert.py imports and parses"
+    "$PYTHON" bench/pipeline_gpu.py --help >/dev/null && echo "dry run: pipeline_gpu.py imports and parses"
+    "$PYTHON" -m pytest -p no:cacheprovider -q --collect-only tests/tuning/gpu/test_on_gpu.py \
+        tests/tuning/gpu/test_codegen.py tests/tuning/gpu/test_gpu_rules.py | tail -1
+    "$PYTHON" bench/gpu_model_report.py --out "$out/gpu_model_report.md" | grep -E "^### |Geomean"
+    echo "dry run: stopped before the first GPU call"
+}
+
+run_table() {
+    local rc=0 t0
+    print_plan
+    STEP_BUDGET_S=$(stage_budget tests) run_tests || rc=$?
+    for layer in qkv ffn_down; do
+        t0=$SECONDS
+        STEP_BUDGET_S=$(stage_budget "$layer") step "table-$layer" "table-$layer.txt" "$PYTHON" \
+            bench/gpu_dynamic_bert.py --layers "$layer" --out "$out/table_$layer.json" "${headline[@]}" || rc=$?
+        collect "table-$layer" "$rc" $((SECONDS - t0)) --dynamic-bert "$out/table_$layer.json"
+    done
+    t0=$SECONDS
+    STEP_BUDGET_S=$(stage_budget pipeline) step table-pipeline table-pipeline.txt "$PYTHON" bench/pipeline_gpu.py \
+        --ops bert_fc1 --trials 16 --out "$out/table_pipeline.json" || rc=$?
+    collect table-pipeline "$rc" $((SECONDS - t0)) --pipeline "$out/table_pipeline.json"
+    return "$rc"
+}
 case "$mode" in
 pack)
     if [[ ! -f "$bundle" ]]; then
-        bash "${TVM_GPU_BUNDLE_SCRIPT:-../shared/tools/tvm-gpu-bundle.sh}" .gpu-bundle
+        bash "${TVM_GPU_BUNDLE_SCRIPT:-bench/tvm_bundle.sh}" .gpu-bundle
     fi
     ls -la "$bundle"
     # the bundle travels with the working tree (tracked and untracked, not ignored), 64 MiB in all
@@ -228,6 +297,17 @@ run-pipeline)
     preflight
     run_pipeline "$@"
     ;;
+table)
+    if [[ "${GPU_SESSION_DRY_RUN:-}" == plan ]]; then
+        print_plan # the plan alone (what tests/bench/test_gpu_session.py reads)
+        exit 0
+    elif [[ -n "${GPU_SESSION_DRY_RUN:-}" ]]; then
+        dry_run
+        exit 0
+    fi
+    preflight pytest
+    run_table
+    ;;
 run)
     preflight pytest
     rc=0
@@ -237,7 +317,7 @@ run)
     exit "$rc"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh pack|check|run-tests|run-bench|run-bench-full LAYER|run-pipeline|run [args]" >&2
+    echo "usage: bash bench/gpu_session.sh pack|check|run-tests|run-bench|run-bench-full LAYER|run-pipeline|table|run [args]" >&2
     exit 2
     ;;
 esac

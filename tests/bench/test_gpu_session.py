@@ -158,3 +158,25 @@ def test_the_gpu_test_modules_collect_without_the_service_stack() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_the_table_plan_fits_eight_minutes_and_names_every_stage(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["/bin/bash", str(SCRIPT), "table"],
+        env={"PATH": os.environ["PATH"], "GPU_SESSION_DRY_RUN": "plan", "OUT": str(tmp_path / "out")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    stages = dict(re.findall(r"^  (\w+)\s+(\d+) s  ", done.stdout, re.MULTILINE))
+    stages.pop("total", None)
+    assert set(stages) == {"tests", "qkv", "ffn_down", "pipeline"}
+    assert sum(int(v) for v in stages.values()) <= 8 * 60
+    assert re.search(r"total\s+(\d+) s", done.stdout).group(1) == str(sum(int(v) for v in stages.values()))
+
+
+def test_the_table_stops_before_any_gpu_minute_without_a_gpu(tmp_path: Path) -> None:
+    done = _run(tmp_path, _bin(tmp_path), mode="table")
+    assert done.returncode == 3 and "missing prerequisite" in done.stderr

@@ -2,7 +2,7 @@
 
 `ptxas -v` reports per kernel the registers, the stack frame, spill stores/loads and static shared bytes;
 `cuobjdump -sass` lists the instructions, of which the model counts those that decide a GEMM's speed:
-shared loads by width (LDS, LDS.64, LDS.128), global loads (LDG.E.128, LDGSTS = cp.async), FFMA, HMMA /
+shared loads by width (LDS, LDS.64, LDS.128; LDSM = ldmatrix), global loads (LDG.E.128, LDGSTS = cp.async), FFMA, HMMA /
 HGMMA (tensor cores), SHFL (warp shuffles) and LDL / STL (local memory: spills or a stack-resident array).
 The SASS mix is counted statically (each instruction once, not per execution).
 """
@@ -18,7 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-OPCODES = ("LDS", "LDS.64", "LDS.128", "STS", "LDG.E.128", "LDGSTS", "FFMA", "HMMA", "HGMMA", "SHFL", "LDL", "STL")
+OPCODES = (
+    "LDS",
+    "LDS.64",
+    "LDS.128",
+    "LDSM",
+    "STS",
+    "LDG.E.128",
+    "LDGSTS",
+    "FFMA",
+    "HMMA",
+    "HGMMA",
+    "SHFL",
+    "LDL",
+    "STL",
+)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.bound import predict
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target, pass_config, schedule_gemm
+from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, schedule_tensorcore
 from service.tuning.tuners.ukernel.gpu_kernels import scheduled_module
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
 from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
@@ -28,6 +29,7 @@ from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "tuning" / "gpu_model" / "h100_first_light.json"
 LAYERS = {"qkv": (2304, 768), "ffn_down": (768, 3072)}
 TS = (1, 2, 4, 8, 16, 32, 61, 64, 97, 128)
+TENSOR_CORE_TILES = ("tc32x64x32_w16x32_s3", "tc64x64x32_w32x32_s4", "tc16x64x64_w16x16_s2")
 
 
 def _geomean(values: list[float]) -> float:
@@ -106,6 +108,34 @@ def main(argv: list[str] | None = None) -> None:
             if not s.passed:
                 lines.append(f"- gated out: {s.tile.label()}: {'; '.join(r for r in s.verdict.reasons if 'FAIL' in r)}")
         lines.append("")
+    lines += [
+        "## 3. fp16 tensor-core uKernels (pipeline/tensorcore.py): PREDICTED, not measured",
+        "",
+        "Not yet in the tuner: the tiles the module's tests build, each predicted per T (mma.sync at an assumed "
+        "1024 FMA/clock/SM, `SMSpec.mma_fma_per_clock`), the best + launch floor next to cuBLAS fp16 as measured "
+        "on the H100.",
+        "",
+    ]
+    fp16 = {(p["layer"], p["T"]): p["cublas_fp16_us"] for p in fixture["dense"]}
+    for layer, (n, k) in LAYERS.items():
+        tiles = [TensorCoreTile.from_label(t) for t in TENSOR_CORE_TILES]
+        accesses = {t: analyze(schedule_tensorcore(t, n, k).mod, target, pass_config("sm_90a")) for t in tiles}
+        ratios = []
+        lines += [
+            f"### {layer} fp16",
+            "",
+            "| T | tile | + launch floor µs (bound) | cuBLAS fp16 µs | ratio |",
+            "|---|---|---|---|---|",
+        ]
+        for t in TS:
+            tile, best = min(((x, predict(a, t, spec)) for x, a in accesses.items()), key=lambda x: x[1].with_launch_s)
+            ratio = fp16[(layer, t)] / (best.with_launch_s * 1e6)
+            ratios.append(ratio)
+            lines.append(
+                f"| {t} | {tile.label()} | {best.with_launch_s * 1e6:.1f} ({best.bound}) | {fp16[(layer, t)]:.1f} | "
+                f"{ratio:.2f} |"
+            )
+        lines += ["", f"Geomean cuBLAS fp16 / predicted: **{_geomean(ratios):.2f}×** (worst {min(ratios):.2f}×).", ""]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

@@ -17,6 +17,7 @@ Two things nvcc does to the loads are modelled, and checked against SASS by the 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,7 @@ class KernelAccess:
     shared_loads: tuple[SharedLoad, ...]
     fma_per_thread: int
     global_loads: tuple[GlobalLoad, ...] = ()
+    mma_fma_per_thread: int = 0  # tensor-core FMAs (mma.sync), a warp's MMA shared evenly by its 32 threads
 
     @property
     def threads(self) -> int:
@@ -122,6 +124,7 @@ class ModuleAccess:
                     "block": list(k.block),
                     "grid": k.grid(m),
                     "fma_per_thread": k.fma_per_thread,
+                    "mma_fma_per_thread": k.mma_fma_per_thread,
                     "shared_loads": [s.to_dict() for s in k.shared_loads],
                     "global_loads": [g.to_dict() for g in k.global_loads],
                 }
@@ -261,6 +264,7 @@ class _KernelBuilder:
     loads: list[_RawLoad] = field(default_factory=list)
     global_loads: list[_RawLoad] = field(default_factory=list)
     fma: int = 0
+    mma_fma: int = 0
 
     def finish(self, index: int) -> KernelAccess:
         block = (
@@ -276,7 +280,7 @@ class _KernelBuilder:
         env = self._thread_env(block)
         loads = tuple(_shared_load(raw, env, math.prod(block)) for raw in self.loads)
         global_loads = tuple(_global_load(raw, env, math.prod(block)) for raw in self.global_loads)
-        return KernelAccess(index, block, grid, loads, self.fma, global_loads)
+        return KernelAccess(index, block, grid, loads, self.fma, global_loads, self.mma_fma)
 
     def _thread_env(self, block: tuple[int, int, int]) -> Env:
         tid = np.arange(math.prod(block), dtype=np.int64)
@@ -320,6 +324,7 @@ class _Walker:
             self._count_fma(node, scope)
         elif isinstance(node, tirx.Evaluate):
             self._exprs([node.value], scope)
+            self._count_mma(node.value, scope)
         else:
             if isinstance(node, tirx.AllocBuffer) and self.current is None:
                 buf = node.buffer
@@ -360,6 +365,15 @@ class _Walker:
             )
             (self.current.loads if scope_name in SHARED_SCOPES else self.current.global_loads).append(raw)
 
+    def _count_mma(self, value: Any, scope: _Scope) -> None:
+        """`ptx_mma("m16n8k16", ...)`: m·n·k FMAs per warp, issued by each of its 32 threads' call."""
+        if self.current is None or type(value).__name__ != "Call" or not str(value.op.name).endswith("mma"):
+            return
+        shape = re.fullmatch(r"m(\d+)n(\d+)k(\d+)", str(value.args[0].value)) if value.args else None
+        if shape:
+            per_warp = math.prod(int(d) for d in shape.groups())
+            self.current.mma_fma += per_warp // banks.WARP * math.prod(extent for _, extent in scope.loops)
+
     def _count_fma(self, store: Any, scope: _Scope) -> None:
 
         if self.current is None or not str(store.buffer.dtype).startswith(("float", "bfloat")):
@@ -383,6 +397,8 @@ def _collect_loads(expr: Any, found: list[tuple[Any, str]]) -> None:
         children = list(expr.args)
         if "cp_async" in str(expr.op.name) and len(expr.args) >= 5:
             found.append((_CpAsyncSource(expr), "global"))
+        elif str(expr.op.name).endswith("ldmatrix") and len(expr.args) >= 7:
+            found.append((_LdmatrixSource(expr), "shared"))
     elif kind == "Select":
         children = [expr.condition, expr.true_value, expr.false_value]
     elif kind == "Ramp":
@@ -411,6 +427,17 @@ class _CpAsyncSource:
         scalar = tvm.DataType(str(call.ty))
         lanes = int(args[4].value) // max(1, scalar.bits // 8)
         self.ty = f"{scalar}x{lanes}" if lanes > 1 else str(scalar)
+
+
+class _LdmatrixSource:
+    """`ldmatrix(trans, num, type, local, local_offset, access_ptr(type, smem, offset, ...), smem_offset)` as a
+    shared load: every lane gives the address of one 16-byte row (x4: four 8×8 matrices per warp)."""
+
+    def __init__(self, call: Any) -> None:
+        pointer = call.args[5]
+        self.source = _Named(str(pointer.args[1].name))
+        self.indices = [pointer.args[2] + call.args[6]]
+        self.ty = "float16x8"  # 16 bytes per lane; b16 elements
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ class SMSpec:
     clock_max_hz: float
     fp32_lanes: int  # FFMA issued per SM per clock
     dram_bytes_per_s: float
+    # fp16/bf16 tensor-core FMAs per SM per clock through mma.sync (dense, fp32 accumulate). A100: its data sheet
+    # (312 TFLOP/s). H100: an assumption — wgmma reaches 2048, the warp-level mma.sync the uKernels use is
+    # reported well below that; 1024 (A100's rate) until a lent GPU measures it.
+    mma_fma_per_clock: int = 1024
     regs_per_sm: int = 65536
     smem_per_sm: int = 233472  # bytes a kernel's blocks may share (the carve-out's maximum)
     max_threads_per_sm: int = 2048

@@ -31,14 +31,15 @@ class Prediction:
     dram_s: float
     launch_floor_s: float = 0.0  # per kernel launched (SMSpec.launch_floor_s)
     l1_s: float = 0.0  # the busiest SM's global loads in 128-byte L1 wavefronts, one per clock
+    mma_s: float = 0.0  # the busiest SM's tensor-core FMAs at SMSpec.mma_fma_per_clock
 
     @property
     def low_s(self) -> float:
-        return max(self.shared_s[0], self.ffma_s, self.dram_s, self.l1_s)
+        return max(self.shared_s[0], self.ffma_s, self.dram_s, self.l1_s, self.mma_s)
 
     @property
     def high_s(self) -> float:
-        return max(self.shared_s[1], self.ffma_s, self.dram_s, self.l1_s)
+        return max(self.shared_s[1], self.ffma_s, self.dram_s, self.l1_s, self.mma_s)
 
     @property
     def with_launch_s(self) -> float:
@@ -49,7 +50,13 @@ class Prediction:
     @property
     def bound(self) -> str:
         """Which term sets `high_s`: 'shared memory', 'FFMA issue' or 'DRAM'."""
-        terms = {"shared memory": self.shared_s[1], "FFMA issue": self.ffma_s, "DRAM": self.dram_s, "L1": self.l1_s}
+        terms = {
+            "shared memory": self.shared_s[1],
+            "FFMA issue": self.ffma_s,
+            "DRAM": self.dram_s,
+            "L1": self.l1_s,
+            "MMA": self.mma_s,
+        }
         return max(terms, key=lambda key: terms[key])
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,6 +70,7 @@ class Prediction:
             "ffma_us": round(self.ffma_s * us, 2),
             "dram_us": round(self.dram_s * us, 2),
             "l1_us": round(self.l1_s * us, 2),
+            "mma_us": round(self.mma_s * us, 2),
             "predicted_us": round(self.high_s * us, 2),
             "with_launch_us": round(self.with_launch_s * us, 2),
             "bound": self.bound,
@@ -71,7 +79,7 @@ class Prediction:
 
 def predict(access: ModuleAccess, m: int, spec: SMSpec) -> Prediction:
     grids, busiest = [], []
-    phase = warp = ideal = fma = lines = 0.0
+    phase = warp = ideal = fma = lines = mma = 0.0
     share = 1.0  # the busiest SM's share of the DRAM traffic over an even 1/SMs share
     for kernel in access.kernels:
         blocks = kernel.grid(m)
@@ -84,7 +92,8 @@ def predict(access: ModuleAccess, m: int, spec: SMSpec) -> Prediction:
         ideal += i * on_busiest
         fma += kernel.fma_per_thread * kernel.threads * on_busiest
         lines += kernel.l1_lines_per_block() * on_busiest
-        if kernel.fma_per_thread:  # the kernels that stream the operands set the share
+        mma += kernel.mma_fma_per_thread * kernel.threads * on_busiest
+        if kernel.fma_per_thread or kernel.mma_fma_per_thread:  # the kernels that stream the operands set the share
             share = max(share, on_busiest * spec.sm_count / max(blocks, 1))
     per_clock = spec.shared_wavefronts_per_clock
     return Prediction(
@@ -97,4 +106,5 @@ def predict(access: ModuleAccess, m: int, spec: SMSpec) -> Prediction:
         dram_s=access.dram_bytes(m) * share / spec.dram_bytes_per_s,
         launch_floor_s=spec.launch_floor_s,
         l1_s=lines / spec.clock_min_hz,
+        mma_s=mma / spec.mma_fma_per_clock / spec.clock_min_hz,
     )

@@ -20,6 +20,7 @@ from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.bound import predict
 from service.tuning.hardware_model import HardwareModel
+from service.tuning.tuners.pipeline.gemv import default_gemv, schedule_gemv
 from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target, pass_config, schedule_gemm
 from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, schedule_tensorcore
 from service.tuning.tuners.ukernel.gpu_kernels import scheduled_module
@@ -109,9 +110,10 @@ def main(argv: list[str] | None = None) -> None:
                 lines.append(f"- gated out: {s.tile.label()}: {'; '.join(r for r in s.verdict.reasons if 'FAIL' in r)}")
         lines.append("")
     lines += [
-        "## 3. fp16 tensor-core uKernels (pipeline/tensorcore.py): PREDICTED, not measured",
+        "## 3. fp16 uKernels (tensor cores: pipeline/tensorcore.py; GEMV: pipeline/gemv.py): PREDICTED, not measured",
         "",
-        "Not yet in the tuner: the tiles the module's tests build, each predicted per T (mma.sync at an assumed "
+        "Not yet in the tuner: the tensor-core tiles the module's tests build and the fp16 GEMV default, each "
+        "predicted per T (mma.sync at an assumed "
         "1024 FMA/clock/SM, `SMSpec.mma_fma_per_clock`), the best + launch floor next to cuBLAS fp16 as measured "
         "on the H100.",
         "",
@@ -119,7 +121,11 @@ def main(argv: list[str] | None = None) -> None:
     fp16 = {(p["layer"], p["T"]): p["cublas_fp16_us"] for p in fixture["dense"]}
     for layer, (n, k) in LAYERS.items():
         tiles = [TensorCoreTile.from_label(t) for t in TENSOR_CORE_TILES]
-        accesses = {t: analyze(schedule_tensorcore(t, n, k).mod, target, pass_config("sm_90a")) for t in tiles}
+        accesses: dict[object, object] = {
+            t: analyze(schedule_tensorcore(t, n, k).mod, target, pass_config("sm_90a")) for t in tiles
+        }
+        gemv = default_gemv(n, k, "float16")  # the GEMV family in fp16 (16-byte W loads staged in registers)
+        accesses[gemv] = analyze(schedule_gemv(gemv, n, k, "float16").mod, target, pass_config("sm_90a"))
         ratios = []
         lines += [
             f"### {layer} fp16",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -22,6 +23,13 @@ Weighted = list[tuple[dict[str, int], float]]
 
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _require_finite_total(weights: Iterable[float]) -> None:
+    """Each weight is finite, but their sum (or product) may not be: two weights of 1e308 add to infinity, and
+    normalising by it gives NaN priorities downstream (issue 34 item 3: a 500 on POST /v1/models)."""
+    if not math.isfinite(sum(weights)):  # not fsum: it raises OverflowError instead of returning inf
+        raise ValueError("the weights add up to more than a float can hold: scale them down")
 
 
 class _Range(_Base):
@@ -51,6 +59,11 @@ class Explicit(_Base):
 
     kind: Literal["explicit"] = "explicit"
     points: list[ShapePoint] = Field(min_length=1, max_length=MAX_SUPPORT)
+
+    @model_validator(mode="after")
+    def _finite_total(self) -> Explicit:
+        _require_finite_total(w.weight for w in self.points)
+        return self
 
     def support(self) -> Weighted:
         merged: dict[str, tuple[dict[str, int], float]] = {}
@@ -104,6 +117,7 @@ class Histogram(_Base):
     def _some_mass(self) -> Histogram:
         if not any(c > 0 for c in self.counts.values()):
             raise ValueError("histogram counts must not all be zero")
+        _require_finite_total(self.counts.values())
         return self
 
     def support(self) -> Weighted:
@@ -126,6 +140,7 @@ class Independent(_Base):
             raise ValueError("each factor must cover a different dimension")
         if math.prod(len(f.support()) for f in self.factors) > MAX_SUPPORT:
             raise ValueError(f"the product support exceeds {MAX_SUPPORT} shapes")
+        _require_finite_total(w for _, w in self.support())
         return self
 
     def support(self) -> Weighted:

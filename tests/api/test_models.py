@@ -90,6 +90,11 @@ def test_split_budget_gives_the_floor_then_the_rest_by_priority_exactly() -> Non
             ["body", "ops", 0, "distribution"],
         ),
         (model_body(ops=[_op("a", _dense(8, 8), occurrences=0)]), ["body", "ops", 0, "occurrences"]),
+        # each weight finite, their sum not: a NaN priority was stored as NULL (a 500) — issue 34 item 3
+        (
+            model_body(ops=[_op("a", _dense(8, 8), dist=_explicit((4, 1e308), (8, 1e308)))]),
+            ["body", "ops", 0, "distribution"],
+        ),
         (model_body(target={"kind": "llvm", "num_cores": 2}), ["body", "target"]),
         (model_body(kind="nope"), ["body", "kind"]),
         (model_body(budget={"trials": 7, "min_trials": 4}), ["body", "budget", "trials"]),

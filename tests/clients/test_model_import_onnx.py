@@ -104,6 +104,9 @@ def test_distributions_come_from_the_input_histogram_as_a_product_of_independent
         g.distribution_for(dense, histogram={"batch": {1: 1}})
     with pytest.raises(ModelImportError, match="no positive weight"):
         g.distribution_for(dense, histogram={"batch": {1: 0}, "seq": {1: 1}})
+    # bounded before the values are listed: 10^12 values once took the machine's memory (issue 34 item 11)
+    with pytest.raises(ModelImportError, match="more than the 4096"):
+        g.distribution_for(dense, histogram={"batch": {1: 1}}, ranges={"seq": (1, 10**12)})
 
 
 def test_flops_shares_at_a_given_seq() -> None:

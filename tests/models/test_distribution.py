@@ -62,6 +62,13 @@ def test_histogram_and_independent_product() -> None:
         ({"kind": "explicit", "points": []}, "at least 1"),
         ({"kind": "normal", "dim": "M", "low": 1, "high": 3, "mean": 2, "std": 0}, "greater than 0"),
         ({"kind": "lognormal", "dim": "M"}, "does not match any of the expected tags"),
+        # finite weights whose sum is not (issue 34 item 3)
+        ({"kind": "explicit", "points": [{"shape": {"M": 1}, "weight": 1e308}] * 2}, "more than a float"),
+        ({"kind": "histogram", "dim": "M", "counts": {"1": 1e308, "2": 1e308}}, "more than a float"),
+        (
+            {"kind": "independent", "factors": [{"kind": "histogram", "dim": d, "counts": {"1": 1e200}} for d in "MN"]},
+            "more than a float",
+        ),
     ],
 )
 def test_bad_distributions_are_rejected(body: dict[str, object], message: str) -> None:

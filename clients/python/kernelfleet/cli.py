@@ -17,6 +17,7 @@ try:
     import typer
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 except ImportError:  # pragma: no cover
     sys.exit("the CLI needs its extras: pip install 'kernelfleet[cli]'")
 
@@ -29,8 +30,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="KernelFleet: tune kernels for shape distributions, serve the best.",
 )
-console = Console()
-errors = Console(stderr=True)
+# Markup off: every string from the service (job errors, op and model names, tags) prints as it is, so a name
+# like "[/x]" cannot raise rich's MarkupError; the CLI's own styling goes through Text spans (`_styled`).
+console = Console(markup=False)
+errors = Console(stderr=True, markup=False)
 UrlOpt = Annotated[str | None, typer.Option("--url", envvar="KERNELFLEET_URL", help="API base URL")]
 _REQUIRED_SPEC_FIELDS = {
     "workload": '{"op": "dense", "dims": {"N": 768, "K": 768}, "symbolic": ["M"]}',
@@ -131,19 +134,30 @@ def submit(
             _print_job(client.wait(job.id, progress=True, raise_on_failure=False))
 
 
+def _styled(*parts: str | tuple[str, str]) -> Text:
+    """A line with styled spans and no markup parsing: service strings may contain '[' (see `console`)."""
+    return Text.assemble(*parts)
+
+
 def _print_job(job: Any) -> None:
     console.print(
-        f"job {job.id} [bold]{job.state}[/] {job.trials_done}/{job.trials_total} trials"
-        + (f" — {job.error}" if job.error else "")
+        _styled(
+            f"job {job.id} ",
+            (job.state, "bold"),
+            f" {job.trials_done}/{job.trials_total} trials" + (f" — {job.error}" if job.error else ""),
+        )
     )
     if job.waiting_for_worker:
         console.print(
-            f"[yellow]waiting for a worker[/]: no live worker consumes queue {job.waiting_for_worker}; "
-            "`kernelfleet targets` lists what the fleet serves"
+            _styled(
+                ("waiting for a worker", "yellow"),
+                f": no live worker consumes queue {job.waiting_for_worker}; "
+                "`kernelfleet targets` lists what the fleet serves",
+            )
         )
     published = getattr(job, "published", None)
     if published is False:
-        console.print(f"[yellow]published: false[/] — {job.publish_reason}")
+        console.print(_styled(("published: false", "yellow"), f" — {job.publish_reason}"))
     elif published:
         held_back = f" (not published: {job.publish_reason})" if job.publish_reason else ""
         console.print(f"published: true{held_back}")
@@ -224,7 +238,9 @@ def best(
     with client_from_env(url) as client:
         rec = client.best(workload, target, _parse_kv(shape))
     if rec is None:
-        console.print("[yellow]miss[/]: no tuned config; run the default kernel and submit a job for this shape")
+        console.print(
+            _styled(("miss", "yellow"), ": no tuned config; run the default kernel and submit a job for this shape")
+        )
         raise typer.Exit(1)
     console.print(
         f"{rec.kind} config, {rec.latency_s * 1e6:.1f} µs (the tuner's own timing loop; `kernelfleet job "
@@ -279,7 +295,7 @@ def fleet_report(url: UrlOpt = None) -> None:
         console.print("no fleet run yet")
         raise typer.Exit(1)
     r = reports[0]
-    console.print(f"[bold]fleet run {r['day']}[/]: {r['state']} {r.get('error') or ''}")
+    console.print(_styled((f"fleet run {r['day']}", "bold"), f": {r['state']} {r.get('error') or ''}"))
     console.print(f"fleet kernel time {r['fleet_seconds_per_day']:,.1f} s/day over {r['window_days']} days")
     table = Table(title="candidates, best first")
     for col in ("workload", "kind", "reasons", "observed s/day", "gain", "saving s/day", "trials", "job"):
@@ -311,7 +327,7 @@ def fleet_report(url: UrlOpt = None) -> None:
     console.print(f"re-measured {r['remeasured']} configs; regressions: {len(r['regressions'])}")
     for g in r["regressions"]:
         console.print(
-            f"  [red]{g['workload_hash'][:12]} {g['shape']}: {g['stored_s']:.3g} s → {g['measured_s']:.3g} s[/]"
+            f"  {g['workload_hash'][:12]} {g['shape']}: {g['stored_s']:.3g} s → {g['measured_s']:.3g} s", style="red"
         )
 
 
@@ -385,7 +401,9 @@ def model_inspect(
         )
     console.print(table)
     for u in graph.unsupported:
-        console.print(f"[yellow]unsupported[/] {u.name} ×{u.count}: {u.reason} ({', '.join(u.sources[:3])})")
+        console.print(
+            _styled(("unsupported", "yellow"), f" {u.name} ×{u.count}: {u.reason} ({', '.join(u.sources[:3])})")
+        )
     if graph.other_ops:
         console.print("other operators: " + ", ".join(f"{k} ×{v}" for k, v in sorted(graph.other_ops.items())))
 
@@ -415,9 +433,13 @@ def _target_option(text: str) -> dict[str, Any]:
 
 def _print_model(model: Any) -> None:
     console.print(
-        f"model {model.id} [bold]{model.name}[/] {model.state}: {model.jobs_done}/{model.jobs_total} jobs done, "
-        f"{model.trials_done}/{model.trials_total} trials ({model.progress:.0%}); "
-        + ", ".join(f"{k} {v}" for k, v in sorted(model.states.items()))
+        _styled(
+            f"model {model.id} ",
+            (model.name, "bold"),
+            f" {model.state}: {model.jobs_done}/{model.jobs_total} jobs done, "
+            f"{model.trials_done}/{model.trials_total} trials ({model.progress:.0%}); "
+            + ", ".join(f"{k} {v}" for k, v in sorted(model.states.items())),
+        )
     )
     table = Table()
     for col in ("op", "occurrences", "share", "trials", "job", "state", "progress"):
@@ -434,10 +456,10 @@ def _print_model(model: Any) -> None:
         )
     console.print(table)
     for op in model.skipped:
-        console.print(f"[yellow]skipped[/] {op.name}: {op.skipped}")
+        console.print(_styled(("skipped", "yellow"), f" {op.name}: {op.skipped}"))
     for op in model.ops:
         if op.error:
-            console.print(f"[red]{op.name}[/]: {op.error}")
+            console.print(_styled((op.name, "red"), f": {op.error}"))
 
 
 @model_app.command("add")
@@ -536,7 +558,7 @@ def main() -> None:
     try:
         app()
     except (KernelFleetError, UsageProblem) as exc:
-        errors.print(f"[red]error:[/] {error_line(exc)}", soft_wrap=True, markup=True, highlight=False)
+        errors.print(_styled(("error:", "red"), f" {error_line(exc)}"), soft_wrap=True, highlight=False)
         sys.exit(1)
 
 

@@ -575,7 +575,7 @@ class _ProgressBar:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", markup=False, style="bold"),  # it may hold "[" (a job id, a name)
             BarColumn(),
             TextColumn("{task.completed}/{task.total} trials"),
             TextColumn("{task.fields[state]}"),

@@ -174,6 +174,11 @@ class ModelGraph:
                 low, high = (int(x) for x in ranges[name])
                 if not 1 <= low <= high:
                     raise ModelImportError(f"range of {name!r} must be 1 <= low <= high, got {low}..{high}")
+                if high - low + 1 > MAX_SUPPORT:  # checked before the values are listed: 1..10^12 would exhaust memory
+                    raise ModelImportError(
+                        f"range of {name!r} has {high - low + 1} values, more than the {MAX_SUPPORT} one distribution "
+                        "may hold: give a narrower range or a histogram"
+                    )
                 points = [(v, 1.0) for v in range(low, high + 1)]
             else:
                 known = ", ".join(f"{s} ({where})" for s, where in self.inputs.items())

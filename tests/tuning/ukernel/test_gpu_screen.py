@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.cubin import have_tools
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.gemv import GemvTile
@@ -53,3 +54,15 @@ def test_a_gemv_ukernel_is_built_with_its_bucket_as_piece_rows() -> None:
     kernel = build_cuda_ukernel(tile, N, K, TARGET)
     assert kernel.spec.mt == rows_per_piece(tile) == 4 and kernel.spec.tile == tile_record(tile)
     assert kernel.spec.tile["kind"] == "gemv"
+
+
+def test_a_tile_tvm_cannot_build_is_ranked_last_and_gated_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object, **__: object) -> None:
+        raise ValueError("stand-in for a schedule TVM rejects")
+
+    monkeypatch.setattr(gpu_screen, "scheduled_module", refuse)
+    profiles = gpu_screen._Profiles(N, K, TARGET, sm_spec("sm_90a", 132), "float32")
+    proposal = gpu_screen._GemvProposal(GemvTile.from_label("gemv_4x64_s1_r4v4_b4"), 1)
+    assert profiles.predicted_s(proposal.tile, 1) == float("inf")
+    result = profiles.screened(proposal)
+    assert not result.passed and result.verdict.reasons[0].startswith("build FAIL: ValueError: stand-in")

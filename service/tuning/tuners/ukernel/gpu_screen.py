@@ -77,8 +77,20 @@ class _Profiles:
             self.checked[tile] = profile
         return self.checked[tile]
 
+    def predicted_s(self, tile: UKernelTile, m: int) -> float:
+        """Bound + launch floor at M; infinite for a tile TVM cannot schedule or lower (ranked last, then
+        recorded by `screened` with the error, as the tuner records a tile the compiler rejects)."""
+        try:
+            return predict(self.lowered_profile(tile).access, max(m, 1), self.spec).with_launch_s
+        except Exception:  # any schedule or lowering failure: the tile is not a candidate
+            return float("inf")
+
     def screened(self, cand: GPUTileCandidate | _GemvProposal) -> Screened:
-        profile = self.checked_profile(cand.tile)
+        try:
+            profile = self.checked_profile(cand.tile)
+        except Exception as exc:  # TVM or nvcc rejected it: gated, with the reason
+            failed = gate.Verdict(False, (f"build FAIL: {type(exc).__name__}: {str(exc)[:300]}",))
+            return Screened(cand.tile, cand.representative_m, cand.score, cand.reasons, None, failed, {})
         verdict = gate.check(profile)
         if not self.compiled:
             verdict = gate.Verdict(verdict.passed, (*verdict.reasons, "ptxas not run: no nvcc/cuobjdump on this host"))
@@ -114,13 +126,7 @@ def model_ukernels(
     gated: dict[UKernelTile, Screened] = {}
     for m in representative_ms:
         pool = gpu_candidates(hw, n, k, m, dtype, top_k=POOL_PER_M, limits=limits, per_bm=POOL_PER_BM)
-        ranked = sorted(
-            pool,
-            key=lambda c: (
-                predict(profiles.lowered_profile(c.tile).access, max(m, 1), spec).with_launch_s,
-                c.tile.label(),
-            ),
-        )
+        ranked = sorted(pool, key=lambda c: (profiles.predicted_s(c.tile, m), c.tile.label()))
         kept_bm: set[int] = set()
         checks = 0
         for cand in ranked:
@@ -139,9 +145,7 @@ def model_ukernels(
     if small:  # the GEMV family for small T: the best predicted at the smallest M that passes the gate
         m = min(small)
         family = [_GemvProposal(tile, m) for tile in gemv_candidates(n, k, dtype)]
-        family.sort(
-            key=lambda c: (predict(profiles.lowered_profile(c.tile).access, m, spec).with_launch_s, c.tile.label())
-        )
+        family.sort(key=lambda c: (profiles.predicted_s(c.tile, m), c.tile.label()))
         for proposal in family[:MAX_CHECKS_PER_M]:
             result = profiles.screened(proposal)
             (passed if result.passed else gated).setdefault(proposal.tile, result)

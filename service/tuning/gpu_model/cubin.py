@@ -61,7 +61,8 @@ class KernelResources:
         }
 
 
-def _tool(name: str) -> str:
+def tool_path(name: str) -> str | None:
+    """A CUDA tool (cuobjdump, nvdisasm, ...) from the pinned wheels beside this Python, else from PATH."""
     from kernelfleet.tvm_runtime import wheel_cuda_roots
 
     for root in wheel_cuda_roots():
@@ -70,21 +71,20 @@ def _tool(name: str) -> str:
             return str(candidate)
     import shutil
 
-    found = shutil.which(name)
+    return shutil.which(name)
+
+
+def _tool(name: str) -> str:
+    found = tool_path(name)
     if found is None:
-        raise FileNotFoundError(f"{name} not found (pip install -e .[cuda-build] brings the pinned wheels)")
+        raise FileNotFoundError(f"{name} not found (pip install -e .[cuda-build,sass] brings the pinned wheels)")
     return found
 
 
 def have_tools() -> bool:
-    try:
-        _tool("cuobjdump")
-        _tool("nvdisasm")
-        from service.tuning.cuda_toolchain import nvcc_path
+    from service.tuning.cuda_toolchain import nvcc_path
 
-        return nvcc_path() is not None
-    except FileNotFoundError:
-        return False
+    return None not in (tool_path("cuobjdump"), tool_path("nvdisasm"), nvcc_path())
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
@@ -124,22 +124,32 @@ def _family(opcode: str) -> str | None:
     return parts[0] if parts[0] in OPCODES else None
 
 
-def parse_sass(listing: str) -> dict[str, Counter[str]]:
-    """Per kernel name: static counts of the opcode families in OPCODES."""
+def opcode_counts(listing: str) -> dict[str, Counter[str]]:
+    """Per kernel name: the static count of every full opcode in a `cuobjdump -sass` listing (e.g. LDG.E.128)."""
     out: dict[str, Counter[str]] = {}
     current: Counter[str] | None = None
     for line in listing.splitlines():
         if fn := _FUNCTION.search(line):
             current = out.setdefault(fn.group(1), Counter())
         elif current is not None and (ins := _INSTRUCTION.search(line)):
-            family = _family(ins.group(1))
-            if family:
-                current[family] += 1
+            current[ins.group(1)] += 1
     return out
 
 
-def compile_and_inspect(source: str, arch: str) -> list[KernelResources]:
-    """Every kernel of `source` compiled for `arch` (e.g. sm_90a), in the order ptxas reports them."""
+def parse_sass(listing: str) -> dict[str, Counter[str]]:
+    """Per kernel name: static counts of the opcode families in OPCODES."""
+    out: dict[str, Counter[str]] = {}
+    for name, opcodes in opcode_counts(listing).items():
+        families: Counter[str] = Counter()
+        for opcode, count in opcodes.items():
+            if family := _family(opcode):
+                families[family] += count
+        out[name] = families
+    return out
+
+
+def compile_listing(source: str, arch: str) -> tuple[str, str]:
+    """`nvcc -cubin -O3 -Xptxas -v` for `arch`, then `cuobjdump -sass`: (ptxas's report, the SASS listing)."""
     from service.tuning.cuda_toolchain import configure_cuda_compile
 
     nvcc = configure_cuda_compile()
@@ -163,7 +173,13 @@ def compile_and_inspect(source: str, arch: str) -> list[KernelResources]:
             check=True,
             env={**os.environ, "NVDISASM_PATH": str(Path(_tool("nvdisasm")).parent)},
         ).stdout
-    resources, sass = parse_ptxas(built.stdout + built.stderr), parse_sass(listing)
+    return built.stdout + built.stderr, listing
+
+
+def compile_and_inspect(source: str, arch: str) -> list[KernelResources]:
+    """Every kernel of `source` compiled for `arch` (e.g. sm_90a), in the order ptxas reports them."""
+    log, listing = compile_listing(source, arch)
+    resources, sass = parse_ptxas(log), parse_sass(listing)
     return [
         KernelResources(name=name, sass=dict(sass.get(name, Counter())), **values) for name, values in resources.items()
     ]

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.tuning.cuda_toolchain import configure_cuda_compile, nvcc_path
+from service.tuning.cuda_toolchain import nvcc_path
 from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.bound import predict
+from service.tuning.gpu_model.cubin import compile_listing, opcode_counts, parse_ptxas, tool_path
 from service.tuning.tuners.pipeline.gemv import (
     BLOCK_THREADS,
     GemvTile,
@@ -54,18 +55,9 @@ LAYERS = {"qkv": (2304, 768), "ffn_down": (768, 3072)}
 ARCH = "sm_90a"
 
 
-def _tool(name: str) -> str | None:
-    from kernelfleet.tvm_runtime import wheel_cuda_roots
-
-    for root in wheel_cuda_roots():
-        if (root / "bin" / name).is_file():
-            return str(root / "bin" / name)
-    return shutil.which(name)
-
-
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="no nvcc (pip install -e .[dev] brings the pinned wheel)")
 needs_cuobjdump = pytest.mark.skipif(
-    nvcc_path() is None or _tool("cuobjdump") is None,
+    nvcc_path() is None or tool_path("cuobjdump") is None,
     reason="no nvcc or cuobjdump (pip install -e .[dev] brings nvidia-cuda-cuobjdump)",
 )
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulator of the kernels needs g++")
@@ -179,31 +171,17 @@ def test_the_launch_is_the_grid_formula(layer: str) -> None:
 # --- what nvcc and ptxas make of it ------------------------------------------------------------------------------
 
 
-def _ptxas(source: str, workdir: Path, arch: str = ARCH) -> dict[str, int]:
+def _ptxas(source: str, arch: str = ARCH) -> dict[str, int]:
     """`nvcc -cubin -arch=sm_90a -O3 -Xptxas -v` on the source: registers, stack frame, spills, static shared."""
-    configure_cuda_compile()
-    src = workdir / "kernel.cu"
-    src.write_text(source)
-    done = subprocess.run(
-        [str(nvcc_path()), "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "-o", str(workdir / "v.cubin"), str(src)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    used = re.search(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?", done.stderr)
-    assert frame and used, done.stderr
+    log, _ = compile_listing(source, arch)
+    (figures,) = parse_ptxas(log).values()
     return {
-        "registers": int(used.group(1)),
-        "smem": int(used.group(2) or 0),
-        "stack": int(frame.group(1)),
-        "spill_stores": int(frame.group(2)),
-        "spill_loads": int(frame.group(3)),
+        "registers": figures["registers"],
+        "smem": figures["shared_bytes"],
+        "stack": figures["stack_bytes"],
+        "spill_stores": figures["spill_stores"],
+        "spill_loads": figures["spill_loads"],
     }
-
-
-_OPCODE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.MULTILINE)
 
 
 def _shipped(source: str, workdir: Path) -> tuple[dict[str, int], Counter[str]]:
@@ -211,11 +189,11 @@ def _shipped(source: str, workdir: Path) -> tuple[dict[str, int], Counter[str]]:
     (REG, STACK, SHARED, LOCAL) and the SASS opcode counts (static: each instruction once)."""
     cubin = workdir / "kernel.cubin"
     cubin.write_bytes(compile_cuda(source, ARCH, "cubin"))
-    tool = str(_tool("cuobjdump"))
+    tool = str(tool_path("cuobjdump"))
     res = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=True).stdout
     usage = {key: int(value) for key, value in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", res)}
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    return usage, Counter(_OPCODE.findall(sass))
+    return usage, sum(opcode_counts(sass).values(), Counter())
 
 
 def _family(ops: Counter[str], prefix: str) -> int:
@@ -259,7 +237,7 @@ def _check_kernel(tile: GemvTile, n: int, k: int, dtype: str, workdir: Path) -> 
     assert found["LDL/STL"] == 0 and usage["STACK"] == 0 and usage["LOCAL"] == 0, (tile.label(), usage)
     # two blocks of 256 threads per SM: 65536 registers / (2 · 256) = 128 per thread at most
     assert usage["REG"] <= 128 and sm_spec("sm_90").resident_blocks(tile.threads, usage["REG"], 0) >= 2, usage
-    verbose = _ptxas(source, workdir)
+    verbose = _ptxas(source)
     assert verbose["stack"] == 0 and verbose["spill_stores"] == 0 and verbose["spill_loads"] == 0, verbose
     assert verbose["registers"] <= 128, verbose
     # shared memory: the cross-warp reduction's few words (64-byte aligned arrays), never W (one k-step of a
@@ -282,7 +260,7 @@ def _fp16_headers_reason() -> str | None:
     """Why nvcc cannot compile TVM's fp16 CUDA here (cuda_fp16.h includes CCCL's <nv/target>, which the pinned
     wheels lack without nvidia-cuda-cccl), or None."""
     path = nvcc_path()
-    if path is None or _tool("cuobjdump") is None:
+    if path is None or tool_path("cuobjdump") is None:
         return "no nvcc or cuobjdump"
     import tempfile
 

@@ -10,17 +10,13 @@ is taken from TVM's own tested f16 recipe; tests/tuning/gpu/test_on_gpu.py is wh
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import tempfile
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from service.tuning.cuda_toolchain import configure_cuda_compile, nvcc_path
+from service.tuning.gpu_model.cubin import compile_listing, have_tools, opcode_counts, parse_ptxas
 from service.tuning.tuners.pipeline.schedule import cuda_source, pipeline_structure
 from service.tuning.tuners.pipeline.tensorcore import (
     DTYPES,
@@ -39,59 +35,23 @@ TILES = [
 ARCHS = ("sm_80", "sm_90a")
 
 
-def _tool(name: str) -> str | None:
-    nvcc = nvcc_path()
-    from kernelfleet.tvm_runtime import wheel_cuda_roots
-
-    for root in wheel_cuda_roots():
-        if (root / "bin" / name).is_file():
-            return str(root / "bin" / name)
-    return str(Path(nvcc).parent / name) if nvcc and (Path(nvcc).parent / name).is_file() else None
-
-
 needs_sass = pytest.mark.skipif(
-    nvcc_path() is None or _tool("cuobjdump") is None or _tool("nvdisasm") is None,
-    reason="no nvcc/cuobjdump/nvdisasm (pip install -e .[dev] brings the pinned wheels)",
+    not have_tools(), reason="no nvcc/cuobjdump/nvdisasm (pip install -e .[dev] brings the pinned wheels)"
 )
-
-_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
-_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
-_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)")
 
 
 def _inspect(source: str, arch: str) -> dict[str, Any]:
     """nvcc -cubin -Xptxas -v, then cuobjdump -sass: ptxas figures and every full opcode's static count."""
-    nvcc = configure_cuda_compile()
-    assert nvcc is not None
-    with tempfile.TemporaryDirectory() as tmp:
-        src, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
-        src.write_text(source)
-        built = subprocess.run(
-            [str(nvcc), "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "-o", str(cubin), str(src)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert built.returncode == 0, built.stderr[-3000:]
-        listing = subprocess.run(
-            [str(_tool("cuobjdump")), "-sass", str(cubin)],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "NVDISASM_PATH": str(Path(str(_tool("nvdisasm"))).parent)},
-        ).stdout
-    log = built.stdout + built.stderr
-    assert len(_ENTRY.findall(log)) == 1, log
-    used, frame = _USED.search(log), _FRAME.search(log)
-    assert used and frame, log
-    ops = Counter(_OPCODE.findall(listing))
+    log, listing = compile_listing(source, arch)
+    kernels = parse_ptxas(log)
+    assert len(kernels) == 1, log
+    ((name, figures),) = kernels.items()
     return {
-        "registers": int(used.group(1)),
-        "shared_bytes": int(used.group(2) or 0),
-        "stack": int(frame.group(1)),
-        "spills": int(frame.group(2)) + int(frame.group(3)),
-        "ops": ops,
+        "registers": figures["registers"],
+        "shared_bytes": figures["shared_bytes"],
+        "stack": figures["stack_bytes"],
+        "spills": figures["spill_stores"] + figures["spill_loads"],
+        "ops": opcode_counts(listing)[name],
     }
 
 

@@ -26,7 +26,7 @@ from service.tuning.gpu_model.profile import KernelProfile
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.gemv import GemvTile, gemv_candidates
 from service.tuning.tuners.pipeline.schedule import cuda_source, pass_config
-from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, scheduled_module
+from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, scheduled_module, tile_record
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, GPUTileCandidate, gpu_candidates
 
 POOL_PER_M = 64
@@ -48,6 +48,20 @@ class Screened:
     @property
     def passed(self) -> bool:
         return self.verdict.passed
+
+    def to_record(self) -> dict[str, Any]:
+        """The job's candidate record: the tile, why it was proposed, the model's prediction and the gate."""
+        record = {
+            "id": self.tile.label(),
+            "gemm_tile": tile_record(self.tile),
+            "score": self.score,
+            "reasons": list(self.reasons),
+            "model": self.model,  # static prediction at the representative M, ptxas resources
+            "gate": list(self.verdict.reasons),
+        }
+        if not self.passed:  # never built on the GPU
+            record["error"] = "rejected by the static GPU model's gate before timing"
+        return record
 
 
 class _Profiles:

@@ -42,7 +42,7 @@ from service.tuning.tuners.ukernel.gpu_routes import (
     not_routed_record,
 )
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
-from service.tuning.tuners.ukernel.gpu_screen import Screened, model_ukernels
+from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
 from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
 from service.tuning.tuners.ukernel.tuner import NOISE_TIE, RangeOutcome, RangeSink, RangeTask
 from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes
@@ -161,14 +161,7 @@ class GPUUKernelTuner:
                 runner.close()
                 raise TuningStopped("stopped by the job")
             uid = cand.tile.label()
-            record: dict[str, Any] = {
-                "id": uid,
-                "gemm_tile": tile_record(cand.tile),
-                "score": cand.score,
-                "reasons": list(cand.reasons),
-                "model": cand.model,  # static prediction at the representative M, resources
-                "gate": list(cand.verdict.reasons),
-            }
+            record = cand.to_record()
             candidates.append(record)
             try:
                 chosen, depths = self._best_depth(runner, cand.tile, N, K, target, arch, hw, cand.representative_m)
@@ -205,7 +198,7 @@ class GPUUKernelTuner:
             path, digest = kernel.export(job.work_dir / "artifacts")
             artifacts[uid] = _Artifact(path, digest, kernel.spec)
         runner.close()
-        candidates += [_gated_record(s) for s in gated]
+        candidates += [s.to_record() for s in gated]
         if not costs:
             raise RuntimeError(f"all {len(screened)} uKernels failed to build or run")
         overhead = self._piece_overhead(kernels, N, K)
@@ -335,20 +328,6 @@ class GPUUKernelTuner:
             one = CudaDispatcher(_single_table(kernel), {"k": kernel}, N=N, K=K)
             samples.append(one.overhead(S=kernel.spec.mt))
         return statistics.median(samples)
-
-
-def _gated_record(screened: Screened) -> dict[str, Any]:
-    """A proposal the static model's gate rejected: recorded with why, never built on the GPU."""
-    tile = screened.tile
-    return {
-        "id": tile.label(),
-        "gemm_tile": tile_record(tile),
-        "score": screened.score,
-        "reasons": list(screened.reasons),
-        "model": screened.model,
-        "gate": list(screened.verdict.reasons),
-        "error": "rejected by the static GPU model's gate before timing",
-    }
 
 
 def time_ukernel(

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     from kernelfleet.dispatch import DispatchTable, Interval, Shape
     from kernelfleet.dispatcher import Dispatcher
     from kernelfleet.epilogue import Epilogue
-    from kernelfleet.torch import AcceleratedLinear, _dense_of
+    from kernelfleet.torch import AcceleratedLinear
+    from kernelfleet.torch_fusion import dense_layer
     from kernelfleet.tvm_runtime import aligned_empty
     from service.tuning.hardware import host_target
     from service.tuning.hardware_model import HardwareModel
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(K, N).eval()
-    dense = _dense_of(linear)
+    dense = dense_layer(linear)
     assert dense is not None
     wrapper = AcceleratedLinear("layer", linear, dense, dispatcher, "bench", fused_bias=True, activation=None,
                                 max_rows=s_max)  # fmt: skip

@@ -83,11 +83,12 @@ def dense_cases(rng: np.random.Generator, rows: list[int]) -> list[Case]:
 
 
 def accelerate_cases(rows: list[int]) -> list[Case]:
-    from kernelfleet.torch import AcceleratedLinear, _dense_of
+    from kernelfleet.torch import AcceleratedLinear
+    from kernelfleet.torch_fusion import dense_layer
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(1024, 1024).eval()
-    dense = _dense_of(linear)
+    dense = dense_layer(linear)
     assert dense is not None
     table = DispatchTable((Interval(1, max(rows), None, vendor.TORCH),), {}, Epilogue(True))
     d = Dispatcher(table, {}, N=1024, K=1024)

@@ -13,9 +13,8 @@ threads: PyTorch eager, the model under `kernelfleet.torch.accelerate`, and `tor
    `accelerate(model, cache_dir)` loads it offline. `--reuse-tables` keeps what the cache already holds for a
    workload (tuned over at least the S_max needed), so a rerun only measures; the earlier tuning time is read
    back from the cache's `tuning.json`.
-   GPT-2's MLP activation (`gelu_new`) is written out in elementwise ops, so `extract_torch` lists `c_fc` as bias
-   only; `accelerate` asks for the fused `gelu_tanh` table first. Unless `--no-fuse-upgrade`, a workload whose
-   every site `accelerate` would run fused is tuned fused (the substitution is printed and recorded).
+   `extract_torch` lists what `accelerate` runs, fused as it fuses (GPT-2's `gelu_new` module into `c_fc`), so
+   the tables tuned are exactly the ones the accelerated model asks for.
 2. Measurement: sequence lengths from a short-skewed histogram of 1..512 (BERT: requests; GPT-2: prompt
    lengths; the weights are printed and recorded), batch 1 and batch 8 (all rows of a batch the same length, no
    padding mask). Per point, each contender is warmed up (torch.compile's first call at each shape is its
@@ -116,7 +115,6 @@ class Workload:
     weights: dict[int, float] = field(default_factory=dict)  # M → weight in the measured distribution
     occurrences: int = 0
     sources: list[str] = field(default_factory=list)
-    upgraded_from: str | None = None  # the extracted (unfused) workload this fused one replaces
 
     def describe(self) -> str:
         d, a = self.body["dims"], self.body["attrs"]
@@ -125,7 +123,7 @@ class Workload:
 
 
 def extract_workloads(
-    model: Any, name: str, shapes: Sequence[tuple[int, int, float]], fuse_upgrade: bool, device: str
+    model: Any, name: str, shapes: Sequence[tuple[int, int, float]], device: str
 ) -> tuple[list[Workload], dict[str, Any]]:
     """The distinct dense workloads of the model (model_import), grouped by workload hash, each with the M
     distribution the measured (batch, seq, weight) points give it."""
@@ -134,9 +132,8 @@ def extract_workloads(
     import torch
     from torch.export import Dim
 
-    from kernelfleet.epilogue import Epilogue
     from kernelfleet.model_import import extract_torch
-    from kernelfleet.torch import _candidates, _sites, dense_workload, workload_hash
+    from kernelfleet.torch import workload_hash
 
     export_model = copy.deepcopy(model)
     if hasattr(export_model.config, "use_cache"):
@@ -148,13 +145,6 @@ def extract_workloads(
         export_model, {"input_ids": ids}, {"input_ids": {0: Dim("batch"), 1: Dim("seq", max=max_seq)}}
     )
     export_s = time.perf_counter() - began
-    # what accelerate asks for first at each site (a fused activation where it recognises one)
-    preferred: dict[str, set[str]] = {}  # unfused hash → the fused hashes its sites prefer
-    for site in _sites(model):
-        first = _candidates(site)[0]
-        if first.activation != "none":
-            plain = workload_hash(dense_workload(site.dense.N, site.dense.K, Epilogue(first.bias, "none")))
-            preferred.setdefault(plain, set()).add(workload_hash(dense_workload(site.dense.N, site.dense.K, first)))
     out: dict[str, Workload] = {}
     skipped = []
     for op in graph.ops:
@@ -172,17 +162,7 @@ def extract_workloads(
         if device == "cuda":  # CUDA uKernels fuse nothing: the bare workload, torch adds the bias
             body["attrs"] = {"bias": False, "activation": "none"}
         h = workload_hash(body)
-        upgraded = None
-        if fuse_upgrade and device != "cuda" and len(preferred.get(h, ())) == 1:
-            fused_h = next(iter(preferred[h]))
-            act = next(
-                s
-                for s in _sites(model)
-                if workload_hash(dense_workload(s.dense.N, s.dense.K, _candidates(s)[0])) == fused_h
-            ).activation
-            body = {**body, "attrs": {**body["attrs"], "activation": act}}
-            upgraded, h = h, fused_h
-        w = out.setdefault(h, Workload(body, h, 1, upgraded_from=upgraded))
+        w = out.setdefault(h, Workload(body, h, 1))
         w.occurrences += op.occurrences
         w.sources += op.sources[:3]
         for batch, seq, weight in shapes:
@@ -738,8 +718,6 @@ def render_md(result: dict[str, Any]) -> str:
                 f"| {w['workload']} | 1..{w['s_max']} | {f(w['seconds'], '{:.1f}')} | {w['reused']} | "
                 f"{w.get('vendor_intervals')} |"
             )
-        if mr.get("upgrades"):
-            lines += ["", "Fused here though `extract_torch` lists them unfused: " + "; ".join(mr["upgrades"])]
         if "measure" not in mr:
             lines += ["", "(not measured yet)", ""]
             continue
@@ -824,7 +802,6 @@ def main() -> None:
     ap.add_argument("--max-ukernels", type=int, default=3)
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--reuse-tables", action="store_true", help="keep cached tables that cover the M range needed")
-    ap.add_argument("--no-fuse-upgrade", action="store_true", help="tune exactly what extract_torch lists")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument(
@@ -927,10 +904,7 @@ def main() -> None:
         model = build_model(name, args.layers or None).to(args.device)
         layers_note = f"{args.layers} layers" if args.layers else "12 layers, full size"
         print(f"{name}: {layers_note}; extracting workloads", flush=True)
-        workloads, extract_info = extract_workloads(model, name, points, not args.no_fuse_upgrade, args.device)
-        upgrades = [f"{w.describe()} (extracted with activation none)" for w in workloads if w.upgraded_from]
-        for u in upgrades:
-            print(f"  tuned fused: {u}")
+        workloads, extract_info = extract_workloads(model, name, points, args.device)
         print(f"{name}: tuning {len(workloads)} workloads into {args.cache_dir}", flush=True)
         tuning = tune_all(workloads, args, signed)
         print(f"{name}: tuning phase wall time {tuning['wall_s']:.1f} s", flush=True)
@@ -940,7 +914,6 @@ def main() -> None:
         result["models"][name] = {
             "layers_note": layers_note,
             "extract": extract_info,
-            "upgrades": upgrades,
             "tuning": tuning,
             "layers_on": on,
             "layers_total": len(fast.layers),

@@ -84,10 +84,11 @@ def test_a_conv_route_checks_a_pair_of_shapes_once() -> None:
 
 
 def test_accelerate_runs_a_pytorch_route_on_the_callers_tensors_with_nothing_in_between() -> None:
-    from kernelfleet.torch import AcceleratedLinear, _dense_of
+    from kernelfleet.torch import AcceleratedLinear
+    from kernelfleet.torch_fusion import dense_layer
 
     linear = torch.nn.Linear(6, 8).eval()
-    dense = _dense_of(linear)
+    dense = dense_layer(linear)
     assert dense is not None
     d = Dispatcher(DispatchTable((Interval(1, 4, None, vendor.TORCH),), {}, Epilogue(True)), {}, N=8, K=6)
     layer = AcceleratedLinear("l", linear, dense, d, "w", fused_bias=True, activation=None, max_rows=4)

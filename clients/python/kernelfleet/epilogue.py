@@ -17,6 +17,9 @@ import numpy as np
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 """`gelu` is x·Φ(x) with the exact erf; `gelu_tanh` is the tanh approximation (PyTorch's approximate='tanh')."""
 
+ACTIVATION_OPS = {"gelu": "gelu", "gelu_": "gelu", "relu": "relu", "relu_": "relu", "silu": "silu", "silu_": "silu"}
+"""PyTorch (ATen) operator → activation; gelu with approximate="tanh" is `gelu_tanh`."""
+
 
 @dataclass(frozen=True)
 class Epilogue:

@@ -8,11 +8,12 @@ views of the torch tensors to the dispatcher (no copy: `Tensor.numpy()` shares t
 with `torch.from_numpy` (no copy either). On a CUDA target the `CudaDispatcher` takes the torch CUDA tensors
 themselves (DLPack).
 
-Fused activations: where a layer is followed by a known activation in a known pattern (transformers'
-`BertIntermediate`-like blocks: `dense` then `intermediate_act_fn`; GPT-2's `GPT2MLP`: `c_fc` then `act`; and
-`nn.Sequential(..., Linear, GELU/ReLU/SiLU, ...)`) the fused workload's table is asked for first; only when it
-exists does the layer compute the activation in its uKernels' epilogue (the activation module is then replaced
+Fused activations: where a layer's output goes to an activation module alone (kernelfleet.torch_fusion reads it
+from the parent's traced forward: DistilBERT's `lin1` → `activation`, a Llama MLP's `gate_proj` → `act_fn`, BERT's
+intermediate, GPT-2's `c_fc` → `act`, an `nn.Sequential`), the fused workload's table is asked for first; only when
+it exists does the layer compute the activation in its uKernels' epilogue (the activation module is then replaced
 by `nn.Identity`). Otherwise the unfused workload (bias only), then the bare one (the bias added in torch).
+`extract_torch` lists exactly these fused workloads, so an onboarding tunes the tables this module asks for.
 
 Everything a table does not cover runs the original PyTorch computation (the same parameters) and is counted
 per layer with its reason: another dtype than float32, another device than the dispatcher's, a call that
@@ -59,19 +60,13 @@ from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_ca
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.errors import KernelFleetError, ServiceUnavailable
+from kernelfleet.torch_fusion import DenseLayer, dense_layers, fused_activations
 
 if TYPE_CHECKING:
     from kernelfleet.cuda_ukernel import CudaDispatcher
     from kernelfleet.telemetry import TelemetryReporter
 
 log = logging.getLogger(__name__)
-
-# Parent modules whose forward is `act(linear(x))` for these attributes: the activation may be fused.
-FUSE_PATTERNS: dict[str, tuple[str, str]] = {
-    "BertIntermediate": ("dense", "intermediate_act_fn"),
-    "RobertaIntermediate": ("dense", "intermediate_act_fn"),
-    "GPT2MLP": ("c_fc", "act"),
-}
 
 _F32 = torch.float32
 _now = time.perf_counter
@@ -109,44 +104,6 @@ def workload_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def activation_of(module: Any) -> str | None:
-    """The kernelfleet.epilogue activation a module computes, or None when it is not one known to match exactly."""
-    if isinstance(module, nn.ReLU):
-        return "relu"
-    if isinstance(module, nn.SiLU):
-        return "silu"
-    if isinstance(module, nn.GELU):
-        return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
-    name = type(module).__name__
-    if name == "GELUActivation":  # transformers: F.gelu (erf), or the same erf formula in Python
-        return "gelu"
-    if name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh"):
-        return "gelu_tanh"
-    if name == "SiLUActivation":
-        return "silu"
-    return None
-
-
-@dataclass(frozen=True)
-class _Dense:
-    N: int
-    K: int
-    bias: bool
-    transposed: bool  # Conv1D: W stored [K, N]
-
-
-def _dense_of(module: nn.Module) -> _Dense | None:
-    params = module._parameters
-    if not isinstance(params.get("weight"), nn.Parameter) or not isinstance(params.get("bias"), nn.Parameter | None):
-        return None  # weights that are not parameters (e.g. computed): left to PyTorch
-    if isinstance(module, nn.Linear):
-        return _Dense(module.out_features, module.in_features, module.bias is not None, False)
-    weight = getattr(module, "weight", None)
-    if type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.ndim == 2:
-        return _Dense(int(weight.shape[1]), int(weight.shape[0]), getattr(module, "bias", None) is not None, True)
-    return None
-
-
 # -- the layer ------------------------------------------------------------------------------------------------------
 @dataclass
 class LayerStats:
@@ -181,7 +138,7 @@ class AcceleratedLinear(nn.Module):
         self,
         name: str,
         layer: nn.Module,
-        dense: _Dense,
+        dense: DenseLayer,
         dispatcher: Dispatcher | CudaDispatcher | None,
         workload: str,
         *,
@@ -433,41 +390,29 @@ class _Site:
     parent: nn.Module | None
     attr: str
     layer: nn.Module
-    dense: _Dense
+    dense: DenseLayer
     act_attr: str | None = None  # the parent's attribute holding the activation that follows the layer
     act: nn.Module | None = None
     activation: str = "none"
 
 
 def _sites(root: nn.Module) -> list[_Site]:
-    parents: Counter[int] = Counter()
-    for module in root.modules():
-        for child in module.children():
-            parents[id(child)] += 1
-    sites: list[_Site] = []
-    seen: set[int] = set()
-    dense = _dense_of(root)
-    if dense is not None:
-        return [_Site("", None, "", root, dense)]
-    for pname, parent in root.named_modules():
-        children = list(parent.named_children())
-        pattern = FUSE_PATTERNS.get(type(parent).__name__)
-        for i, (attr, child) in enumerate(children):
-            dense = _dense_of(child)
-            if dense is None or id(child) in seen:
-                continue
-            seen.add(id(child))
-            site = _Site(f"{pname}.{attr}" if pname else attr, parent, attr, child, dense)
-            act_attr: str | None = None
-            if isinstance(parent, nn.Sequential) and i + 1 < len(children):
-                act_attr = children[i + 1][0]
-            elif pattern is not None and pattern[0] == attr:
-                act_attr = pattern[1]
-            act = getattr(parent, act_attr, None) if act_attr else None
-            name = activation_of(act) if isinstance(act, nn.Module) else None
-            if name and parents[id(child)] == 1 and parents[id(act)] == 1:
-                site.act_attr, site.act, site.activation = act_attr, act, name
-            sites.append(site)
+    """The layers accelerate replaces, each with the activation it fuses (kernelfleet.torch_fusion decides both,
+    for extract_torch too)."""
+    layers = dense_layers(root)
+    if "" in layers:
+        return [_Site("", None, "", root, layers[""])]
+    fusions = fused_activations(root)
+    sites = []
+    for name, dense in layers.items():
+        parent_name, _, attr = name.rpartition(".")
+        parent = root.get_submodule(parent_name)
+        site = _Site(name, parent, attr, root.get_submodule(name), dense)
+        fusion = fusions.get(name)
+        if fusion is not None:
+            site.act_attr = fusion.activation_module.rpartition(".")[2]
+            site.act, site.activation = getattr(parent, site.act_attr), fusion.activation
+        sites.append(site)
     return sites
 
 

@@ -6,6 +6,12 @@ its bias, and the elementwise activation that is its only consumer fused in); `b
 batched operands → `batch_matmul`; `scaled_dot_product_attention` → two `batch_matmul`s (QKᵀ and A·V);
 `conv2d`/`convolution` → `conv2d`. Dims are expressions of the module's dynamic inputs, named after the
 `torch.export.Dim`s given for them (M = "batch*seq").
+
+By default (`only_accelerated=True`) the list is what `kernelfleet.torch.accelerate` will run, so an onboarding
+tunes nothing the runtime does not call: the dense workloads of the layers it replaces, each with the activation it
+fuses into that layer (`kernelfleet.torch_fusion` answers both questions for import and runtime); GEMMs outside
+those layers (attention's batch_matmuls, convolutions, a matmul on a bare parameter) are listed as skipped, with
+the reason. `only_accelerated=False` lists every GEMM-like operator, for the SDK's dispatchers called directly.
 """
 
 from __future__ import annotations
@@ -15,11 +21,11 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from kernelfleet.epilogue import ACTIVATION_OPS
 from kernelfleet.model_import.expr import Mono, as_dim, product
 from kernelfleet.model_import.graph import ExtractedOp, ModelGraph, ModelImportError
 
 _VIEWS = {"view", "reshape", "_unsafe_view", "alias"}
-_ACTIVATIONS = {"gelu": "gelu", "gelu_": "gelu", "relu": "relu", "relu_": "relu", "silu": "silu", "silu_": "silu"}
 _SHAPE_ARITHMETIC = {"sym_size", "sym_numel", "sym_stride", "sym_constrain_range_for_size", "_assert_scalar"}
 # GEMM-like or heavy operators no workload expresses (yet): listed as unsupported, never dropped silently
 _HEAVY = {
@@ -44,12 +50,14 @@ def extract_torch(
     dynamic_shapes: Any,
     *,
     strict: bool = False,
+    only_accelerated: bool = True,
 ) -> ModelGraph:
     """Export `module` with `torch.export.export(module, args, dynamic_shapes=...)` and collect its workloads.
 
     `example_inputs`: the positional inputs (a tuple) or keyword inputs (a dict). `dynamic_shapes`: as
     torch.export takes it, e.g. `{"input_ids": {0: Dim("batch"), 1: Dim("seq")}}` or `({0: batch, 1: seq},)`;
     each Dim's name becomes the symbol dims are written in. Example sizes of dynamic dims must be at least 2.
+    `only_accelerated`: list only what `accelerate` runs (see the module doc).
     """
     torch = _import_torch()
     if not isinstance(module, torch.nn.Module):
@@ -79,7 +87,8 @@ def extract_torch(
             "specialised); give a Dim for an axis that really varies, e.g. batch or sequence"
         )
     graph = ModelGraph(source=type(module).__name__, inputs=inputs)
-    _Walker(torch, graph, names).walk(ep.graph)
+    runtime = _AcceleratedLayers(module) if only_accelerated else None
+    _Walker(torch, graph, names, runtime).walk(ep.graph)
     return graph
 
 
@@ -146,9 +155,34 @@ def _symbol_names(
     return names, inputs
 
 
+class _AcceleratedLayers:
+    """What `accelerate` replaces in the module and what it fuses (kernelfleet.torch_fusion), by qualified name."""
+
+    def __init__(self, module: Any) -> None:
+        from kernelfleet.torch_fusion import dense_layers, fused_activations
+
+        self.layers = dense_layers(module)
+        self.fusions = fused_activations(module)
+        self.fused_modules = {f.activation_module for f in self.fusions.values()}
+
+
+_NOT_ACCELERATED = (
+    "`accelerate` runs Linear/Conv1D layers only, so PyTorch runs it (only_accelerated=False lists it, for the "
+    "SDK's dispatchers called directly)"
+)
+
+
+def _module_path(node: Any) -> str | None:
+    """The qualified name of the innermost module whose forward made this node."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return str(next(reversed(stack.values()))[0]) if stack else None
+
+
 class _Walker:
-    def __init__(self, torch: Any, graph: ModelGraph, names: dict[Any, str]) -> None:
-        self.torch, self.graph, self.names = torch, graph, names
+    def __init__(
+        self, torch: Any, graph: ModelGraph, names: dict[Any, str], runtime: _AcceleratedLayers | None
+    ) -> None:
+        self.torch, self.graph, self.names, self.runtime = torch, graph, names, runtime
         self.fused: set[Any] = set()
 
     def mono(self, size: Any) -> Mono | None:
@@ -197,6 +231,8 @@ class _Walker:
         for node, name in others:
             if node in self.fused or name in _SHAPE_ARITHMETIC or not isinstance(name, str):
                 continue
+            if self.runtime is not None and _module_path(node) in self.runtime.fused_modules:
+                continue  # a fused activation's own ops (gelu_new's tanh formula): the layer's epilogue
             if name in _HEAVY:
                 self.graph.skip(name, "no KernelFleet operator expresses it", node.name)
             else:
@@ -248,13 +284,25 @@ class _Walker:
 
     def dense(self, node: Any, m: tuple[Any, ...], n: Any, k: Any, bias: bool) -> None:
         dims = self.dims(M=m, N=n, K=k)
+        if self.runtime is not None:  # the layer accelerate replaces, with the activation it fuses there
+            path = _module_path(node)
+            if path not in self.runtime.layers:
+                raise _Unsupported(_NOT_ACCELERATED)
+            fusion = self.runtime.fusions.get(path)
+            attrs: dict[str, Any] = {"bias": self.runtime.layers[path].bias}
+            if fusion is not None:
+                attrs["activation"] = fusion.activation
+            self.add(node, "dense", dims, attrs)
+            return
         fused_bias, activation = self.epilogue(node, allow_bias=not bias, n=n)
-        attrs: dict[str, Any] = {"bias": bias or fused_bias}
+        attrs = {"bias": bias or fused_bias}
         if activation:
             attrs["activation"] = activation
         self.add(node, "dense", dims, attrs)
 
     def batch_matmul(self, node: Any, b: tuple[Any, ...], m: Any, n: Any, k: Any, suffix: str) -> None:
+        if self.runtime is not None:
+            raise _Unsupported(_NOT_ACCELERATED)
         self.add(node, "batch_matmul", self.dims(B=b, M=m, N=n, K=k), {}, suffix)
 
     def matmul(self, node: Any, x: tuple[Any, ...], y: tuple[Any, ...]) -> None:
@@ -267,6 +315,8 @@ class _Walker:
         self.batch_matmul(node, tuple(batch), x[-2], y[-1], x[-1], "")
 
     def conv(self, node: Any, name: str) -> None:
+        if self.runtime is not None:
+            raise _Unsupported(_NOT_ACCELERATED)
         a = list(node.args)
         x, w = self.shape(a[0]), self.shape(a[1])
         if name == "convolution":
@@ -312,8 +362,8 @@ class _Walker:
             elif name == "add" and allow_bias and not bias and self._is_bias(user, cur, n):
                 bias, cur = True, user
                 self.fused.add(user)
-            elif name in _ACTIVATIONS:
-                activation = _ACTIVATIONS[name]
+            elif name in ACTIVATION_OPS:
+                activation = ACTIVATION_OPS[name]
                 approximate = user.kwargs.get("approximate", user.args[1] if len(user.args) > 1 else "none")
                 if activation == "gelu" and approximate == "tanh":
                     activation = "gelu_tanh"

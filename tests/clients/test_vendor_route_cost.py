@@ -100,3 +100,31 @@ def test_accelerate_runs_a_pytorch_route_on_the_callers_tensors_with_nothing_in_
     assert not FORBIDDEN & set(ran), ran
     assert "numpy" not in ran and "from_numpy" not in ran  # no numpy views around the caller's tensors
     assert layer.stats.calls == 3 and layer.stats.fallbacks == 0 and d.usage()[3].calls == 3
+
+
+def test_a_warm_table_call_runs_the_checks_that_can_change_and_the_dispatcher_nothing_else() -> None:
+    """Issue 33 item 4: the wrapper around a dispatcher call (its own cost: `bench/accelerate_overhead.py`'s stub)
+    makes no Python call of its own once S is known to run on the table: no route lookup, no re-packing test
+    through helper methods, no fallback ladder; an in-place weight update still reaches the dispatcher packed anew."""
+    from kernelfleet.torch import AcceleratedLinear
+    from kernelfleet.torch_fusion import dense_layer
+
+    linear = torch.nn.Linear(6, 8).eval()
+    dense = dense_layer(linear)
+    assert dense is not None
+    d = Dispatcher(DispatchTable((Interval(1, 4, None, vendor.NUMPY),), {}, Epilogue()), {}, N=8, K=6)
+    layer = AcceleratedLinear("l", linear, dense, d, "w", fused_bias=False, activation=None, max_rows=4)
+    layer.prepare()
+    x = torch.randn(1, 3, 6)
+    with torch.inference_mode():
+        layer(x)  # the first call for S takes every check and remembers S's route
+        ran = _executed(lambda: layer(x))
+        torch.testing.assert_close(layer(x), linear(x))
+        python_calls = [name for name in ran if name in {"forward", "_checked", "_weight_view", "_key", "_count"}]
+        assert python_calls == ["forward"], ran
+        assert "__call__" in ran  # the dispatcher itself
+    with torch.no_grad():
+        linear.weight.mul_(2)  # in place: the packed copy is stale
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), linear(x))
+    assert layer.stats.calls == 4 and layer.stats.fallbacks == 0

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _F32 = torch.float32
+_TABLE, _PYTORCH = "table", "pytorch"  # where a layer's calls for one S go (AcceleratedLinear._routes)
 _now = time.perf_counter
 FALLBACK_REASONS = ("dtype", "device", "autograd", "range", "no_table", "empty")
 
@@ -165,6 +166,7 @@ class AcceleratedLinear(nn.Module):
         from kernelfleet.cuda_ukernel import CudaDispatcher  # no GPU needed to import it
 
         self._cuda = isinstance(dispatcher, CudaDispatcher)
+        self._cpu_dispatcher = dispatcher if isinstance(dispatcher, Dispatcher) else None
         self._on = dispatcher is not None and table is not None
         self._device = "cuda" if self._cuda else "cpu"
         self._w_key: tuple[int, int] | None = None
@@ -173,7 +175,7 @@ class AcceleratedLinear(nn.Module):
         self._b: Any = None
         self._lock = threading.Lock()
         self.stats = LayerStats()
-        self._torch_routes: set[int] = set()  # S the table routes to PyTorch, as seen on calls
+        self._routes: dict[int, str] = {}  # S → _TABLE or _PYTORCH, once a call has seen which runs it
 
     def extra_repr(self) -> str:
         act = f", activation={type(self.activation).__name__} (fused)" if self.activation is not None else ""
@@ -244,16 +246,56 @@ class AcceleratedLinear(nn.Module):
             self._weight_view(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # the hot path: parameters read from the dict (not Module.__getattr__), no device objects built
         K = self.K
         shape = x.shape
         S = x.numel() // K if shape and shape[-1] == K else 0
-        y: torch.Tensor
-        if S in self._torch_routes:  # the table routes S to PyTorch: the original layer on the caller's tensors,
+        route = self._routes.get(S)
+        if route is _PYTORCH:  # the table routes S to PyTorch: the original layer on the caller's tensors,
             start = _now()  # nothing in between (issue 31 item 2); any dtype, device or grad mode runs as it would
             y = self._torch(x)
             self._routed(S, _now() - start)
             return y
+        if route is _TABLE:  # the hot path (issue 33 item 4): S was checked once; what can change per call is here
+            params = self._parameters  # not self.weight: Module.__getattr__ costs ~0.3 µs a parameter per call
+            w, bias = params["weight"], params["bias"]
+            assert w is not None
+            try:
+                w_key = (w.data_ptr(), w._version)  # the packed weight is this one: float32, on the CPU, unchanged
+            except RuntimeError:  # an inference tensor has no version counter (and cannot change in place)
+                w_key = (w.data_ptr(), -1)
+            if (
+                w_key == self._w_key
+                and x.dtype is _F32
+                and x.is_cpu
+                and not (
+                    torch.is_grad_enabled()
+                    and (x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))
+                )
+            ):
+                x2 = x if len(shape) == 2 else x.reshape(S, K)
+                if not x2.is_contiguous():
+                    x2 = x2.contiguous()
+                xa = (x2.detach() if x2.requires_grad else x2).numpy()
+                d = self._cpu_dispatcher  # _TABLE routes are CPU dispatchers' only
+                assert d is not None
+                if self.fused_bias:
+                    y = torch.from_numpy(d(xa, self._w, bias=self._bias_view(bias)))
+                else:
+                    y = torch.from_numpy(d(xa, self._w))
+                    if bias is not None:
+                        y += bias  # not under autograd (checked above): no detach needed
+                st = self.stats
+                st.calls += 1
+                if S in st.shapes or len(st.shapes) < MAX_TRACKED_SHAPES:
+                    st.shapes[S] += 1
+                return y if len(shape) == 2 else y.view((*shape[:-1], self.N))
+        return self._checked(x, S)
+
+    def _checked(self, x: torch.Tensor, S: int) -> torch.Tensor:
+        """A call with every check in order (the first for each S, or one the hot path's tests turned away): its
+        fallback reason, or the dispatcher; S's route is remembered once the table is known to cover it."""
+        K, shape = self.K, x.shape
+        y: torch.Tensor
         params = self._parameters
         w, bias = params["weight"], params["bias"]
         assert w is not None
@@ -275,10 +317,11 @@ class AcceleratedLinear(nn.Module):
         if not x2.is_contiguous():
             x2 = x2.contiguous()
         d = self.dispatcher
+        remember = len(self._routes) < MAX_TRACKED_SHAPES
         if isinstance(d, Dispatcher) and d.vendor_route(S) == vendor.TORCH:
             # the job timed PyTorch fastest at S: from now on the first test in forward sends S there
-            if len(self._torch_routes) < MAX_TRACKED_SHAPES:
-                self._torch_routes.add(S)
+            if remember:
+                self._routes[S] = _PYTORCH
             start = _now()
             y = self._torch(x)
             self._routed(S, _now() - start)
@@ -289,6 +332,8 @@ class AcceleratedLinear(nn.Module):
             y = torch.from_numpy(d(xa, self._weight_view(w), bias=self._bias_view(bias) if fused else None))
             if bias is not None and not fused:
                 y += bias.detach()
+            if remember:
+                self._routes[S] = _TABLE
         else:  # the CudaDispatcher: torch CUDA tensors in and out (DLPack), no epilogue fused
             assert d is not None
             y = d(x2.detach(), self._weight_view(w))

@@ -696,6 +696,7 @@ def render_md(result: dict[str, Any]) -> str:
         f"Machine: {m['start']['cpu_model']}, {m['start']['cpu_count']} cores; load average {m['start']['loadavg']} at "
         f"the start, {m['end']['loadavg']} at the end; device {result['device']}; threads {result['threads']} "
         f"(torch, TVM and numpy's BLAS alike); OMP_WAIT_POLICY {result.get('OMP_WAIT_POLICY')}; "
+        f"accelerate thread_policy {result.get('thread_policy', 'host')}; "
         f"torch {result['torch']}, transformers {result['transformers']}.",
         f"Rounds {result['args']['rounds']} (alternating, medians), samples ≥ {result['args']['min_sample_s']} s, "
         f"warm-up {result['args']['warmup']} calls per contender and shape.",
@@ -811,6 +812,12 @@ def main() -> None:
         help="OMP_WAIT_POLICY for torch's OpenMP threads (set before torch loads; default: as the "
         "environment has it). passive: they sleep at once after each op instead of spinning",
     )
+    ap.add_argument(
+        "--thread-policy",
+        choices=("managed", "host"),
+        default="managed",
+        help="accelerate's thread_policy: managed (PyTorch's own ops on one thread during a forward) or host",
+    )
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", type=Path, default=None, help=f"default {DEFAULT_OUT}.json (and .md beside it)")
     args = ap.parse_args()
@@ -873,6 +880,7 @@ def main() -> None:
         "device": args.device,
         "threads": threads,
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
+        "thread_policy": args.thread_policy,
         "thread_env": {
             k: os.environ.get(k, "unset")
             for k in (
@@ -908,7 +916,14 @@ def main() -> None:
         print(f"{name}: tuning {len(workloads)} workloads into {args.cache_dir}", flush=True)
         tuning = tune_all(workloads, args, signed)
         print(f"{name}: tuning phase wall time {tuning['wall_s']:.1f} s", flush=True)
-        fast = accelerate(model, args.cache_dir, target=tuning["target"], trusted_key=signed.public, telemetry=False)
+        fast = accelerate(
+            model,
+            args.cache_dir,
+            target=tuning["target"],
+            trusted_key=signed.public,
+            telemetry=False,
+            thread_policy=args.thread_policy,
+        )
         on = sum(1 for layer in fast.layers.values() if layer._on)
         print(f"{name}: {on}/{len(fast.layers)} layers on dispatchers", flush=True)
         result["models"][name] = {

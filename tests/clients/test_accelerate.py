@@ -417,8 +417,14 @@ def test_accelerate_prints_and_returns_a_summary_and_names_each_layer_pytorch_ru
         torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
     assert fast.stats()["3"]["reasons"] == {"no_table": 1}
 
+    assert "PyTorch's own ops on 1 thread during a forward" in str(summary)  # thread_policy="managed"
+
     quiet = accelerate(model, _client(service, tmp_path / "cache"), telemetry=False, print_summary=False)
     assert capsys.readouterr().err == "" and [layer.name for layer in quiet.summary().on_pytorch] == ["3"]
+    host = accelerate(model, _client(service, tmp_path / "cache"), telemetry=False, thread_policy="host")
+    assert "as the caller set them" in str(host.summary()) and not host._hooks
+    with pytest.raises(ValueError, match="thread_policy"):
+        accelerate(model, _client(service, tmp_path / "cache"), telemetry=False, thread_policy="mine")
 
 
 def _targets(fast: Any) -> set[str]:

@@ -96,6 +96,7 @@ class AccelerationSummary:
 
     target: str | None  # the target fingerprint whose tables were asked for; None with no layer to accelerate
     layers: tuple[LayerSummary, ...]
+    threads: str = ""  # how the forward shares the cores between PyTorch and the uKernels (kernelfleet.torch)
 
     @property
     def on_tables(self) -> list[LayerSummary]:
@@ -111,4 +112,5 @@ class AccelerationSummary:
             f"kernelfleet.accelerate{where}: {len(self.on_tables)} of {len(self.layers)} layers on tuned tables, "
             f"{len(self.on_pytorch)} on PyTorch"
         )
-        return "\n".join([head, *(f"  {layer.describe()}" for layer in self.layers)])
+        threads = [f"  threads: {self.threads}"] if self.threads else []
+        return "\n".join([head, *(f"  {layer.describe()}" for layer in self.layers), *threads])

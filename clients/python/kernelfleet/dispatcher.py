@@ -21,7 +21,6 @@ fleet can see what it missed.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -35,7 +34,6 @@ import numpy as np
 from kernelfleet import vendor
 from kernelfleet.dispatch import DispatchTable, Piece
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, check_bias
-from kernelfleet.runtime import blas_spin_warning
 from kernelfleet.tvm_runtime import ALIGN, aligned_empty, as_aligned, is_aligned
 from kernelfleet.ukernel import UKernel
 
@@ -119,8 +117,6 @@ class Dispatcher:
         self.dtype = np.dtype(next(iter(self.kernels.values())).spec.dtype if self.kernels else "float32")
         row_bytes = [(d or 0) * self.dtype.itemsize for d in (K, N)]
         self._rows_aligned = all(b % ALIGN == 0 for b in row_bytes)
-        if self.kernels:
-            _warn_blas_spin_once()
 
     @property
     def fallback(self) -> bool:
@@ -316,13 +312,6 @@ class Dispatcher:
             if reset:
                 self._usage = {}
         return snapshot
-
-
-@functools.cache
-def _warn_blas_spin_once() -> None:
-    warning = blas_spin_warning()
-    if warning:
-        log.warning(warning)
 
 
 def _copy_into(out: np.ndarray, y: np.ndarray) -> np.ndarray:

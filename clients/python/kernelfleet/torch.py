@@ -176,14 +176,26 @@ class AcceleratedLinear(nn.Module):
         self._lock = threading.Lock()
         self.stats = LayerStats()
         self._routes: dict[int, str] = {}  # S → _TABLE or _PYTORCH, once a call has seen which runs it
+        self.thread_scope: TorchThreadScope | None = None  # set by accelerate(thread_policy="managed")
 
     def extra_repr(self) -> str:
         act = f", activation={type(self.activation).__name__} (fused)" if self.activation is not None else ""
         route = "dispatcher" if self._on else "pytorch"
         return f"N={self.N}, K={self.K}, bias={self.bias is not None}{act}, runs_on={route}, max_rows={self.max_rows}"
 
-    # the PyTorch computation of the original layer (plus the fused activation)
+    # the PyTorch computation of the original layer (plus the fused activation), on the caller's threads
     def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        scope = self.thread_scope
+        threads = scope.host_threads() if scope is not None else 0
+        if not threads:
+            return self._layer_in_torch(x)
+        torch.set_num_threads(threads)
+        try:
+            return self._layer_in_torch(x)
+        finally:
+            torch.set_num_threads(1)
+
+    def _layer_in_torch(self, x: torch.Tensor) -> torch.Tensor:
         params = self._parameters  # not self.weight: Module.__getattr__ costs ~0.3 µs a parameter per call
         w, b = params["weight"], params["bias"]
         assert w is not None
@@ -477,6 +489,43 @@ def _fits(table_epilogue: Epilogue, site: _Site) -> bool:
     return table_epilogue.activation == site.activation and table_epilogue.bias == site.dense.bias
 
 
+class TorchThreadScope:
+    """While an accelerated forward runs, PyTorch's own ops (norms, attention, adds) run on one thread, so that no
+    PyTorch OpenMP worker spins on the cores the uKernels need between layers (issue 33 item 3): with PyTorch's
+    default wait policy each op leaves its workers busy-waiting for milliseconds, and a uKernel that shares a core
+    with one waits a scheduler slice. The caller's thread count is back when the outermost forward returns or
+    raises; nothing else in the process changes (no environment variable, no library setting outside the forward).
+    Installed by `accelerate(thread_policy="managed")` (the default) as forward hooks on the accelerated root. A
+    layer PyTorch computes (its table routes it there, or it has none) runs on the caller's thread count: its table
+    timed PyTorch with those threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved = 0
+
+    def enter(self, *_: Any) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._saved = torch.get_num_threads()
+                if self._saved > 1:
+                    torch.set_num_threads(1)
+            self._depth += 1
+
+    def exit(self, *_: Any) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._saved > 1:
+                torch.set_num_threads(self._saved)
+
+    def install(self, root: nn.Module) -> list[Any]:
+        return [root.register_forward_pre_hook(self.enter), root.register_forward_hook(self.exit, always_call=True)]
+
+    def host_threads(self) -> int:
+        """The caller's thread count while a forward runs (a layer PyTorch computes gets it back), else 0."""
+        return self._saved if self._depth and self._saved > 1 else 0
+
+
 class AcceleratedModule(nn.Module):
     """The module with its GEMM-like layers accelerated (`.module`); calls go to it, attributes it lacks are read
     from it. `summary()` says what runs each layer, `stats()` what ran; `close()` stops the telemetry reporter
@@ -488,11 +537,13 @@ class AcceleratedModule(nn.Module):
         layers: dict[str, AcceleratedLinear],
         reporter: TelemetryReporter | None,
         summary: AccelerationSummary | None = None,
+        hooks: list[Any] | None = None,
     ) -> None:
         super().__init__()
         self.module = module
         object.__setattr__(self, "_layers", layers)  # not registered twice: they live inside `module`
         object.__setattr__(self, "reporter", reporter)
+        object.__setattr__(self, "_hooks", hooks or [])
         object.__setattr__(self, "_summary", summary or AccelerationSummary(None, ()))
 
     @property
@@ -534,8 +585,12 @@ class AcceleratedModule(nn.Module):
         return sum(layer.stats.fallbacks for layer in self.layers.values())
 
     def close(self) -> None:
+        """Stop the telemetry reporter and remove the thread scope's hooks from the module."""
         if self.reporter is not None:
             self.reporter.close()
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
 
 
 def accelerate(
@@ -551,6 +606,7 @@ def accelerate(
     telemetry: bool = True,
     telemetry_interval_s: float = 60.0,
     print_summary: bool = True,
+    thread_policy: str = "managed",
 ) -> AcceleratedModule:
     """`module` with its nn.Linear / Conv1D layers running on the fleet's dispatchers (see the module docstring).
 
@@ -562,7 +618,11 @@ def accelerate(
     the cache holds tables for: this service's, or any offline). `inplace=False` leaves `module` untouched (a deep
     copy is accelerated). With a client and `telemetry`, a background reporter sends the shapes run every
     `telemetry_interval_s`. `print_summary`: print `summary()` to stderr once (what runs each layer, why PyTorch
-    where it does, the speedup expected)."""
+    where it does, the speedup expected). `thread_policy`: "managed" runs the model's own PyTorch ops on one
+    thread during a forward that has layers on CPU tables (`TorchThreadScope`); "host" leaves PyTorch's threads as
+    the caller set them."""
+    if thread_policy not in ("managed", "host"):
+        raise ValueError(f"thread_policy must be 'managed' or 'host', got {thread_policy!r}")
     root = module if inplace else copy.deepcopy(module)
     offline = isinstance(source, str | os.PathLike)
     client: Any = None if offline else source
@@ -676,8 +736,19 @@ def accelerate(
             for d in watched.values():
                 reporter.watch(d)
             reporter.start()
-    summary = AccelerationSummary(fingerprint, tuple(summaries))
-    return _finish(AcceleratedModule(root, layers, reporter, summary), print_summary)
+    hooks: list[Any] = []
+    threads = ""
+    on_cpu_tables = any(layer._on and not layer._cuda for layer in layers.values())
+    if on_cpu_tables and thread_policy == "managed" and not isinstance(root, AcceleratedLinear):
+        scope = TorchThreadScope()
+        hooks = scope.install(root)
+        for layer in layers.values():
+            layer.thread_scope = scope
+        threads = "PyTorch's own ops on 1 thread during a forward, uKernels on the cores (thread_policy='host': off)"
+    elif on_cpu_tables:
+        threads = f"PyTorch's ops on {torch.get_num_threads()} threads as the caller set them (thread_policy='host')"
+    summary = AccelerationSummary(fingerprint, tuple(summaries), threads)
+    return _finish(AcceleratedModule(root, layers, reporter, summary, hooks), print_summary)
 
 
 def _finish(fast: AcceleratedModule, print_summary: bool) -> AcceleratedModule:

@@ -1,0 +1,108 @@
+"""accelerate's thread scope (issue 33 item 3): during an accelerated forward PyTorch's own ops run on one thread,
+so no PyTorch OpenMP worker spins on the cores the uKernels need; a layer PyTorch computes gets the caller's thread
+count back; after the forward (returned or raised) the caller's setting is as it was, and nothing else changed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from kernelfleet import vendor
+from kernelfleet.dispatch import DispatchTable, Interval
+from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.epilogue import Epilogue
+from kernelfleet.torch import AcceleratedLinear, TorchThreadScope
+from kernelfleet.torch_fusion import dense_layer
+
+
+class Probe(nn.Module):  # type: ignore[misc]
+    """Records PyTorch's thread count when the model's own ops run here; raises when told to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+        self.fail = False
+
+    def forward(self, x: Any) -> Any:
+        self.seen.append(torch.get_num_threads())
+        if self.fail:
+            raise RuntimeError("the model's own op failed")
+        return torch.nn.functional.layer_norm(x, x.shape[-1:])
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def _layer(library: str, scope: TorchThreadScope | None) -> AcceleratedLinear:
+    linear = nn.Linear(6, 8).eval()
+    dense = dense_layer(linear)
+    assert dense is not None
+    d = Dispatcher(DispatchTable((Interval(1, 8, None, library),), {}, Epilogue()), {}, N=8, K=6)
+    layer = AcceleratedLinear("l", linear, dense, d, "w", fused_bias=False, activation=None, max_rows=8)
+    layer.thread_scope = scope
+    return layer
+
+
+def test_the_models_own_ops_run_on_one_thread_and_the_callers_count_is_back_after(two_threads: None) -> None:
+    scope = TorchThreadScope()
+    before, after = Probe(), Probe()
+    model = nn.Sequential(before, _layer(vendor.NUMPY, scope), after).eval()
+    hooks = scope.install(model)
+    with torch.inference_mode():
+        model(torch.randn(3, 6))
+        model(torch.randn(3, 6))
+    assert before.seen == after.seen == [1, 1] and torch.get_num_threads() == 2
+    after.fail = True
+    with pytest.raises(RuntimeError, match="own op failed"), torch.inference_mode():
+        model(torch.randn(3, 6))
+    assert torch.get_num_threads() == 2  # restored although the forward raised
+    for hook in hooks:
+        hook.remove()
+    after.fail = False
+    with torch.inference_mode():
+        model(torch.randn(3, 6))
+    assert after.seen[-1] == 2  # hooks removed: the caller's threads throughout
+
+
+def test_a_layer_pytorch_computes_runs_on_the_callers_threads(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = TorchThreadScope()
+    layer = _layer(vendor.TORCH, scope)  # the table routes every S to PyTorch: timed on the caller's threads
+    seen: list[int] = []
+    original = AcceleratedLinear._layer_in_torch
+
+    def recording(self: AcceleratedLinear, x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return original(self, x)
+
+    monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", recording)
+    probe = Probe()
+    model = nn.Sequential(layer, probe).eval()
+    scope.install(model)
+    x = torch.randn(3, 6)
+    with torch.inference_mode():
+        model(x)
+        model(x)
+    assert seen == [2, 2] and probe.seen == [1, 1] and torch.get_num_threads() == 2
+
+
+def test_a_nested_scope_keeps_the_outer_callers_count(two_threads: None) -> None:
+    scope = TorchThreadScope()
+    probe = Probe()
+    inner = nn.Sequential(probe)
+    outer = nn.Sequential(inner)
+    scope.install(outer)
+    scope.install(inner)  # entered again inside the outer forward: the depth count keeps the caller's value
+    with torch.inference_mode():
+        outer(torch.randn(2, 6))
+    assert probe.seen == [1] and torch.get_num_threads() == 2

@@ -72,6 +72,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["KERNELFLEET_DATABASE_URL"] = args.pg
     os.environ["KERNELFLEET_DATA_DIR"] = args.data_dir
+    os.environ["KERNELFLEET_LOOKUP_RATE_PER_MINUTE"] = "1e9"  # thousands of lookups with one key: no per-key limit
 
     from service.api import app as app_module
     from service.api.app import create_app

@@ -558,6 +558,7 @@ def start_api(args: argparse.Namespace, tree: str, index: int = 0) -> tuple[str,
         "KERNELFLEET_DATABASE_URL": args.pg,
         "KERNELFLEET_BROKER_URL": args.redis,
         "KERNELFLEET_DATA_DIR": args.data_dir,
+        "KERNELFLEET_LOOKUP_RATE_PER_MINUTE": "1e9",  # the bench measures throughput: one key, no per-key limit
     }
     if tree:
         root = Path(tree).resolve()

@@ -39,6 +39,18 @@ class Settings(BaseSettings):
     auth_enabled: bool = Field(default=True, description="require API keys on /v1 (off only for trusted local use)")
     submit_rate_per_minute: float = Field(default=120, gt=0, description="job/workload submissions per key")
     telemetry_rate_per_minute: float = Field(default=600, gt=0, description="telemetry batches per key")
+    target_rate_per_minute: float = Field(default=30, gt=0, description="target registrations per key")
+    # An inference host looks up each (workload, target, shape) once (the SDK caches kernels, and dispatch tables
+    # on disk, revalidated with their ETag): its start-up is a few hundred lookups, well within one minute's burst.
+    lookup_rate_per_minute: float = Field(
+        default=6000, gt=0, description="keys looked up per key (a batch counts each key), dispatch tables, artifacts"
+    )
+    auth_failures_per_minute: float = Field(
+        default=30, gt=0, description="API keys that fail to authenticate per client address before 429"
+    )
+    max_target_details_bytes: int = Field(
+        default=4096, ge=2, description="bytes of the JSON of a target's details, and of its metadata"
+    )
     max_body_bytes: int = 1 << 20
     # Bounds on what a request may ask for (422 naming the field beyond them).
     max_tensor_elements: int = Field(default=1 << 31, ge=1, description="elements of any one tensor of a workload")

@@ -6,11 +6,13 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, NoReturn
 
-from fastapi import Depends, Header, HTTPException
+from fastapi import Depends, Header, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
+from service.api.limits import client_address, too_many
+from service.api.state import auth_failure_bucket
 from service.models.auth import ApiKeyView, Scope
 from service.settings import get_settings
 from service.store import keys
@@ -55,6 +57,7 @@ ANONYMOUS_ADMIN = ApiKeyView(
 
 
 async def principal(
+    request: Request,
     authorization: Annotated[str | None, Header(description="Bearer <API key>")] = None,
     x_api_key: Annotated[str | None, Header(description="the API key, as an alternative header")] = None,
 ) -> ApiKeyView:
@@ -63,15 +66,45 @@ async def principal(
     secret = x_api_key
     if authorization:
         scheme, _, value = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not value:
-            raise HTTPException(401, "Authorization must be 'Bearer <API key>'", {"WWW-Authenticate": "Bearer"})
-        secret = value.strip()
-    if not secret:
+        secret = value.strip() if scheme.lower() == "bearer" else ""
+        if not secret:
+            _failed(_address(request), "Authorization must be 'Bearer <API key>'")
+    if not secret:  # nothing presented, nothing guessed and no store query: not counted as a failure
         raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
-    found = await key_for(secret)
+    digest = keys.hash_key(secret)
+    hit, found = _cached(digest)
+    if found is not None:  # a key known to be good passes even from an address that is being throttled
+        return found
+    address = _address(request)
+    if wait := auth_failure_bucket().wait(address):
+        # before the store is asked: a throttled address costs no query, whatever key it sends
+        raise _throttled(wait)
+    if not hit:
+        found = await run_in_threadpool(_load, secret, digest)
     if found is None:
-        raise HTTPException(401, "invalid or revoked API key", {"WWW-Authenticate": "Bearer"})
+        _failed(address, "invalid or revoked API key")
     return found
+
+
+def _address(request: Request) -> str:
+    # behind a reverse proxy this is the proxy's address unless uvicorn trusts its X-Forwarded-For
+    # (FORWARDED_ALLOW_IPS names the proxy): see docs/deployment.md
+    return client_address(request.client.host if request.client else None)
+
+
+def _failed(address: str, detail: str) -> NoReturn:
+    """401 for a key that did not authenticate, counted against the client's address; 429 past the limit."""
+    if wait := auth_failure_bucket().take(address):
+        raise _throttled(wait)
+    raise HTTPException(401, detail, {"WWW-Authenticate": "Bearer"})
+
+
+def _throttled(wait_s: float) -> HTTPException:
+    return too_many(
+        f"too many failed authentications from this address (KERNELFLEET_AUTH_FAILURES_PER_MINUTE); "
+        f"retry in {wait_s:.1f} s",
+        wait_s,
+    )
 
 
 async def key_for(secret: str) -> ApiKeyView | None:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class Scope(enum.StrEnum):
     read = "read"  # lookups, dispatch tables, artifacts, job status
     telemetry = "telemetry"  # inference hosts reporting what they ran
-    submit = "submit"  # jobs and workloads
+    submit = "submit"  # jobs, workloads and targets
     admin = "admin"  # keys, imports, cancelling others' jobs; implies every other scope
 
 

@@ -8,11 +8,13 @@ a kind serves are answered here, and the API calls these at submission. Each ans
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from service.models import Budget, TargetSpec, WorkloadSpec
 from service.models.distribution import Explicit, ShapeDistribution, ShapePoint, dims_of
+from service.settings import get_settings
 from service.tuning.kinds import KINDS, JobKind, Problem
 from service.tuning.platforms import PLATFORMS
 
@@ -23,6 +25,11 @@ def check_target(target: TargetSpec) -> Problem | None:
     A target naming the host alias (`mcpu: "host"`) is complete once resolved against the live workers."""
     if target.kind not in PLATFORMS.names():
         return Problem(("kind",), f"unknown platform {target.kind!r}; known: {', '.join(PLATFORMS.names())}")
+    limit = get_settings().max_target_details_bytes
+    for field in ("details", "metadata"):  # both are stored with the target: their size must be bounded
+        size = len(json.dumps(getattr(target, field), separators=(",", ":")).encode())
+        if size > limit:
+            return Problem((field,), f"{size} bytes of JSON; at most {limit} (KERNELFLEET_MAX_TARGET_DETAILS_BYTES)")
     if target.is_host_alias:
         return None
     problem = PLATFORMS.get(target.kind).validate(target)

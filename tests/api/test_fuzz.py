@@ -30,18 +30,21 @@ Operation = APIOperation[Any, Any, Any, Any]
 
 @pytest.fixture
 def api_schema(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[schemathesis.BaseSchema]:
-    from service.api.state import submit_bucket
+    from service.api.state import reset_limits
     from tests.conftest import _use_store
 
-    monkeypatch.setenv("KERNELFLEET_SUBMIT_RATE_PER_MINUTE", "100000")
-    submit_bucket.cache_clear()
+    # 25 cases an operation with one key (batch lookups of up to 1,000 keys): no limit may answer for the schema
+    for limit in ("SUBMIT", "TARGET", "LOOKUP"):
+        monkeypatch.setenv(f"KERNELFLEET_{limit}_RATE_PER_MINUTE", "1e9")
+    monkeypatch.setenv("KERNELFLEET_AUTH_FAILURES_PER_MINUTE", "1e9")
+    reset_limits()
     for _ in _use_store(sqlite_url, monkeypatch):
         with session_scope() as s:
             admin = keys.create(s, "fuzz", [Scope.admin]).key
         schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(run_migrations=False))
         schema.config.headers = {"Authorization": f"Bearer {admin}"}
         yield schema
-    submit_bucket.cache_clear()
+    reset_limits()
 
 
 def _operations(schema: schemathesis.BaseSchema) -> list[Operation]:

@@ -11,7 +11,7 @@ from kernelfleet.models import KindInfo, PlatformInfo, Target, Workload
 from service.api.auth import ReadKey, SubmitKey
 from service.api.deps import SessionDep, not_found, unprocessable
 from service.api.limits import enforce
-from service.api.state import submit_bucket
+from service.api.state import submit_bucket, target_bucket
 from service.models import OPERATORS, TargetSpec, WorkloadSpec
 from service.settings import get_settings
 from service.store import catalog
@@ -86,7 +86,9 @@ def get_workload(workload_hash: str, session: SessionDep, _: ReadKey) -> Workloa
 
 
 @router.post("/targets", status_code=status.HTTP_201_CREATED, summary="Register a target and get its fingerprint")
-def create_target(spec: TargetSpec, session: SessionDep, _: ReadKey) -> Target:
+def create_target(spec: TargetSpec, session: SessionDep, who: SubmitKey) -> Target:
+    # a write to the store like a workload's: submit scope, and a budget of its own per key (targets are few)
+    enforce(target_bucket(), who.id, "target registrations")
     if problem := check_target(spec):
         unprocessable(["body", *problem.loc], problem.message)
     if spec.toolchain is None:

@@ -15,7 +15,9 @@ from starlette.concurrency import run_in_threadpool
 from service import signing
 from service.api.auth import AdminKey, ReadKey
 from service.api.deps import SessionDep, unprocessable
+from service.api.limits import enforce
 from service.api.routers.ops import observe_lookup
+from service.api.state import lookup_bucket
 from service.models import ConfigMiss, ConfigRecord, Workload, parse_shape_key, shape_key
 from service.models.config import BatchLookup, BatchLookupResult, ImportRequest, ImportResult, LookupKey
 from service.settings import get_settings
@@ -84,7 +86,7 @@ def _lookup_once(key: LookupKey) -> ConfigRecord | ConfigMiss:
 
 @router.get("/best", response_model=ConfigRecord, responses=_MISS, summary="The best config for one concrete shape")
 async def best_config(
-    _: ReadKey,
+    who: ReadKey,
     workload: str = Query(min_length=1, max_length=64, description="workload hash"),
     target: str = Query(min_length=1, max_length=64, description="target fingerprint (includes toolchain)"),
     shape: str = Query(
@@ -93,6 +95,7 @@ async def best_config(
 ) -> Response:
     # The hot path of inference hosts: one hop to the thread pool for the store, and the record serialised
     # once (FastAPI would otherwise validate the returned model again).
+    enforce(lookup_bucket(), who.id, "lookups")
     started = time.perf_counter()
     try:
         parsed = parse_shape_key(shape)
@@ -110,7 +113,10 @@ async def best_config(
 
 
 @router.post("/best/batch", summary="Best configs for many keys at once (misses carry their fallback)")
-def best_configs_batch(body: BatchLookup, session: SessionDep, _: ReadKey) -> BatchLookupResult:
+def best_configs_batch(body: BatchLookup, session: SessionDep, who: ReadKey) -> BatchLookupResult:
+    # each key costs the store what a single lookup does (one indexed query, two on a miss), so a batch costs
+    # one token per key: batching saves round trips, not the service's work, and cannot buy more lookups
+    enforce(lookup_bucket(), who.id, "lookups", cost=len(body.keys))
     started = time.perf_counter()
     results = [_lookup(session, k, ["body", "keys", i]) for i, k in enumerate(body.keys)]
     misses = sum(isinstance(r, ConfigMiss) for r in results)

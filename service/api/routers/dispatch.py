@@ -16,6 +16,8 @@ from kernelfleet.models import SHA256_PATTERN, DispatchDoc
 from service import signing
 from service.api.auth import ReadKey
 from service.api.deps import SessionDep, not_found
+from service.api.limits import enforce
+from service.api.state import lookup_bucket
 from service.settings import get_settings
 from service.store import dispatch as dispatch_store
 
@@ -32,11 +34,12 @@ _HEX = r"^[0-9a-f]{1,64}$"
 )
 def get_dispatch(
     session: SessionDep,
-    _: ReadKey,
+    who: ReadKey,
     workload: str = Query(pattern=_HEX, description="workload hash"),
     target: str = Query(pattern=_HEX, description="target fingerprint (includes toolchain)"),
     if_none_match: str | None = Header(default=None, max_length=200),
 ) -> Response:
+    enforce(lookup_bucket(), who.id, "lookups")  # a revalidation (304) counts too: it costs two queries
     row = dispatch_store.latest(session, workload, target)
     if row is None:
         not_found(f"no dispatch table for workload {workload} on target {target}; submit a ukernel job")
@@ -57,7 +60,8 @@ def get_dispatch(
     responses={200: {"content": {"application/octet-stream": {}}}},
     summary="A compiled artifact by the sha256 of its bytes (a signed dispatch document names it)",
 )
-def get_artifact(session: SessionDep, _: ReadKey, sha256: str = Path(pattern=SHA256_PATTERN)) -> Response:
+def get_artifact(session: SessionDep, who: ReadKey, sha256: str = Path(pattern=SHA256_PATTERN)) -> Response:
+    enforce(lookup_bucket(), who.id, "lookups")
     row = dispatch_store.get_artifact(session, sha256)
     if row is None:
         not_found(f"artifact {sha256} not found")

@@ -93,7 +93,8 @@ def _trials_per_second(session: Session) -> float:
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
-def metrics(session: SessionDep) -> Response:
+def metrics(session: SessionDep, _: ReadKey) -> Response:
+    # job counts and queue names are the fleet's business: a key with read scope, as for /v1/status
     for state, n in _jobs_by_state(session).items():
         JOBS.labels(state).set(n)
     for queue, depth in _queue_depths(session).items():

@@ -7,15 +7,28 @@ API keys, MetaSchedule import/export and the fleet simulation.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kernelfleet.cli import app, client_from_env, console, fleet_app
+from kernelfleet.cli import UsageProblem, app, client_from_env, console, fleet_app
 
 UrlOpt = Annotated[str | None, typer.Option("--url", envvar="KERNELFLEET_URL", help="API base URL")]
+
+
+@contextlib.contextmanager
+def refusal_in_one_line() -> Iterator[None]:
+    """A supervisor that refused to start (data dir in use, port taken) is an error line and exit status 1."""
+    from service.launch import StartRefused
+
+    try:
+        yield
+    except StartRefused as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 def standalone(
@@ -23,17 +36,21 @@ def standalone(
     port: int = 8000,
     workers: Annotated[int, typer.Option(min=1, max=16)] = 1,
 ) -> None:
-    """Run API + worker(s) + beat in one supervised command (embedded SQLite default, or KERNELFLEET_* URLs)."""
+    """Run API + worker(s) + beat in one supervised command (embedded SQLite default, or KERNELFLEET_* URLs).
+    One per data dir: a second on the same KERNELFLEET_DATA_DIR, or one whose port is taken, exits at once."""
     from service import launch
     from service.settings import get_settings
 
     launch.configure_logging()
     settings = get_settings()
+    lock = launch.DataDirLock(settings.data_dir)
+    with refusal_in_one_line():
+        launch.claim(lock, host, port)  # at once: before the banner, and before the hardware is probed (seconds)
     console.print(
         f"store  {settings.resolved_database_url}\nbroker {settings.resolved_broker_url}\n"
         f"API    http://{host}:{port}  (logs in {settings.data_dir / 'logs'})"
     )
-    launch.Supervisor(settings, host=host, port=port, workers=workers).run_forever()
+    launch.Supervisor(settings, host=host, port=port, workers=workers, lock=lock).run_forever()
 
 
 def worker(name: str = "worker@%h") -> None:
@@ -86,7 +103,8 @@ def demo(
     """Start everything on the embedded default, tune a BERT-base dense layer, print the results, stop."""
     from service.demo import main
 
-    main(trials=trials, port=port, kind=kind, keep=keep)
+    with refusal_in_one_line():
+        main(trials=trials, port=port, kind=kind, keep=keep)
 
 
 def import_metaschedule(
@@ -139,7 +157,8 @@ def fleet_simulate(
     savings and tuning cost."""
     from service.fleet_sim import main as simulate
 
-    simulate(days=days, requests=requests, fleet_calls=fleet_calls, layers=layers, quick=quick, port=port)
+    with refusal_in_one_line():
+        simulate(days=days, requests=requests, fleet_calls=fleet_calls, layers=layers, quick=quick, port=port)
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys (needs an admin key).")

@@ -27,7 +27,7 @@ from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE
 from kernelfleet.errors import NotFound
 from service.demo_compare import WIDTH, Route, Row, compare, dispatcher_route, machine, notes, results_table
-from service.launch import Supervisor
+from service.launch import Supervisor, check_port_free
 from service.models import TargetSpec, WorkloadSpec
 from service.settings import Settings
 from service.tuning.admission import fleet_kind
@@ -173,6 +173,9 @@ def main(
     kind: str | None = None,
     keep: bool = False,
 ) -> None:
+    """Raises service.launch.StartRefused, before anything is created, when `port` is taken: the demo's client
+    would otherwise send the fresh admin key to whatever listens there."""
+    check_port_free("127.0.0.1", port)
     with demo_data_dir(data_dir, keep) as path:
         _run(trials, port, path, kind)
         if keep:

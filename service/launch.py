@@ -1,15 +1,19 @@
 """Process launcher: API, workers and beat as supervised child processes (`kernelfleet standalone`).
 
 No part outlives the supervisor, however it ends: a second stop signal hastens a graceful stop rather than
-abandoning it, and a supervisor killed outright takes the parts, and what they started, along (see Supervisor)."""
+abandoning it, and a supervisor killed outright takes the parts, and what they started, along (see Supervisor).
+One supervisor per data dir: a second one refuses to start (DataDirLock), as it does when the API's port is taken."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import fcntl
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,8 +24,9 @@ from pathlib import Path
 from typing import IO
 
 from service.settings import Settings
-from service.store.db import migrate
-from service.workers.celery_app import CONTROL_QUEUE
+
+# The store and Celery are imported where they are used: a `kernelfleet standalone` that finds its data dir taken
+# should say so at once, not after importing alembic and Celery (seconds on a busy host).
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +36,7 @@ def worker_queues(settings: Settings) -> list[str]:
     if settings.worker_queues:
         return [q.strip() for q in settings.worker_queues.split(",") if q.strip()]
     from service.tuning.platforms import host_platform
+    from service.workers.celery_app import CONTROL_QUEUE
 
     platform, target = host_platform()
     return [platform.queue(target), CONTROL_QUEUE]
@@ -101,6 +107,85 @@ def beat_argv(settings: Settings) -> list[str]:
         "-s",
         str((settings.data_dir / "celerybeat-schedule").resolve()),
     ]
+
+
+class StartRefused(RuntimeError):
+    """Why a supervisor would not start anything: its data dir is another's, or its API port is taken."""
+
+
+class DataDirLock:
+    """An exclusive flock on `<data dir>/standalone.lock`, which holds the holder's pid.
+
+    Two supervisors on one data dir would run two beats on one schedule file and two sets of workers, and the
+    second's API would crash-loop on the port the first holds. The kernel drops the lock when its holder dies,
+    however it dies, so a lock is never stale; the file is never removed (a process could otherwise lock an
+    unlinked file while a third created a new one). The descriptor is not inherited: the parts never hold it."""
+
+    FILE_NAME = "standalone.lock"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / self.FILE_NAME
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's pid is read below
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StartRefused(
+                f"the data dir {self.path.parent.resolve()} is in use by another kernelfleet supervisor (pid "
+                f"{holder}; lock {self.path.name}): stop that one, or give this one another KERNELFLEET_DATA_DIR"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # no pid of a supervisor that is gone (a killed one leaves its pid: harmless)
+            os.close(self._fd)  # closing the last descriptor of the file description drops the flock
+            self._fd = None
+
+
+def check_port_free(host: str, port: int) -> None:
+    """StartRefused unless this process could listen on (host, port) as uvicorn does (SO_REUSEADDR, so a port
+    whose last connections are in TIME_WAIT counts as free). Checked before anything starts: otherwise the API
+    part crash-loops on the port while the rest runs, and a client meant for this service talks to another."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise StartRefused(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise StartRefused(f"port {port} is in use by another process; choose another with --port") from None
+            raise StartRefused(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def claim(lock: DataDirLock, host: str, port: int | None) -> None:
+    """Take the data dir, then make sure the API's port (None: no API part) is free; StartRefused says why not,
+    and leaves the lock as it was. Cheap: `kernelfleet standalone` claims before it looks at the host's hardware."""
+    held_before = lock.held
+    lock.acquire()
+    try:
+        if port is not None:
+            check_port_free(host, port)
+    except StartRefused:
+        if not held_before:
+            lock.release()
+        raise
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -270,8 +355,18 @@ class Supervisor:
     each gets SIGKILL from the kernel when it dies (PR_SET_PDEATHSIG), and the guard process kills their groups.
     Start and stop it from the main thread: PR_SET_PDEATHSIG fires when the thread that forked a part exits."""
 
-    def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        workers: int = 1,
+        lock: DataDirLock | None = None,
+    ) -> None:
+        """`lock`: the data dir's, when the caller claimed it already (see `claim`)."""
         self.settings = settings
+        self.host, self.port = host, port
+        self.lock = lock or DataDirLock(settings.data_dir)
         logs = settings.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         queues = worker_queues(settings)
@@ -286,8 +381,16 @@ class Supervisor:
         self._signals = 0  # stop signals received
         self._hurry_at = 2  # stop signals after which a stop kills what is left at once
 
+    def claim(self) -> None:
+        """Take the data dir and make sure the API's port is free, before anything is started or created (the
+        store's first admin key included); StartRefused says why not."""
+        claim(self.lock, self.host, self.port if any(child.name == "api" for child in self.children) else None)
+
     def start(self) -> str | None:
         """Start every part; returns the admin key when this start created the store's first one."""
+        from service.store.db import migrate
+
+        self.claim()
         migrate(self.settings.resolved_database_url)  # once, before any child touches the store
         admin_key = bootstrap_admin_key(self.settings)
         env_note = {"store": self.settings.resolved_database_url, "broker": self.settings.resolved_broker_url}
@@ -363,6 +466,7 @@ class Supervisor:
                         other.kill()
                 child.reap(self.guard)  # SIGKILL to what is left of its group, after a graceful exit too
             self.guard.close()
+        self.lock.release()  # only once every part is gone: another supervisor may take the data dir now
 
     def run_forever(self) -> None:
         # SIGINT explicitly too: a process started in the background by a non-interactive shell inherits

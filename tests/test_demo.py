@@ -3,8 +3,14 @@ says what each shape runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
+import os
+import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -57,3 +63,34 @@ def test_the_demo_prints_one_table_with_the_library_each_shape_runs(
     for m in demo.SHOWN_M:
         assert ("numpy (vendor route)" if m <= 20 else "PyTorch (vendor route)") in rows[str(m)]
     assert out.count("machine: ") == 1 and "median over 3 interleaved rounds" in out and "not a KernelFleet win" in out
+
+
+def test_the_demo_on_a_taken_port_says_so_and_sends_nothing_there(tmp_path: Path) -> None:
+    """Another service on the demo's port would get the demo's fresh admin key (and answer 401): the demo refuses
+    before it creates a key, a store or a temporary directory, and never connects there."""
+    received: list[bytes] = []
+
+    def serve(server: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # the test closes the socket when done
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    received.append(conn.recv(65536) or b"(connected)")
+
+    with socket.create_server(("127.0.0.1", 0)) as other_service:
+        port = other_service.getsockname()[1]
+        threading.Thread(target=serve, args=(other_service,), daemon=True).start()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFLEET_")}
+        cli = Path(sys.executable).parent / "kernelfleet"
+        done = subprocess.run(
+            [str(cli), "demo", "--port", str(port)],
+            env={**env, "TMPDIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"port {port} is in use by another process; choose another with --port" in done.stderr
+    assert "Traceback" not in done.stderr and "KernelFleet demo" not in done.stdout
+    assert received == []
+    assert not list(tmp_path.glob("kernelfleet-demo-*"))

@@ -262,3 +262,75 @@ def test_standalone_killed_mid_job_takes_the_worker_processes_along(launch, tmp_
     pids = _mid_job(sup, client)
     sup.proc.kill()
     sup.assert_all_gone(pids, within_s=5)
+
+
+# ---- one supervisor per data dir, and a free API port, before anything starts ----
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from service.launch import DataDirLock
+DataDirLock(Path(sys.argv[1])).acquire()
+time.sleep(600)
+"""
+
+
+def _lock_holder(data: Path) -> str:
+    lock = data / "standalone.lock"
+    return lock.read_text().strip() if lock.exists() else ""
+
+
+def _kernelfleet(args: list[str], data: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the CLI to its end, as a user would on `data`; also how long it took, interpreter start included."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELFLEET_")}
+    env["KERNELFLEET_DATA_DIR"] = str(data)
+    cli = Path(sys.executable).parent / "kernelfleet"
+    started = time.monotonic()
+    done = subprocess.run([str(cli), *args], env=env, capture_output=True, text=True, timeout=60)
+    return done, time.monotonic() - started
+
+
+def test_the_data_dir_lock_names_its_holder_and_goes_with_it(tmp_path: Path) -> None:
+    from service.launch import DataDirLock, StartRefused
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)])
+    try:
+        wait_for(lambda: _lock_holder(tmp_path), 30, "the other process to take the lock")
+        with pytest.raises(StartRefused, match=rf"data dir {tmp_path.resolve()} is in use .*pid {holder.pid}\b"):
+            DataDirLock(tmp_path).acquire()
+    finally:
+        holder.kill()  # SIGKILL: nothing of its own runs to release the lock
+        holder.wait()
+    mine = DataDirLock(tmp_path)
+    mine.acquire()  # the kernel released the dead holder's lock: never a stale one
+    assert _lock_holder(tmp_path) == str(os.getpid())
+    with pytest.raises(StartRefused):
+        DataDirLock(tmp_path).acquire()  # a second claim in the same process is refused too
+    mine.release()
+    DataDirLock(tmp_path).acquire()
+
+
+def test_a_second_standalone_on_the_same_data_dir_exits_at_once_naming_the_first(  # type: ignore[no-untyped-def]
+    launch, tmp_path: Path
+) -> None:
+    port, data = free_port(), tmp_path / "data"
+    cli = Path(sys.executable).parent / "kernelfleet"
+    first = launch([str(cli), "standalone", "--port", str(port)], data, port)
+    wait_for(lambda: _lock_holder(data), 60, "the first standalone to take the data dir")
+    second, took = _kernelfleet(["standalone", "--port", str(port)], data)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert f"data dir {data.resolve()} is in use" in second.stderr and f"pid {first.proc.pid}" in second.stderr
+    assert "store " not in second.stdout  # it started nothing: not even its banner
+    assert took < 15, f"the second standalone took {took:.1f} s to give up"
+    assert first.proc.poll() is None, first.output()
+
+
+def test_standalone_on_a_taken_port_exits_before_creating_anything(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done, _ = _kernelfleet(["standalone", "--port", str(port)], data)
+    assert done.returncode == 1 and f"port {port} is in use by another process" in done.stderr, done.stderr
+    assert not (data / "admin.key").exists() and not (data / "kernelfleet.db").exists()
+    assert not list((data / "logs").glob("*.log"))  # no part was started
+    assert _lock_holder(data) == ""  # released when it refused, and its process is gone anyway

@@ -24,6 +24,8 @@ def _job() -> SimpleNamespace:
     return SimpleNamespace(
         id="j[/]",
         state=HOSTILE,
+        workload_hash="w[/]",
+        target_fingerprint=HOSTILE,
         trials_done=1,
         trials_total=2,
         error=HOSTILE,

@@ -50,12 +50,23 @@ def saved_key_path() -> Path:
     return Path(os.environ.get("KERNELFLEET_DATA_DIR", ".kernelfleet")) / "admin.key"
 
 
+# An interactive command gives up on a service that does not answer within this (every attempt and pause of one
+# request together; the SDK's own default has no such bound), and says what it is waiting for once a request has
+# waited SLOW_NOTICE_S.
+CLI_DEADLINE_S = 12.0
+SLOW_NOTICE_S = 2.0
+
+
+def _say_waiting(url: str) -> None:
+    errors.print(f"waiting for {url} ...", highlight=False)
+
+
 def client_from_env(url: str | None) -> Client:
     """A client with KERNELFLEET_API_KEY, or else the admin key a local standalone saved in its data dir."""
     key = os.environ.get("KERNELFLEET_API_KEY")
     if not key and saved_key_path().is_file():
         key = saved_key_path().read_text().strip()
-    return Client(url, api_key=key)
+    return Client(url, api_key=key, deadline_s=CLI_DEADLINE_S, on_slow=_say_waiting, slow_after_s=SLOW_NOTICE_S)
 
 
 def _parse_kv(text: str, option: str = "--shape") -> dict[str, int]:
@@ -146,6 +157,11 @@ def _print_job(job: Any) -> None:
             (job.state, "bold"),
             f" {job.trials_done}/{job.trials_total} trials" + (f" — {job.error}" if job.error else ""),
         )
+    )
+    # the keys `kernelfleet best` and `kernelfleet dispatch` take, one a line: a wrapped line would break a copy
+    console.print(f"workload hash       {job.workload_hash}", soft_wrap=True)
+    console.print(
+        f"target fingerprint  {job.target_fingerprint or '- (known once a worker takes the job)'}", soft_wrap=True
     )
     if job.waiting_for_worker:
         console.print(

@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -94,6 +95,9 @@ class Client:
         timeout: float = 10.0,
         retries: int = 3,
         backoff_s: float = 0.2,
+        deadline_s: float | None = None,
+        on_slow: Callable[[str], None] | None = None,
+        slow_after_s: float = 2.0,
         transport: httpx.BaseTransport | None = None,
         api_key: str | None = None,
         trusted_key: str | None = None,
@@ -101,11 +105,19 @@ class Client:
     ) -> None:
         """`trusted_key` (default $KERNELFLEET_TRUSTED_KEY) pins the service's signing key; without it the key
         the service presents first is pinned in `cache_dir` (default $KERNELFLEET_CACHE_DIR or
-        ~/.cache/kernelfleet), where dispatch tables and artifacts are cached too."""
+        ~/.cache/kernelfleet), where dispatch tables and artifacts are cached too.
+
+        The retry policy: each attempt waits up to `timeout` s for the service, and a call makes up to `retries`
+        more after a connection failure or a 502/503/504 (an idempotent one after a timeout too), with jittered
+        backoff from `backoff_s`; `deadline_s` bounds a call's attempts and pauses together (None: unbounded).
+        `on_slow(url)` is called once per client, the first time an attempt has waited `slow_after_s` for an
+        answer (the CLI says what it is waiting for)."""
         self.base_url = (base_url or os.environ.get("KERNELFLEET_URL") or DEFAULT_URL).rstrip("/")
         self.trusted_key = trusted_key or os.environ.get("KERNELFLEET_TRUSTED_KEY")
         self.cache_dir = cache_dir
-        self.retries, self.backoff_s = retries, backoff_s
+        self.timeout, self.retries, self.backoff_s, self.deadline_s = timeout, retries, backoff_s, deadline_s
+        self.on_slow, self.slow_after_s = on_slow, slow_after_s
+        self._said_slow, self._said_slow_lock = False, threading.Lock()
         key = api_key or os.environ.get("KERNELFLEET_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, headers=headers)
@@ -134,25 +146,68 @@ class Client:
             message = f"{method} {path}: {where} is {bad[0][1]}; JSON numbers must be finite (refused before sending)"
             raise InvalidRequest(message, 422, detail)
         idempotent = method in ("GET", "HEAD")
+        started = time.monotonic()
+        cause: httpx.TransportError
         for attempt in range(self.retries + 1):
             try:
-                resp = self._http.request(method, path, **kwargs)
+                resp = self._attempt(method, path, started, **kwargs)
             except httpx.ConnectError as exc:  # nothing was sent: safe to retry any method
-                if attempt == self.retries:
-                    raise ServiceUnavailable(f"cannot reach {self.base_url}: {exc}") from exc
+                failure, cause = ServiceUnavailable(f"cannot reach {self.base_url}: {exc}"), exc
+            except httpx.TimeoutException as exc:
+                waited = time.monotonic() - started
+                tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
+                message = f"{method} {path}: no answer from {self.base_url} in {waited:.0f} s ({tries})"
+                failure, cause = ServiceUnavailable(message), exc
+                if not idempotent:
+                    raise failure from exc
             except httpx.TransportError as exc:
-                if not idempotent or attempt == self.retries:
-                    raise ServiceUnavailable(f"{method} {path} failed: {exc}") from exc
+                failure, cause = ServiceUnavailable(f"{method} {path} failed: {exc}"), exc
+                if not idempotent:
+                    raise failure from exc
             else:
                 retryable = resp.status_code in (429, 503) or (resp.status_code in (502, 504) and idempotent)
-                if not retryable or attempt == self.retries:
-                    return self._check(resp)
                 after = resp.headers.get("Retry-After", "")
-                if after.isdigit():
-                    time.sleep(min(float(after), 30.0))
-                    continue
-            time.sleep(self.backoff_s * (2**attempt) * (0.5 + random.random()))
+                pause = min(float(after), 30.0) if after.isdigit() else self._backoff(attempt)
+                if not retryable or attempt == self.retries or not self._time_left_for(started, pause):
+                    return self._check(resp)
+                time.sleep(pause)
+                continue
+            pause = self._backoff(attempt)
+            if attempt == self.retries or not self._time_left_for(started, pause):
+                raise failure from cause
+            time.sleep(pause)
         raise AssertionError("unreachable")
+
+    def _backoff(self, attempt: int) -> float:
+        return float(self.backoff_s * 2**attempt * (0.5 + random.random()))
+
+    def _time_left_for(self, started: float, pause: float) -> bool:
+        """Whether the call's deadline leaves room for a pause and another attempt."""
+        min_attempt_s = 0.1  # an attempt with less time than this could not get an answer anyway
+        return self.deadline_s is None or time.monotonic() - started + pause + min_attempt_s < self.deadline_s
+
+    def _attempt(self, method: str, path: str, started: float, **kwargs: Any) -> httpx.Response:
+        """One request: within what the deadline leaves, telling `on_slow` once if it waits long for its answer."""
+        if self.deadline_s is not None:
+            kwargs["timeout"] = max(0.001, min(self.timeout, self.deadline_s - (time.monotonic() - started)))
+        notice = None
+        if self.on_slow is not None and not self._said_slow:
+            notice = threading.Timer(self.slow_after_s, self._say_slow, [f"{self.base_url}{path}"])
+            notice.daemon = True  # never keeps a finished program alive
+            notice.start()
+        try:
+            return self._http.request(method, path, **kwargs)
+        finally:
+            if notice is not None:
+                notice.cancel()
+
+    def _say_slow(self, url: str) -> None:
+        with self._said_slow_lock:  # once per client, even when several threads' requests wait at the same time
+            if self._said_slow:
+                return
+            self._said_slow = True
+        if self.on_slow is not None:
+            self.on_slow(url)
 
     @staticmethod
     def _check(resp: httpx.Response) -> httpx.Response:

@@ -11,8 +11,9 @@ from sqlalchemy.orm import Session
 
 from kernelfleet.models import JobList
 from service.api.auth import ReadKey, SubmitKey
-from service.api.deps import SessionDep, not_found, unprocessable
+from service.api.deps import SessionDep, unprocessable
 from service.api.limits import enforce
+from service.api.lookup import AMBIGUOUS_PREFIX, ID_RULE, ReadableJob, find
 from service.api.state import submit_bucket
 from service.models import JobSpec, JobState, JobView
 from service.models.auth import ApiKeyView, Scope
@@ -67,10 +68,14 @@ def live_queues(session: Session) -> set[str]:
     return catalog.live_queues(session, get_settings().worker_stale_after_s)
 
 
-@router.get("/{job_id}", summary="State, progress and per-shape results of a job")
-def get_job(job_id: str, session: SessionDep, _: ReadKey) -> JobView:
-    row = jobs.get_row(session, job_id)
-    return jobs.view(session, row, live_queues(session)) if row else not_found(f"job {job_id} not found")
+@router.get(
+    "/{job_id}",
+    summary="State, progress and per-shape results of a job",
+    description=ID_RULE,
+    responses=AMBIGUOUS_PREFIX,
+)
+def get_job(row: ReadableJob, session: SessionDep) -> JobView:
+    return jobs.view(session, row, live_queues(session))
 
 
 @router.get("", summary="List jobs, newest first")
@@ -88,32 +93,33 @@ def list_jobs(
     return JobList(jobs=[jobs.view(session, r, live) for r in rows], total=total)
 
 
-@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
+@router.post(
+    "/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job", responses=AMBIGUOUS_PREFIX
+)
 def cancel_job(job_id: str, session: SessionDep, who: SubmitKey) -> JobView:
     return jobs.view(session, cancel(session, job_id, who), live_queues(session))
 
 
 def cancel(session: Session, job_id: str, who: ApiKeyView) -> JobRow:
-    """Cancel as `who` (a key with the submit scope): its own jobs, or any job for an admin key."""
-    row = jobs.get_row(session, job_id) or not_found(f"job {job_id} not found")
+    """Cancel as `who` (a key with the submit scope): its own jobs, or any job for an admin key. `job_id` may be
+    a unique prefix."""
+    row = jobs.get_row(session, find(session, JobRow, job_id, who))
+    assert row is not None  # just resolved in this transaction
     if row.owner_key_id != who.id and Scope.admin not in who.scopes:
         raise HTTPException(403, "only the key that submitted a job, or an admin key, can cancel it")
-    jobs.request_cancel(session, job_id)
+    jobs.request_cancel(session, row.id)
     session.flush()
     return row
 
 
-@router.get("/{job_id}/candidates", summary="Measured candidates of a job")
+@router.get("/{job_id}/candidates", summary="Measured candidates of a job", responses=AMBIGUOUS_PREFIX)
 def list_candidates(
-    job_id: str,
+    row: ReadableJob,
     session: SessionDep,
-    _: ReadKey,
     limit: int = Query(100, ge=1, le=10_000),
     offset: int = Query(0, ge=0, le=1_000_000),
 ) -> list[CandidateView]:
-    if jobs.get_row(session, job_id) is None:
-        not_found(f"job {job_id} not found")
     return [
         CandidateView(shape_key=c.shape_key, config=c.config, latency_s=c.latency_s, status=c.status, error=c.error)
-        for c in jobs.candidates(session, job_id, limit, offset)
+        for c in jobs.candidates(session, row.id, limit, offset)
     ]

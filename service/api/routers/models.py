@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 
 from kernelfleet.models import ModelList, ModelView
 from service.api.auth import ReadKey, SubmitKey
-from service.api.deps import SessionDep, not_found, unprocessable
+from service.api.deps import SessionDep, unprocessable
 from service.api.limits import enforce
+from service.api.lookup import AMBIGUOUS_PREFIX, ID_RULE, ReadableModel, find
 from service.api.routers.jobs import cancel as cancel_job
 from service.api.state import submit_bucket
 from service.models import Budget, JobSpec, JobState, WorkloadSpec
@@ -174,23 +175,34 @@ def list_models(
     return ModelList(models=[store.view(session, r) for r in rows], total=total)
 
 
-@router.get("/{model_id}", summary="A model's progress over its jobs: states, done/total, per-op job ids")
-def get_model(model_id: str, session: SessionDep, _: ReadKey) -> ModelView:
-    row = store.get_row(session, model_id) or not_found(f"model {model_id} not found")
+@router.get(
+    "/{model_id}",
+    summary="A model's progress over its jobs: states, done/total, per-op job ids",
+    description=ID_RULE,
+    responses=AMBIGUOUS_PREFIX,
+)
+def get_model(row: ReadableModel, session: SessionDep) -> ModelView:
     return store.view(session, row)
 
 
-@router.post("/{model_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel every unfinished job")
+@router.post(
+    "/{model_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Cancel every unfinished job",
+    responses=AMBIGUOUS_PREFIX,
+)
 def cancel_model(model_id: str, session: SessionDep, who: SubmitKey) -> ModelView:
     return store.view(session, cancel(session, model_id, who))
 
 
 def cancel(session: Session, model_id: str, who: ApiKeyView) -> ModelRow:
-    """Cancel as `who` (the key that added the model, or an admin key) every job of the model not yet ended."""
-    row = store.get_row(session, model_id) or not_found(f"model {model_id} not found")
+    """Cancel as `who` (the key that added the model, or an admin key) every job of the model not yet ended.
+    `model_id` may be a unique prefix."""
+    row = store.get_row(session, find(session, ModelRow, model_id, who))
+    assert row is not None  # just resolved in this transaction
     if row.owner_key_id != who.id and Scope.admin not in who.scopes:
         raise HTTPException(403, "only the key that added a model, or an admin key, can cancel it")
-    for job_id in store.job_ids(session, model_id):
+    for job_id in store.job_ids(session, row.id):
         job = jobs.get_row(session, job_id)
         if job is not None and not JobState(job.state).terminal:
             cancel_job(session, job_id, who)  # the jobs' own cancel path: queued at once, running at a heartbeat

@@ -30,6 +30,9 @@ def create_app(run_migrations: bool = True) -> FastAPI:
         version=__version__,
         description="Tune kernels for operator workloads and shape distributions; serve the best kernel per shape.",
         lifespan=lifespan,
+        # the dashboard serves /docs from this package, not FastAPI's CDN page (dashboard.api_docs); no ReDoc
+        docs_url=None,
+        redoc_url=None,
     )
     app.add_middleware(body.JsonBodies)  # inside BodySizeLimit: it buffers only bodies within the size limit
     app.add_middleware(BodySizeLimit, max_bytes=get_settings().max_body_bytes)

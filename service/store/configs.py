@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import cast
 
-from sqlalchemy import Connection, Table, bindparam, select
+from sqlalchemy import Connection, Table, bindparam, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -147,11 +147,23 @@ def list_best(
         q = q.where(BestConfigRow.workload_hash == workload_hash)
     if fingerprint:
         q = q.where(BestConfigRow.target_fingerprint == fingerprint)
-    q = q.order_by(BestConfigRow.workload_hash, BestConfigRow.target_fingerprint, BestConfigRow.shape_key)
-    return [_to_record(r) for r in session.scalars(q.limit(limit))]
+    q = q.order_by(BestConfigRow.workload_hash, BestConfigRow.target_fingerprint, *_SHAPES_NUMERICALLY)
+    records = [_to_record(r) for r in session.scalars(q.limit(limit))]
+    return sorted(records, key=lambda r: (r.workload_hash, r.target_fingerprint, shape_order(r.shape)))
 
 
 def published_by(session: Session, job_id: str, limit: int = 1000) -> list[ConfigRecord]:
     """The best configs a job published (and that no later job beat)."""
-    q = select(BestConfigRow).where(BestConfigRow.job_id == job_id).order_by(BestConfigRow.shape_key)
-    return [_to_record(r) for r in session.scalars(q.limit(limit))]
+    q = select(BestConfigRow).where(BestConfigRow.job_id == job_id).order_by(*_SHAPES_NUMERICALLY)
+    return sorted((_to_record(r) for r in session.scalars(q.limit(limit))), key=lambda r: shape_order(r.shape))
+
+
+def shape_order(shape: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """Sorts shapes by their sizes as numbers (M=2 before M=10), dim by dim in `shape_key`'s order of names."""
+    return tuple((name, int(shape[name])) for name in sorted(shape))
+
+
+# The same order in SQL, so a `limit` keeps the smallest shapes: a shorter key of the same dims has the smaller
+# number (M=9 before M=10), and keys of one length compare digit by digit. Exact for one dim; with several, the
+# rows are re-sorted by `shape_order` after loading.
+_SHAPES_NUMERICALLY = (func.length(BestConfigRow.shape_key), BestConfigRow.shape_key)

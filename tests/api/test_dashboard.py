@@ -4,9 +4,13 @@ real store rows. The browser tests (test_dashboard_browser.py) drive the same pa
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
+import uuid
 from collections.abc import Iterator
 from html import unescape
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -41,6 +45,51 @@ def browser(use_store: str) -> Iterator[TestClient]:
 def _sign_in(client: TestClient, secret: str) -> None:
     resp = client.post("/dashboard/login", data={"key": secret, "next": "/dashboard/jobs"}, headers=ORIGIN)
     assert resp.status_code == 303 and resp.headers["location"] == "/dashboard/jobs", resp.text
+
+
+def _shown_secret(page: str) -> str | None:
+    if 'id="created-secret"' not in page:
+        return None
+    return page.split('id="created-secret" class="secret">')[1].split("<")[0]
+
+
+def _create_key(client: TestClient, name: str, scopes: list[str]) -> str:
+    """Create a key with the keys page's form, as a browser does: the POST, then the page it redirects to."""
+    created = client.post("/dashboard/keys", data={"name": name, "scopes": scopes}, headers=ORIGIN)
+    assert created.status_code == 303 and created.headers["location"] == "/dashboard/keys", created.text
+    secret = _shown_secret(client.get("/dashboard/keys").text)
+    assert secret is not None
+    return secret
+
+
+def _workload(url: str | None = None) -> str:
+    """A dense workload registered in the store at `url` (default: this process's store)."""
+    from service.models import WorkloadSpec
+    from service.store import catalog
+
+    with session_scope(url) as s:
+        return catalog.put_workload(s, WorkloadSpec(op="dense", dims={"N": 64, "K": 64}, symbolic=["M"])).workload_hash
+
+
+def _job_row(workload_hash: str, url: str | None = None, **columns: Any) -> str:
+    """A job written straight to the store at `url` (as the API and a worker would leave it), `columns` set."""
+    from service.store.tables import JobRow, utcnow
+
+    values: dict[str, Any] = {
+        "kind": "sketch",
+        "state": "queued",
+        "queue": "cpu",
+        "distribution": {},
+        "target": {"kind": "llvm", "mcpu": "znver4"},
+        "budget": {},
+        "tags": {},
+        "created_at": utcnow(),
+        **columns,
+    }
+    job_id = str(uuid.uuid4())
+    with session_scope(url) as s:
+        s.add(JobRow(id=job_id, workload_hash=workload_hash, **values))
+    return job_id
 
 
 def test_pages_need_a_signed_in_key_kept_in_a_strict_httponly_cookie(browser: TestClient) -> None:
@@ -111,9 +160,7 @@ def test_scopes_read_sees_submit_cancels_admin_manages_keys(browser: TestClient)
     assert browser.post(f"/dashboard/jobs/{other['id']}/cancel", headers=ORIGIN).status_code == 403  # not its own
 
     _sign_in(browser, _secret("admin"))
-    created = browser.post("/dashboard/keys", data={"name": "ci bot", "scopes": ["read", "submit"]}, headers=ORIGIN)
-    assert created.status_code == 201 and 'id="created-secret"' in created.text
-    new_key = created.text.split('id="created-secret" class="secret">')[1].split("<")[0]
+    new_key = _create_key(browser, "ci bot", ["read", "submit"])
     assert browser.get("/v1/jobs", headers={"Authorization": f"Bearer {new_key}"}).status_code == 200
     bad = browser.post("/dashboard/keys", data={"name": "x", "scopes": "root"}, headers=ORIGIN)
     assert bad.status_code == 422 and "root" in bad.text
@@ -161,21 +208,14 @@ def test_a_queued_job_page_and_feed(browser: TestClient) -> None:
 def test_gemmini_page_plots_candidates_that_carry_latency_and_energy(browser: TestClient) -> None:
     """Rendering only. The rows below are shaped like a Gemmini co-tuning job's (the kind lands separately and its
     real jobs are tested with it); they are written through the store as a worker writes them, not measured."""
-    import uuid
-
-    from service.models import ConfigRecord, WorkloadSpec
+    from service.models import ConfigRecord
     from service.models.config import MeasuredCandidate
-    from service.store import catalog, configs
-    from service.store.tables import JobRow, utcnow
+    from service.store import configs
 
+    wh = _workload()
+    target = {"kind": "gemmini", "arch": "default"}
+    job_id = _job_row(wh, kind="gemmini", state="succeeded", queue="firesim", target=target)
     with session_scope() as s:
-        wh = catalog.put_workload(s, WorkloadSpec(op="dense", dims={"N": 64, "K": 64}, symbolic=["M"])).workload_hash
-        job_id = str(uuid.uuid4())
-        s.add(
-            JobRow(id=job_id, kind="gemmini", state="succeeded", workload_hash=wh, queue="firesim", distribution={},
-                   target={"kind": "gemmini", "arch": "default"}, budget={}, tags={}, created_at=utcnow())
-        )  # fmt: skip
-        s.flush()
         explored = [
             MeasuredCandidate({"hw": {"dim": d}, "measured_energy_pj": e, "role": r}, latency, "ok")
             for d, latency, e, r in [(8, 4e-3, 9e8, ""), (16, 2e-3, 6e8, "chosen"), (16, 3e-3, 8e8, "default")]
@@ -200,3 +240,167 @@ def test_gemmini_page_plots_candidates_that_carry_latency_and_energy(browser: Te
     assert "panel" in browser.get(f"/dashboard/jobs/{job_id}").text  # its job page: the default panels + scatter
     feed = browser.get(f"/dashboard/api/jobs/{job_id}").json()
     assert feed["panels"][0]["id"] == "energy" and feed["panels"][0]["has_data"]
+
+
+def _embedded(page: str, element_id: str) -> Any:
+    """The JSON a page embeds for its scripts (<script type="application/json" id=...>)."""
+    return json.loads(page.split(f'id="{element_id}">')[1].split("</script>")[0])
+
+
+def _link(page: str, element_id: str) -> tuple[str, bool] | None:
+    """A link's href and whether it is hidden, or None when the page has no such link."""
+    found = re.search(rf'<a id="{element_id}" href="([^"]*)"\s*(hidden)?>', page)
+    return (unescape(found[1]), bool(found[2])) if found else None
+
+
+def test_creating_a_key_redirects_and_shows_its_secret_once(browser: TestClient) -> None:
+    _sign_in(browser, _secret("admin"))
+    created = browser.post("/dashboard/keys", data={"name": "deploy bot", "scopes": ["read"]}, headers=ORIGIN)
+    # POST, then redirect, then GET: reloading the page the browser lands on creates no second key
+    assert created.status_code == 303 and created.headers["location"] == "/dashboard/keys"
+    handed = next(c for c in created.headers.get_list("set-cookie") if c.startswith("kf_new_key="))
+    secret = handed.split(";")[0].removeprefix("kf_new_key=")
+    assert secret.startswith("kf_") and secret not in created.headers["location"]
+    for attribute in ("HttpOnly", "SameSite=strict", "Path=/dashboard/keys", "Max-Age=60"):
+        assert attribute.lower() in handed.lower(), handed
+
+    shown = browser.get("/dashboard/keys")
+    assert shown.status_code == 200 and _shown_secret(shown.text) == secret
+    assert "<strong>deploy bot</strong> created with scopes read." in shown.text
+    assert 'kf_new_key=""' in shown.headers["set-cookie"]  # the page that showed it drops it
+    assert browser.get("/v1/jobs", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+    reloaded = browser.get("/dashboard/keys")
+    assert reloaded.status_code == 200 and _shown_secret(reloaded.text) is None
+    assert reloaded.text.count("deploy bot") == 1  # listed once: the reload created nothing
+
+    browser.cookies.set("kf_new_key", "kf_forged", path="/dashboard/keys")
+    assert _shown_secret(browser.get("/dashboard/keys").text) is None  # only a real key's secret is shown
+
+
+def test_a_job_page_says_whether_it_published_its_tags_and_that_ok_candidates_are_no_errors(
+    browser: TestClient,
+) -> None:
+    from service.models.config import MeasuredCandidate
+    from service.store import configs
+
+    wh = _workload()
+    reason = "M=8: the vendor was faster as the SDK calls both"
+    tags = {"team": "search", "model": "bert-tiny"}
+    job_id = _job_row(wh, state="succeeded", published=False, publish_reason=reason, tags=tags)
+    with session_scope() as s:
+        ok = [MeasuredCandidate({"tile": t}, 1e-5 * t, "ok") for t in (1, 2, 3)]
+        configs.record_candidates(s, job_id, wh, "f" * 32, "M=8", ok)
+    others = {
+        _job_row(wh, state="running"): "not yet: a job publishes when it ends",
+        _job_row(wh, state="failed"): "no: the job failed",
+        _job_row(wh, state="succeeded", published=True, publish_reason="M=1: slower"): "yes; held back: M=1: slower",
+    }
+    _sign_in(browser, _secret("read"))
+
+    page = unescape(browser.get(f"/dashboard/jobs/{job_id}").text)
+    assert f'id="job-published">no: {reason}<' in page
+    assert "bert-tiny" in page and "model=bert-tiny" in page and "team=search" in page
+    errors = next(p for p in _embedded(page, "panels-data") if p["id"] == "errors")
+    assert not errors["has_data"] and errors["empty"] == "no errors: all 3 candidates were measured ok"
+    feed = browser.get(f"/dashboard/api/jobs/{job_id}").json()
+    assert feed["job"]["publication"] == f"no: {reason}" and feed["job"]["tags"] == tags  # what the page polls
+    for other, says in others.items():
+        assert browser.get(f"/dashboard/api/jobs/{other}").json()["job"]["publication"] == says
+
+
+def test_best_configs_list_shapes_in_numeric_order(browser: TestClient) -> None:
+    from service.models import ConfigRecord
+    from service.store import configs
+
+    wh = _workload()
+    with session_scope() as s:
+        for m in (1, 10, 100, 2, 9):
+            record = ConfigRecord(workload_hash=wh, target_fingerprint="f" * 32, shape={"M": m}, latency_s=1e-6 * m,
+                                  kind="sketch", config={})  # fmt: skip
+            configs.upsert_best(s, record)
+    admin = _secret("admin")
+    listed = browser.get("/v1/configs", params={"workload": wh}, headers={"Authorization": f"Bearer {admin}"})
+    assert [r["shape"]["M"] for r in listed.json()] == [1, 2, 9, 10, 100]
+    first = browser.get("/v1/configs", params={"limit": 3}, headers={"Authorization": f"Bearer {admin}"})
+    assert [r["shape"]["M"] for r in first.json()] == [1, 2, 9]  # a limit keeps the smallest shapes
+    _sign_in(browser, admin)
+    page = browser.get("/dashboard/configs", params={"workload": wh}).text
+    assert re.findall(r"<td>(M=\d+)</td>", page) == ["M=1", "M=2", "M=9", "M=10", "M=100"]
+
+
+def test_job_and_model_lists_page_through_every_item(browser: TestClient) -> None:
+    from service.store import models
+
+    wh = _workload()
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    ids = [_job_row(wh, state="succeeded", created_at=start + dt.timedelta(minutes=i)) for i in range(103)]
+    newest_first = ids[::-1]
+    _sign_in(browser, _secret("read"))
+
+    first = browser.get("/dashboard/jobs", params={"state": "succeeded"}).text
+    listing = _embedded(first, "jobs-data")
+    assert [j["id"] for j in listing["jobs"]] == newest_first[:100]
+    assert "jobs 1–100 of 103, newest first" in first
+    assert _link(first, "jobs-pager-older") == ("/dashboard/jobs?state=succeeded&offset=100", False)  # filters kept
+    assert _link(first, "jobs-pager-newer") is None
+    second = browser.get("/dashboard/jobs", params={"state": "succeeded", "offset": 100}).text
+    assert [j["id"] for j in _embedded(second, "jobs-data")["jobs"]] == newest_first[100:]
+    assert "jobs 101–103 of 103" in second
+    assert _link(second, "jobs-pager-newer") == ("/dashboard/jobs?state=succeeded", False)
+    assert _link(second, "jobs-pager-older") == ("/dashboard/jobs?state=succeeded&offset=200", True)  # none (yet)
+    feed = browser.get("/dashboard/api/jobs", params={"offset": 100}).json()  # what the live page polls
+    assert [j["id"] for j in feed["jobs"]] == newest_first[100:] and not feed["more"]
+    for bad in ("-1", "1000001", "x"):
+        resp = browser.get("/dashboard/jobs", params={"offset": bad})
+        assert resp.status_code == 422 and "offset" in resp.text, bad
+    assert browser.get("/dashboard/api/jobs", params={"offset": -1}).status_code == 422
+
+    with session_scope() as s:
+        for i in range(101):
+            models.create_model(s, name=f"m{i:03}", kind="sketch", target={}, budget={}, split={}, tags={},
+                                owner_key_id=None, ops=[])  # fmt: skip
+    page = browser.get("/dashboard/models").text
+    assert "models 1–100 of 101" in page
+    assert _link(page, "models-pager-older") == ("/dashboard/models?offset=100", False)
+    last = browser.get("/dashboard/models", params={"offset": 100}).text
+    assert "models 101–101 of 101" in last and _link(last, "models-pager-newer") == ("/dashboard/models", False)
+    assert len(re.findall(r'<a href="/dashboard/models/', last)) == 1
+
+
+def test_a_model_page_shows_its_tags_and_where_each_op_occurs(browser: TestClient) -> None:
+    from service.store import models
+
+    wh = _workload()
+    sources = ["encoder.layer.0.attention.self.query", "encoder.layer.1.attention.self.query"]
+    op = {"name": "dense(M=batch*seq)", "workload_hash": wh, "job_id": None, "occurrences": 2, "distribution": {},
+          "dims": {"M": "batch*seq"}, "sources": sources, "priority": 1.0, "trials": 0,
+          "skipped": "no sketch here"}  # fmt: skip
+    with session_scope() as s:
+        model = models.create_model(s, name="bert-tiny", kind="sketch", target={"kind": "llvm"}, budget={},
+                                    split={}, tags={"owner": "nlp"}, owner_key_id=None, ops=[op])  # fmt: skip
+        model_id = model.id
+    _sign_in(browser, _secret("read"))
+    page = browser.get(f"/dashboard/models/{model_id}").text
+    assert re.search(r'id="model-tags"><code class="tag">owner=nlp</code>', page)
+    assert all(f"<code>{src}</code>" in page for src in sources)
+
+
+def test_docs_are_served_from_this_service_under_its_own_content_security_policy(browser: TestClient) -> None:
+    docs = browser.get("/docs")
+    assert docs.status_code == 200
+    policy = docs.headers["content-security-policy"]
+    (nonce,) = re.findall(r"script-src 'self' 'nonce-([^']+)'", policy)
+    assert "default-src 'self'" in policy and "style-src 'self';" in policy
+    scripts = re.findall(r"<script([^>]*)>", docs.text)
+    # Swagger UI from this service, and its inline start-up script allowed by this response's nonce only
+    assert scripts == [' src="/docs/assets/swagger-ui-bundle.js"', f' nonce="{nonce}"']
+    assert re.findall(r'href="([^"]+)"', docs.text) == ["/docs/assets/swagger-ui.css", "/dashboard/static/favicon.svg"]
+    assert nonce not in browser.get("/docs").headers["content-security-policy"]  # a new nonce per response
+    for asset, media_type in (("swagger-ui-bundle.js", "text/javascript"), ("swagger-ui.css", "text/css")):
+        got = browser.get(f"/docs/assets/{asset}")
+        assert got.status_code == 200 and got.headers["content-type"].startswith(media_type)
+        again = browser.get(f"/docs/assets/{asset}", headers={"If-None-Match": got.headers["etag"]})
+        assert again.status_code == 304 and not again.content  # revalidated, not sent again
+    assert browser.get("/docs/assets/redoc.standalone.js").status_code == 404  # only what /docs loads
+    assert browser.get("/redoc").status_code == 404
+    assert browser.get("/openapi.json").json()["openapi"].startswith("3.1")  # why Swagger UI 5

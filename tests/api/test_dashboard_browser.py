@@ -4,7 +4,8 @@ against the real service on loopback (uvicorn API, a Celery worker, PostgreSQL, 
 Checked: every page loads with no console error (CSP violations, script errors and failed loads all land in
 the browser log); the jobs list and a job page update live without a reload; the charts draw the real job's
 data (point counts against the API's own answers); sign-in keeps the key in an HttpOnly SameSite=Strict cookie;
-`read` sees everything, cancelling needs `submit`, key management needs `admin`.
+`read` sees everything, cancelling needs `submit`, key management needs `admin`. With a browser that can reach
+nothing but the service: /docs draws Swagger UI, and a single day of fleet telemetry gets a day's axis.
 
 Screenshots go to tests/artifacts/. With KERNELFLEET_UPDATE_SCREENSHOT=1 the ukernel job page's screenshot is
 also copied to docs/img/dashboard.png (the README's picture).
@@ -16,6 +17,7 @@ import datetime as dt
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,7 +130,12 @@ class World:
         return path
 
 
-def _chrome() -> WebDriver:
+# Every host name but the loopback address fails to resolve: the page sees the machine as offline, and anything it
+# tried to load from elsewhere fails (and lands in the browser log as a failed load).
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+
+
+def _chrome(*extra_args: str) -> WebDriver:
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for arg in (
@@ -137,6 +144,7 @@ def _chrome() -> WebDriver:
         "--disable-dev-shm-usage",
         "--disable-gpu",
         "--window-size=1400,1100",
+        *extra_args,
     ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -511,6 +519,92 @@ def test_sign_in_cookie_and_scopes_in_the_browser(world: World) -> None:
     assert Client(w.fleet.url, api_key=secret).jobs(limit=1)  # a working read key, shown once
     assert not w.console_errors()
     w.screenshot("keys")
+    d.refresh()  # the form's POST redirected here: a reload neither shows the secret again nor creates a key
+    wait_for(lambda: d.find_elements(By.ID, "keys-table"), 30, "the keys page again")
+    assert not d.find_elements(By.ID, "created-secret") and secret not in d.page_source
+    made = [k for k in w.client._request("GET", "/v1/keys").json() if k["name"] == "made in the browser"]
+    assert len(made) == 1
     w.submit(".who button")  # sign out
     assert "/dashboard/login" in d.current_url
     assert d.get_cookies() == []
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """The API alone (no worker) on a SQLite store of its own, and a browser that can reach nothing else."""
+    data = tmp_path_factory.mktemp("dash-offline")
+    db = int(os.environ.get("KERNELFLEET_TEST_REDIS_DB", 9 + (os.getpid() % 6)))
+    env = {"KERNELFLEET_DATABASE_URL": f"sqlite:///{data / 'store.db'}", "KERNELFLEET_BROKER_URL": f"{REDIS_URL}/{db}"}
+    fleet = Fleet(data / "fleet", env)
+    driver = None
+    try:
+        fleet.start_api()
+        driver = _chrome(OFFLINE)
+        yield World(fleet, fleet.client(), driver, {}, {"admin": str(fleet.api_key)})
+    finally:
+        if driver is not None:
+            driver.quit()
+        fleet.stop()
+
+
+def _loaded_from(w: World) -> set[str]:
+    """Where the page loaded its resources from (scheme and host of each)."""
+    urls: list[str] = w.js("return performance.getEntriesByType('resource').map(e => e.name)")
+    return {"/".join(u.split("/")[:3]) for u in [w.driver.current_url, *urls]}
+
+
+def test_api_docs_render_swagger_ui_offline(offline: World) -> None:
+    w = offline
+    w.open("/docs", "#swagger-ui .opblock")
+    operations = w.driver.find_elements(By.CSS_SELECTOR, "#swagger-ui .opblock")
+    schema = w.client._request("GET", "/openapi.json").json()
+    assert len(operations) == sum(len(methods) for methods in schema["paths"].values())
+    assert "KernelFleet" in w.driver.find_element(By.CSS_SELECTOR, "#swagger-ui .title").text
+    assert _loaded_from(w) == {w.fleet.url}
+    assert not w.console_errors()  # no failed load, no script refused by the Content-Security-Policy
+    w.screenshot("docs")
+
+
+def test_the_fleet_chart_of_a_single_day_spans_that_day(offline: World) -> None:
+    from service.models.fleet import TelemetryBatch, TelemetryRecord
+    from service.store import fleet
+    from service.store.db import session_scope
+
+    w = offline
+    today = dt.datetime.now(dt.UTC).date()
+    record = TelemetryRecord(workload_hash="ab" * 16, target_fingerprint="cd" * 16, shape={"M": 8}, calls=10,
+                             kernel_seconds=0.5)  # fmt: skip
+    with session_scope(w.fleet.settings.resolved_database_url) as s:
+        assert fleet.ingest(s, TelemetryBatch(batch_id=uuid.uuid4(), records=[record]), None, today)
+    w.sign_in("admin")
+    w.open("/dashboard/fleet", "#panel-usage-by-day svg")
+    ticks = w.js("return [...document.querySelectorAll('#panel-usage-by-day text.x-tick')].map(t => t.textContent)")
+    # the day and a day either side (not ±50% of the day's number: 1998 to 2052)
+    assert ticks == [(today + dt.timedelta(days=d)).isoformat() for d in (-1, 0, 1)]
+    assert not w.console_errors()
+    w.screenshot("fleet-one-day")
+
+
+def test_the_jobs_list_pages_and_its_pager_follows_the_live_feed(offline: World) -> None:
+    from tests.api.test_dashboard import _job_row, _workload
+
+    w = offline
+    url = w.fleet.settings.resolved_database_url
+    workload = _workload(url)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    for i in range(100):
+        _job_row(workload, url, state="succeeded", created_at=start + dt.timedelta(minutes=i))
+    w.sign_in("admin")
+    w.open("/dashboard/jobs?state=succeeded", "#jobs-body tr")
+    older = w.driver.find_element(By.ID, "jobs-pager-older")
+    assert w.text("jobs-pager-range") == "jobs 1–100 of 100, newest first" and not older.is_displayed()
+    _job_row(workload, url, state="succeeded", created_at=start + dt.timedelta(days=1))  # a newer job
+    wait_for(older.is_displayed, 30, "the live list to offer an older page")  # one job moved onto it
+    assert w.text("jobs-pager-range") == "jobs 1–100 of 101, newest first"
+    w.submit("#jobs-pager-older")
+    assert w.driver.current_url.endswith("/dashboard/jobs?state=succeeded&offset=100")
+    wait_for(lambda: len(w.driver.find_elements(By.CSS_SELECTOR, "#jobs-body tr")) == 1, 30, "the older page's job")
+    assert w.text("jobs-pager-range") == "jobs 101–101 of 101, newest first"
+    w.submit("#jobs-pager-newer")
+    assert w.driver.current_url.endswith("/dashboard/jobs?state=succeeded")
+    assert not w.console_errors()

@@ -156,3 +156,14 @@ def test_a_ukernel_page_shows_the_paired_rounds_behind_each_route() -> None:
     assert by_m[1][1] == "torch" and by_m[1][2] == 3 and by_m[1][3] == 1 and by_m[1][7] == "yes"
     assert by_m[2][1] == "ukernel" and by_m[2][3] == 5 and by_m[2][4] == 1 / 32
     assert "ukernel 1.0 1.0 1.0 1.0 1.0; numpy 2.0" in str(by_m[2][8])
+
+
+def test_the_errors_panel_says_no_errors_once_candidates_were_measured_ok() -> None:
+    ok = [_cand(i, f"M={i}", 1e-6) for i in (1, 2)]
+    assert ui.errors_table(ui.JobData(_job([]), [], 0)).empty == "nothing measured yet"
+    every = ui.errors_table(ui.JobData(_job([]), ok, 2))
+    assert not every.has_data and every.empty == "no errors: all 2 candidates were measured ok"
+    first = ui.errors_table(ui.JobData(_job([]), ok, 48))  # the page loads only the first candidates
+    assert first.empty == "no errors in the first 2 of 48 candidates: every one was measured ok"
+    failed = ui.errors_table(ui.JobData(_job([]), [*ok, _cand(3, "M=3", None, error="timeout")], 3))
+    assert failed.has_data and failed.rows == [["candidate #3 (M=3)", "timeout"]]

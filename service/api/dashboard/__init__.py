@@ -2,7 +2,7 @@
 module shipped in this package, live updates by polling JSON feeds, sign-in with an API key (a cookie).
 
 Pages: jobs (live), a job (its kind's page: see `job_pages`), the config store, the
-fleet, Gemmini, and API keys (admin).
+fleet, Gemmini, and API keys (admin). It also serves the API's own docs, /docs (`api_docs`), from this service.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from service.api.dashboard import feeds, pages, render
+from service.api.dashboard import api_docs, feeds, pages, render
 from service.api.dashboard.session import PATH, DashboardError, signed_in
 
 
@@ -31,6 +31,7 @@ async def _show_error(request: Request, exc: Exception) -> Response:
 def install(app: FastAPI) -> None:
     app.include_router(pages.router)
     app.include_router(feeds.router)
+    app.include_router(api_docs.router)
     app.add_exception_handler(DashboardError, _show_error)
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from service.api.dashboard import render, views
-from service.api.dashboard.pages import Hash, state_filter
+from service.api.dashboard.pages import Hash, Offset, state_filter
 from service.api.dashboard.session import PATH, DashboardError, Reader
 from service.api.deps import SessionDep
 from service.store import jobs
@@ -23,8 +23,9 @@ def job_list(
     kind: str | None = Query(None, max_length=32),
     target: Hash = None,
     state: str | None = Query(None, max_length=16),
+    offset: Offset = 0,
 ) -> JSONResponse:
-    body: dict[str, Any] = views.job_list(session, kind or None, target or None, state_filter(state))
+    body: dict[str, Any] = views.job_list(session, kind or None, target or None, state_filter(state), offset)
     return render.json_response(body)
 
 

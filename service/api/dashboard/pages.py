@@ -4,10 +4,12 @@ signing in."""
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
 
 from service.api.auth import allows, clear_cache, key_for
 from service.api.dashboard import render, views
@@ -18,10 +20,13 @@ from service.api.dashboard.session import (
     Reader,
     SameOrigin,
     Submitter,
+    drop_new_key,
     field,
     forget_key,
     form,
+    hand_over_new_key,
     keep_key,
+    new_key_secret,
     safe_next,
     signed_in,
 )
@@ -37,6 +42,7 @@ router = APIRouter(prefix=PATH, include_in_schema=False)
 
 Hash = Annotated[str | None, Query(max_length=64, pattern=r"^[0-9a-f]*$")]
 JobId = Annotated[str | None, Query(max_length=36, pattern=r"^[0-9a-f-]*$")]
+Offset = Annotated[int, Query(ge=0, le=views.MAX_OFFSET, description="items to skip (the newest first)")]
 
 
 def choice(value: str | None, allowed: type[enum.Enum] | list[str], name: str) -> str | None:
@@ -58,6 +64,27 @@ def see_other(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303)
 
 
+def saved_then_see_other(session: Session, url: str) -> RedirectResponse:
+    """After a form changed the store: commit, then redirect. The request's session commits only once the
+    response is sent, and the browser's GET of `url` may come first: it must see the change."""
+    session.commit()
+    return see_other(url)
+
+
+def pager(path: str, listing: dict[str, Any], **filters: str | None) -> dict[str, str | None]:
+    """Links to the newer and the older page of a list, keeping its filters (None where there is no such page)."""
+
+    def at(offset: int) -> str:
+        query = urlencode({k: v for k, v in filters.items() if v} | ({"offset": str(offset)} if offset else {}))
+        return f"{path}?{query}" if query else path
+
+    offset, size = listing["offset"], listing["limit"]
+    return {
+        "newer": at(max(0, offset - size)) if offset else None,
+        "older": at(offset + size) if offset + size <= views.MAX_OFFSET else None,  # shown while `more`
+    }
+
+
 @router.get("")
 @router.get("/")
 def home() -> RedirectResponse:
@@ -65,8 +92,8 @@ def home() -> RedirectResponse:
 
 
 @router.get("/static/{name}")
-def static(name: str) -> Response:
-    found = render.static(name)
+def static(name: str, request: Request) -> Response:
+    found = render.static(request, name)
     if found is None:
         raise DashboardError(404, f"no static file {name!r}")
     return found
@@ -118,12 +145,16 @@ def jobs_page(
     kind: str | None = Query(None, max_length=32),
     target: Hash = None,
     state: str | None = Query(None, max_length=16),
+    offset: Offset = 0,
 ) -> HTMLResponse:
     choices = views.filter_choices(session)
     wanted = state_filter(state)
     picked = {"kind": choice(kind, choices["kinds"], "kind"), "target": target or None, "state": wanted}
-    listing = views.job_list(session, picked["kind"], picked["target"], wanted)
-    return render.page(request, "jobs.html", who, active="jobs", listing=listing, choices=choices, picked=picked)
+    listing = views.job_list(session, picked["kind"], picked["target"], wanted, offset)
+    pages = pager(f"{PATH}/jobs", listing, kind=picked["kind"], target=picked["target"], state=state or None)
+    return render.page(
+        request, "jobs.html", who, active="jobs", listing=listing, choices=choices, picked=picked, pages=pages
+    )
 
 
 @router.get("/jobs/{job_id}")
@@ -144,15 +175,17 @@ def cancel_from_page(job_id: str, session: SessionDep, who: Submitter) -> Respon
         cancel(session, job_id, who)  # the API's own rule: the submitting key, or an admin key
     except HTTPException as exc:
         raise DashboardError(exc.status_code, str(exc.detail)) from exc
-    return see_other(f"{PATH}/jobs/{job_id}")
+    return saved_then_see_other(session, f"{PATH}/jobs/{job_id}")
 
 
 # -- models ---------------------------------------------------------------------------------------------------
 
 
 @router.get("/models")
-def models_page(request: Request, session: SessionDep, who: Reader) -> HTMLResponse:
-    return render.page(request, "models.html", who, active="models", listing=views.model_list(session))
+def models_page(request: Request, session: SessionDep, who: Reader, offset: Offset = 0) -> HTMLResponse:
+    listing = views.model_list(session, offset)
+    pages = pager(f"{PATH}/models", listing)
+    return render.page(request, "models.html", who, active="models", listing=listing, pages=pages)
 
 
 @router.get("/models/{model_id}")
@@ -171,7 +204,7 @@ def cancel_model_from_page(model_id: str, session: SessionDep, who: Submitter) -
         cancel_model(session, model_id, who)  # the API's own rule: the adding key, or an admin key
     except HTTPException as exc:
         raise DashboardError(exc.status_code, str(exc.detail)) from exc
-    return see_other(f"{PATH}/models/{model_id}")
+    return saved_then_see_other(session, f"{PATH}/models/{model_id}")
 
 
 # -- the config store, the fleet, Gemmini -----------------------------------------------------------------------
@@ -208,12 +241,21 @@ def gemmini_page(request: Request, session: SessionDep, who: Reader, job: JobId 
 
 
 @router.get("/keys")
-def keys_page(request: Request, session: SessionDep, who: Admin) -> HTMLResponse:
-    return render.page(request, "keys.html", who, active="keys", keys=keys.list_all(session), created=None, problem="")
+async def keys_page(request: Request, session: SessionDep, who: Admin) -> HTMLResponse:
+    created = None
+    secret = new_key_secret(request)
+    if secret is not None:  # just created by this browser's form: shown on this page view only
+        found = await key_for(secret)  # a revoked, unknown or forged secret shows nothing
+        created = {"name": found.name, "scopes": found.scopes, "key": secret} if found else None
+    response = render.page(request, "keys.html", who, active="keys", keys=keys.list_all(session), created=created,
+                           problem="")  # fmt: skip
+    if secret is not None:
+        drop_new_key(response)
+    return response
 
 
 @router.post("/keys", dependencies=[SameOrigin])
-async def create_key(request: Request, session: SessionDep, who: Admin) -> HTMLResponse:
+async def create_key(request: Request, session: SessionDep, who: Admin) -> Response:
     data = await form(request)
     try:
         body = ApiKeyCreate(name=field(data, "name", 100), scopes=[Scope(s) for s in data.get("scopes", [])])
@@ -221,14 +263,15 @@ async def create_key(request: Request, session: SessionDep, who: Admin) -> HTMLR
         return render.page(request, "keys.html", who, status=422, active="keys", keys=keys.list_all(session),
                            created=None, problem=str(exc))  # fmt: skip
     created = keys.create(session, body.name, body.scopes)
-    # the secret is shown on this response only (never stored, never in a URL)
-    return render.page(request, "keys.html", who, status=201, active="keys", keys=keys.list_all(session),
-                       created=created, problem="")  # fmt: skip
+    response = saved_then_see_other(session, f"{PATH}/keys")  # a reload of the page it shows creates nothing
+    hand_over_new_key(request, response, created.key)
+    return response
 
 
 @router.post("/keys/{key_id}/revoke", dependencies=[SameOrigin])
 def revoke_key(key_id: str, session: SessionDep, _: Admin) -> Response:
     if keys.revoke(session, key_id) is None:
         raise DashboardError(404, f"key {key_id} not found")
-    clear_cache()
-    return see_other(f"{PATH}/keys")
+    response = saved_then_see_other(session, f"{PATH}/keys")
+    clear_cache()  # after the commit: a lookup in between would cache the key as still active
+    return response

@@ -241,9 +241,7 @@ def shape_results(data: JobData) -> list[Panel]:
 # -- candidates ---------------------------------------------------------------------------------------------
 
 
-def candidates_table(
-    data: JobData, describe: Describe | None = None, title: str = "Measured candidates"
-) -> Panel:
+def candidates_table(data: JobData, describe: Describe | None = None, title: str = "Measured candidates") -> Panel:
     """Every measured candidate (as many as were loaded), with a one-line summary of its config."""
     summary = describe or summarize_config
     rows: list[list[Cell]] = [
@@ -266,7 +264,16 @@ def errors_table(data: JobData) -> Panel:
     if data.job.error:
         rows.append(["job", data.job.error])
     rows += [[f"candidate #{c.id} ({c.shape_key})", c.error or c.status] for c in data.candidates if c.status != "ok"]
-    return table("errors", "Errors", [Column("where"), Column("error")], rows)
+    panel = table("errors", "Errors", [Column("where"), Column("error")], rows)
+    return dataclasses.replace(panel, empty=_no_errors(data)) if data.candidates else panel
+
+
+def _no_errors(data: JobData) -> str:
+    """What an empty errors panel says once candidates were measured: none failed (not "nothing measured")."""
+    loaded = len(data.candidates)
+    if loaded < data.candidates_total:
+        return f"no errors in the first {loaded} of {data.candidates_total} candidates: every one was measured ok"
+    return f"no errors: all {loaded} candidates were measured ok"
 
 
 def default_panels(data: JobData, describe: Describe | None = None) -> list[Panel]:

@@ -2,16 +2,20 @@
 
 Everything the browser loads comes from this package (no CDN): the templates, one stylesheet, and two
 scripts, `charts.js` (a small SVG chart module) and `dashboard.js` (live updates). The Content-Security-
-Policy allows nothing else, so a page that tried to load anything from elsewhere would fail its tests.
+Policy allows nothing else, so a page that tried to load anything from elsewhere would fail its tests. The
+API's docs (/docs, `api_docs`) are served the same way, from an installed copy of Swagger UI.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import json
+from collections.abc import Iterable
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -26,11 +30,18 @@ HERE = Path(__file__).parent
 STATIC = HERE / "static"
 MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+
+def content_security_policy(script_nonce: str | None = None) -> str:
+    """Nothing from elsewhere; inline scripts only where a page names them by a one-time nonce (/docs)."""
+    scripts = f"'self' 'nonce-{script_nonce}'" if script_nonce else "'self'"
+    return (
+        f"default-src 'self'; script-src {scripts}; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
-    ),
+    )
+
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": content_security_policy(),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "same-origin",  # same-origin forms keep their Referer: the CSRF check's fallback
@@ -100,16 +111,35 @@ def json_response(body: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
+class Asset(NamedTuple):
+    data: bytes
+    media_type: str
+    etag: str
+
+
 @functools.cache
-def static_files() -> dict[str, tuple[bytes, str]]:
+def static_files() -> dict[str, Asset]:
     """The static files by name, read once: a fixed set, so a request can only ever get one of them."""
-    return {p.name: (p.read_bytes(), MEDIA_TYPES[p.suffix]) for p in STATIC.iterdir() if p.suffix in MEDIA_TYPES}
+    return files_in(STATIC)
 
 
-def static(name: str) -> Response | None:
-    found = static_files().get(name)
+def files_in(folder: Traversable, names: Iterable[str] | None = None) -> dict[str, Asset]:
+    """A folder's files the browser may load (those in `names`, or all), read once by the caller's cache."""
+    found = {}
+    for p in folder.iterdir():
+        suffix = Path(p.name).suffix
+        if suffix in MEDIA_TYPES and (names is None or p.name in names):
+            data = p.read_bytes()
+            found[p.name] = Asset(data, MEDIA_TYPES[suffix], f'"{hashlib.sha256(data).hexdigest()[:32]}"')
+    return found
+
+
+def static(request: Request, name: str, files: dict[str, Asset] | None = None) -> Response | None:
+    """One of `files` (default: the dashboard's), revalidated by ETag on every load: a 304 while unchanged."""
+    found = (static_files() if files is None else files).get(name)
     if found is None:
         return None
-    data, media_type = found
-    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
-    return Response(data, media_type=media_type, headers=headers)
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "ETag": found.etag}
+    if request.headers.get("if-none-match") == found.etag:
+        return Response(status_code=304, headers=headers)
+    return Response(found.data, media_type=found.media_type, headers=headers)

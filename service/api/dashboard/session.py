@@ -98,17 +98,43 @@ def safe_next(target: str | None) -> str:
     return f"{PATH}/jobs"
 
 
+def _over_https(request: Request) -> bool:
+    return request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+
+
 def keep_key(request: Request, response: Response, secret: str) -> None:
     response.set_cookie(
-        COOKIE,
-        secret,
-        max_age=MAX_AGE_S,
-        path=PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https",
+        COOKIE, secret, max_age=MAX_AGE_S, path=PATH, httponly=True, samesite="strict", secure=_over_https(request)
     )
 
 
 def forget_key(response: Response) -> None:
     response.delete_cookie(COOKIE, path=PATH, httponly=True, samesite="strict")
+
+
+# A key created on the keys page is shown once, on the page the form's POST redirects to (so reloading that page
+# creates nothing). Its secret travels there in a cookie as guarded as the sign-in cookie, sent only to the keys
+# page, for a minute at most, and dropped by the page that shows it: never in a URL, never stored server-side.
+NEW_KEY_COOKIE = "kf_new_key"
+NEW_KEY_PATH = f"{PATH}/keys"
+NEW_KEY_MAX_AGE_S = 60
+
+
+def hand_over_new_key(request: Request, response: Response, secret: str) -> None:
+    response.set_cookie(
+        NEW_KEY_COOKIE,
+        secret,
+        max_age=NEW_KEY_MAX_AGE_S,
+        path=NEW_KEY_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=_over_https(request),
+    )
+
+
+def new_key_secret(request: Request) -> str | None:
+    return request.cookies.get(NEW_KEY_COOKIE) or None
+
+
+def drop_new_key(response: Response) -> None:
+    response.delete_cookie(NEW_KEY_COOKIE, path=NEW_KEY_PATH, httponly=True, samesite="strict")

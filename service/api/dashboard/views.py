@@ -20,6 +20,8 @@ from service.tuning.kinds import KINDS
 from service.tuning.platforms.gemmini import GemminiPlatform
 
 MAX_CANDIDATES = 500  # a job page loads at most this many candidates (the rest stay in the store and the API)
+PAGE_SIZE = 100  # jobs or models per page of a list
+MAX_OFFSET = 1_000_000  # as the API's own lists bound `offset`
 
 
 class Labels:
@@ -79,7 +81,21 @@ def job_summary(view: JobView, labels: Labels) -> dict[str, Any]:
         "waiting_for_worker": view.waiting_for_worker,
         "error": view.error,
         "done": view.done,
+        "publication": publication(view),
+        "tags": dict(sorted(view.tags.items())),
     }
+
+
+def publication(view: JobView) -> str:
+    """Whether the job published (a config or a dispatch table) and, where something was held back, why."""
+    if view.published is True:
+        return f"yes; held back: {view.publish_reason}" if view.publish_reason else "yes"
+    if view.published is False:
+        return f"no: {view.publish_reason or 'nothing was published'}"
+    if not view.done:
+        return "not yet: a job publishes when it ends"
+    # set when a job succeeds (jobs from before it was recorded have none); one that failed never publishes
+    return "not recorded" if view.state == JobState.succeeded else f"no: the job {view.state}"
 
 
 def _live(session: Session) -> set[str]:
@@ -87,11 +103,23 @@ def _live(session: Session) -> set[str]:
 
 
 def job_list(
-    session: Session, kind: str | None, target: str | None, state: JobState | None, limit: int = 100
+    session: Session, kind: str | None, target: str | None, state: JobState | None, offset: int = 0
 ) -> dict[str, Any]:
-    rows, total = jobs.list_rows(session, state, kind, None, limit, 0, target_fingerprint=target)
+    """A page of jobs, newest first: `offset` jobs skipped, at most PAGE_SIZE shown."""
+    rows, total = jobs.list_rows(session, state, kind, None, PAGE_SIZE, offset, target_fingerprint=target)
     live, labels = _live(session), Labels(session)
-    return {"jobs": [job_summary(jobs.view(session, r, live), labels) for r in rows], "total": total}
+    shown = [job_summary(jobs.view(session, r, live), labels) for r in rows]
+    return {"jobs": shown, **_page(len(shown), total, offset, "jobs")}
+
+
+def _page(shown: int, total: int, offset: int, noun: str) -> dict[str, Any]:
+    """A list page's place: `range` (the page shows it; the jobs list's live feed updates it), `more` (an older
+    page exists)."""
+    last = offset + shown
+    where = f"{noun} {offset + 1}–{last} of {total}, newest first" if shown else ""
+    if not shown and offset:
+        where = f"no {noun} past the first {offset}"
+    return {"total": total, "offset": offset, "limit": PAGE_SIZE, "range": where, "more": last < total}
 
 
 def filter_choices(session: Session) -> dict[str, Any]:
@@ -126,19 +154,25 @@ def model_summary(view: ModelView) -> dict[str, Any]:
     }
 
 
-def model_list(session: Session, limit: int = 100) -> dict[str, Any]:
-    rows, total = models.list_rows(session, None, limit, 0)
-    return {"models": [model_summary(models.view(session, r)) for r in rows], "total": total}
+def model_list(session: Session, offset: int = 0) -> dict[str, Any]:
+    """A page of models, newest first (as `job_list`)."""
+    rows, total = models.list_rows(session, None, PAGE_SIZE, offset)
+    shown = [model_summary(models.view(session, r)) for r in rows]
+    return {"models": shown, **_page(len(shown), total, offset, "models")}
 
 
 def model_page(session: Session, row: ModelRow) -> dict[str, Any]:
-    """A model: its progress, states, and per op the workload, occurrences, budget share and job."""
+    """A model: its progress, states and tags, and per op the workload, where it occurs (sources), occurrences,
+    budget share and job."""
     view = models.view(session, row)
     labels = Labels(session)
+    # where in the model each op occurs: kept with the op's row (the API's model view does not carry it)
+    sources = [list(o.sources or []) for o in models.op_rows(session, row.id)]
     return {
         **model_summary(view),
         "target": labels.target(None, view.target)["label"],
         "states": view.states,
+        "tags": dict(sorted(view.tags.items())),
         "rule": view.budget_split.get("rule", ""),
         "total_trials": view.budget_split.get("total_trials"),
         "ops": [
@@ -146,8 +180,9 @@ def model_page(session: Session, row: ModelRow) -> dict[str, Any]:
                 **op.model_dump(),
                 "workload": labels.workload(op.workload_hash),
                 "dims_text": ", ".join(f"{k}={v}" for k, v in op.dims.items()),
+                "sources": op_sources,
             }
-            for op in view.ops
+            for op, op_sources in zip(view.ops, sources, strict=True)
         ],
     }
 

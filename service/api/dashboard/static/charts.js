@@ -92,7 +92,9 @@
       return { f, ticks, min, max };
     }
     if (!tight && min >= 0) min = 0;  // seconds, latencies and speedups read against zero
-    if (min === max) { min -= Math.abs(min) * 0.5 || (min === 0 ? 0 : 1); max += Math.abs(max) * 0.5 || 1; }
+    if (min === max && integer) {  // one day (or one M): a step either side; ±50% of a day number spans decades
+      min -= 1; max += 1;
+    } else if (min === max) { min -= Math.abs(min) * 0.5 || (min === 0 ? 0 : 1); max += Math.abs(max) * 0.5 || 1; }
     let step = niceStep(max - min, 6);
     if (integer) step = Math.max(1, Math.round(step));
     const start = tight ? min : Math.floor(min / step) * step, end = tight ? max : Math.ceil(max / step) * step;
@@ -117,7 +119,7 @@
     for (const t of sy.ticks) {
       const y = sy.f(t);
       el("line", { x1: M.left, x2: W - M.right, y1: y, y2: y }, grid);
-      el("text", { x: M.left - 6, y: y + 4, "text-anchor": "end", class: "tick" }, grid).textContent = format(t, panel.y.unit);
+      el("text", { x: M.left - 6, y: y + 4, "text-anchor": "end", class: "tick y-tick" }, grid).textContent = format(t, panel.y.unit);
     }
     const maxXTicks = 10;
     const every = Math.max(1, Math.ceil(sx.ticks.length / maxXTicks));
@@ -126,7 +128,7 @@
       const x = sx.f(t);
       el("line", { x1: x, x2: x, y1: M.top, y2: H - M.bottom, class: "vgrid" }, grid);
       const anchor = x <= M.left + 1 ? "start" : x >= W - M.right - 1 ? "end" : "middle";  // edge labels stay inside
-      el("text", { x, y: H - M.bottom + 16, "text-anchor": anchor, class: "tick" }, grid).textContent = format(t, panel.x.unit);
+      el("text", { x, y: H - M.bottom + 16, "text-anchor": anchor, class: "tick x-tick" }, grid).textContent = format(t, panel.x.unit);
     });
     if (panel.y.unit === "x" && sy.min <= 1 && sy.max >= 1) {  // speedups: the vendor's own level
       el("line", { x1: M.left, x2: W - M.right, y1: sy.f(1), y2: sy.f(1), class: "parity" }, svg);

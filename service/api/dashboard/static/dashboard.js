@@ -92,6 +92,9 @@
     body.replaceChildren(...listing.jobs.map(jobRow));
     document.getElementById("job-count").textContent = String(listing.total);
     document.getElementById("jobs-empty").hidden = listing.jobs.length > 0;
+    document.getElementById("jobs-pager-range").textContent = listing.range;
+    const older = document.getElementById("jobs-pager-older");  // absent past the last offset a page may ask for
+    if (older) older.hidden = !listing.more;
   }
 
   function jobsPage() {
@@ -122,6 +125,7 @@
       err.hidden = !j.error;
       err.textContent = j.error || "";
       document.getElementById("job-waiting").hidden = !j.waiting_for_worker;
+      document.getElementById("job-published").textContent = j.publication;
       if (j.done) {
         const cancel = document.getElementById("cancel-form");
         if (cancel) cancel.remove();

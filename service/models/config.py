@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfleet.models import ConfigRecord, FiniteFloat, FiniteJsonObject
+from kernelfleet.models import ConfigRecord, FiniteJsonObject
+from service.models.fields import Document, Flag, HexId, Int, Label, Real, Shape, Text
 from service.models.target import TargetSpec
 
 CandidateStatus = Literal["ok", "error", "timeout"]
@@ -42,7 +43,7 @@ class ConfigMiss(BaseModel):
 class LookupKey(BaseModel):
     workload: str = Field(min_length=1, max_length=64)
     target: str = Field(min_length=1, max_length=64)
-    shape: dict[str, int]
+    shape: Shape
 
 
 class BatchLookup(BaseModel):
@@ -61,7 +62,7 @@ class TraceConfig(BaseModel):
 
     format: Literal["metaschedule-trace"] = "metaschedule-trace"  # kernelfleet.tvm_kernel.CONFIG_FORMAT_TRACE
     trace: list[Any] = Field(min_length=1, description="the trace's JSON (instructions, decisions)")
-    module: str = Field(min_length=1, description="the IRModule as TVM's JSON (tvm.ir.save_json)")
+    module: Document = Field(description="the IRModule as TVM's JSON (tvm.ir.save_json)")
     module_hash: str = Field(pattern=r"^-?[0-9]{1,24}$", description="TVM's structural hash of the module")
     target: dict[str, Any] = Field(min_length=1, description="the TVM target, e.g. {'kind': 'llvm', 'mcpu': ...}")
 
@@ -73,10 +74,10 @@ class UKernelTileConfig(BaseModel):
 
     format: Literal["ukernel-tile"] = "ukernel-tile"
     id: str = Field(pattern=r"^[A-Za-z0-9_]{1,64}$")
-    tile: list[Annotated[int, Field(ge=1, le=1 << 16)]] = Field(min_length=3, max_length=3, description="mt, nt, kt")
+    tile: list[Annotated[Int, Field(ge=1, le=1 << 16)]] = Field(min_length=3, max_length=3, description="mt, nt, kt")
 
 
-_Dim = Annotated[int, Field(ge=1, le=1 << 24)]
+_Dim = Annotated[Int, Field(ge=1, le=1 << 24)]
 
 
 class PipelineGemmShape(BaseModel):
@@ -90,15 +91,15 @@ class PipelineGemmShape(BaseModel):
 class PipelineSchedule(BaseModel):
     """ALCOP's schedule knobs (service.tuning.tuners.pipeline.space.PipelineConfig as the store keeps it)."""
 
-    bm: Annotated[int, Field(ge=1, le=256)]
-    bn: Annotated[int, Field(ge=1, le=256)]
-    bk: Annotated[int, Field(ge=1, le=128)]
-    tm: Annotated[int, Field(ge=1, le=16)]
-    tn: Annotated[int, Field(ge=1, le=16)]
-    smem_stages: Annotated[int, Field(ge=1, le=5)] = 1
-    async_copy: bool = False
-    reg_stages: Annotated[int, Field(ge=1, le=3)] = 1
-    fuse_inner: bool = False
+    bm: Int = Field(ge=1, le=256)
+    bn: Int = Field(ge=1, le=256)
+    bk: Int = Field(ge=1, le=128)
+    tm: Int = Field(ge=1, le=16)
+    tn: Int = Field(ge=1, le=16)
+    smem_stages: Int = Field(default=1, ge=1, le=5)
+    async_copy: Flag = False
+    reg_stages: Int = Field(default=1, ge=1, le=3)
+    fuse_inner: Flag = False
 
 
 class PipelineGemmConfig(BaseModel):
@@ -118,24 +119,24 @@ class GemminiCotuneConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     format: Literal["gemmini-cotune"] = "gemmini-cotune"
-    layer: str = Field(min_length=1, max_length=200)
+    layer: Label
     backend: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="what measured it: zigzag, scalesim, firesim")
     hw: FiniteJsonObject = Field(min_length=1, description="the hardware config (array, scratchpad, dataflow, bus)")
     mapping: FiniteJsonObject = Field(min_length=1, description="the layer's tile factors")
-    measured_cycles: Annotated[FiniteFloat, Field(gt=0)]
+    measured_cycles: Real = Field(gt=0)
 
 
 class ImportedRecord(BaseModel):
     """A config measured elsewhere (e.g. an existing MetaSchedule database) brought into the store."""
 
-    workload_hash: str
+    workload_hash: HexId
     target: TargetSpec = Field(description="the target it was measured on, with its toolchain")
-    shape: dict[str, int]
-    latency_s: FiniteFloat = Field(
+    shape: Shape
+    latency_s: Real = Field(
         gt=0, description="seconds per call; refused below a plausible floor (see the 422 for the settings)"
     )
     config: FiniteJsonObject = Field(description="format-tagged, in the format of a job kind that publishes configs")
-    source: str = Field(max_length=200)
+    source: Text
 
 
 class ImportRequest(BaseModel):

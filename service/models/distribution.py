@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernelfleet.models import FiniteFloat
-from service.models.shape import MAX_DIM, shape_key
+from service.models.fields import DimName, Real, Shape, Size, SizeKey
+from service.models.shape import shape_key
 
 MAX_SUPPORT = 4096
 Weighted = list[tuple[dict[str, int], float]]
@@ -33,9 +33,9 @@ def _require_finite_total(weights: Iterable[float]) -> None:
 
 
 class _Range(_Base):
-    dim: str = Field(min_length=1, max_length=32)
-    low: int = Field(ge=1, le=MAX_DIM)
-    high: int = Field(ge=1, le=MAX_DIM)
+    dim: DimName
+    low: Size
+    high: Size
 
     @model_validator(mode="after")
     def _ordered(self) -> _Range:
@@ -50,8 +50,8 @@ class _Range(_Base):
 
 
 class ShapePoint(_Base):
-    shape: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]]
-    weight: FiniteFloat = Field(default=1.0, gt=0)
+    shape: Shape
+    weight: Real = Field(default=1.0, gt=0)
 
 
 class Explicit(_Base):
@@ -84,11 +84,13 @@ class Normal(_Range):
     """A normal distribution truncated to [low, high] and rounded to integers."""
 
     kind: Literal["normal"] = "normal"
-    mean: FiniteFloat
-    std: FiniteFloat = Field(gt=0)
+    mean: Real
+    std: Real = Field(gt=0)
 
     def support(self) -> Weighted:
-        out = [({self.dim: v}, math.exp(-0.5 * ((v - self.mean) / self.std) ** 2)) for v in self._values()]
+        # z·z, not z ** 2: a far mean or a tiny std makes z huge, and ** raises OverflowError where · gives inf
+        z = [(v - self.mean) / self.std for v in self._values()]
+        out = [({self.dim: v}, math.exp(-0.5 * zv * zv)) for v, zv in zip(self._values(), z, strict=True)]
         return [(s, w) for s, w in out if w > 1e-12] or [
             ({self.dim: min(self._values(), key=lambda v: abs(v - self.mean))}, 1.0)
         ]
@@ -98,7 +100,7 @@ class Zipf(_Range):
     """P(v) ∝ (v - low + 1)^-s on [low, high]: small values are the most common."""
 
     kind: Literal["zipf"] = "zipf"
-    s: FiniteFloat = Field(default=1.1, gt=0, le=10)
+    s: Real = Field(default=1.1, gt=0, le=10)
 
     def support(self) -> Weighted:
         return [({self.dim: v}, (v - self.low + 1) ** -self.s) for v in self._values()]
@@ -108,10 +110,8 @@ class Histogram(_Base):
     """Observed counts per value of one dimension, e.g. from inference telemetry."""
 
     kind: Literal["histogram"] = "histogram"
-    dim: str = Field(min_length=1, max_length=32)
-    counts: dict[Annotated[int, Field(ge=1, le=MAX_DIM)], Annotated[FiniteFloat, Field(ge=0)]] = Field(
-        min_length=1, max_length=MAX_SUPPORT
-    )
+    dim: DimName
+    counts: dict[SizeKey, Annotated[Real, Field(ge=0)]] = Field(min_length=1, max_length=MAX_SUPPORT)
 
     @model_validator(mode="after")
     def _some_mass(self) -> Histogram:

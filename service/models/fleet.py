@@ -6,10 +6,9 @@ import datetime as dt
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfleet.models import FiniteFloat
-from service.models.shape import MAX_DIM
+from service.models.fields import Day, HexId, Int, Real, Shape, Text
 
 MAX_RECORDS_PER_BATCH = 10_000
 
@@ -21,21 +20,15 @@ class TelemetryRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    workload_hash: str = Field(pattern=r"^[0-9a-f]{1,64}$")
-    target_fingerprint: str = Field(pattern=r"^[0-9a-f]{1,64}$")
-    shape: dict[str, int] = Field(min_length=1, max_length=8)
-    calls: int = Field(ge=0, le=10**12)
-    kernel_seconds: FiniteFloat = Field(ge=0, le=1e9)
-    fallbacks: int = Field(default=0, ge=0, le=10**12, description="calls that ran the default kernel (a miss)")
-    day: dt.date | None = Field(default=None, description="UTC day the calls happened; default: the day received")
-
-    @field_validator("shape")
-    @classmethod
-    def _sizes(cls, shape: dict[str, int]) -> dict[str, int]:
-        for name, value in shape.items():
-            if not 1 <= value <= MAX_DIM or not name.isidentifier() or len(name) > 16:
-                raise ValueError(f"bad shape item {name}={value}")
-        return shape
+    workload_hash: HexId
+    target_fingerprint: HexId
+    shape: Shape = Field(min_length=1)
+    calls: Int = Field(ge=0, le=10**12)
+    kernel_seconds: Real = Field(ge=0, le=1e9)
+    fallbacks: Int = Field(default=0, ge=0, le=10**12, description="calls that ran the default kernel (a miss)")
+    day: Day | None = Field(
+        default=None, description="UTC day the calls happened, 2020-01-01 to tomorrow; default: the day received"
+    )
 
 
 class TelemetryBatch(BaseModel):
@@ -62,7 +55,7 @@ class TelemetryBatch(BaseModel):
     )
 
     batch_id: uuid.UUID = Field(description="chosen by the sender; resending the same batch changes nothing")
-    host: str = Field(default="", max_length=200)
+    host: Text = ""
     records: list[TelemetryRecord] = Field(min_length=1, max_length=MAX_RECORDS_PER_BATCH)
 
 
@@ -136,4 +129,4 @@ class FleetReport(BaseModel):
 class FleetRunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    day: dt.date | None = Field(default=None, description="the UTC day to run for; default today")
+    day: Day | None = Field(default=None, description="the UTC day to run for (not after today); default today")

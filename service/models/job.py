@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import PydanticCustomError
 
 from service.models.distribution import ShapeDistribution
+from service.models.fields import HexId, Int, RegistryName, Tags
 from service.models.target import TargetSpec
 from service.models.workload import WorkloadSpec
 
@@ -30,22 +31,27 @@ class JobState(enum.StrEnum):
 class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    trials: int = Field(
+    trials: Int = Field(
         default=64,
         ge=1,
         le=100_000,
         description="sketch: measured candidates across all shapes; ukernel: uKernels built and measured (≤ 8 used)",
     )
-    max_shapes: int = Field(
+    max_shapes: Int = Field(
         default=4, ge=1, le=128, description="sketch: hot shapes tuned; ukernel: hot shapes measured to validate"
     )
-    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    seed: Int | None = Field(default=None, ge=0, le=2**31 - 1)
+
+
+_HASH: TypeAdapter[str] = TypeAdapter(HexId)
 
 
 def _spec_or_hash(value: Any, handler: ValidatorFunctionWrapHandler) -> WorkloadSpec | str:
     """An object is a workload spec and a string a hash: validate as that alone, so a bad spec gets its own
     errors at the spec's fields, with no second error saying it is not a string either."""
-    if isinstance(value, str | WorkloadSpec):
+    if isinstance(value, str):
+        return _HASH.validate_python(value)
+    if isinstance(value, WorkloadSpec):
         return handler(value)  # type: ignore[no-any-return]
     if not isinstance(value, dict):
         raise PydanticCustomError("workload_type", "expected a workload spec (an object) or a workload hash (a string)")
@@ -68,15 +74,14 @@ class JobSpec(BaseModel):
         },
     )
 
-    kind: JobKind = Field(
+    kind: RegistryName = Field(
         default="sketch",
-        pattern=r"^[a-z][a-z0-9_]{0,31}$",
         description="the tuning algorithm: sketch, ukernel, ...; GET /v1/kinds lists what this service runs",
     )
-    workload: Annotated[WorkloadSpec | str, WrapValidator(_spec_or_hash)] = Field(
+    workload: Annotated[WorkloadSpec | HexId, WrapValidator(_spec_or_hash)] = Field(
         description="an inline workload spec or a registered workload hash"
     )
     target: TargetSpec
     distribution: ShapeDistribution
     budget: Budget = Field(default_factory=Budget)
-    tags: dict[str, str] = Field(default_factory=dict, max_length=16)
+    tags: Tags = Field(default_factory=dict)

@@ -8,18 +8,15 @@ the workloads, submits one job per tunable op and splits the model's budget betw
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernelfleet.models import field_errors
 from service.models.distribution import ShapeDistribution
-from service.models.job import JobKind
+from service.models.fields import DimExpr, DimName, Int, Label, Real, RegistryName, Tags, Text
 from service.models.target import TargetSpec
 from service.models.workload import WorkloadSpec
 
 MAX_MODEL_OPS = 256
-Expr = Annotated[str, Field(max_length=200)] | int
 
 
 class ModelOp(BaseModel):
@@ -27,16 +24,16 @@ class ModelOp(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200, description="unique within the model, e.g. dense(M=batch*seq, …)")
+    name: Label = Field(description="unique within the model, e.g. dense(M=batch*seq, …)")
     workload: WorkloadSpec
-    occurrences: int = Field(default=1, ge=1, le=1_000_000, description="how often the op runs per model call")
+    occurrences: Int = Field(default=1, ge=1, le=1_000_000, description="how often the op runs per model call")
     distribution: ShapeDistribution = Field(description="the op's symbolic dims under the model's traffic")
-    dims: dict[str, Expr] = Field(
+    dims: dict[DimName, DimExpr] = Field(
         default_factory=dict,
         max_length=16,
         description="provenance: each dim as an int or an expression of the model's dynamic inputs (M: batch*seq)",
     )
-    sources: list[Annotated[str, Field(max_length=200)]] = Field(
+    sources: list[Text] = Field(
         default_factory=list, max_length=64, description="provenance: where in the model the op occurs"
     )
 
@@ -44,11 +41,11 @@ class ModelOp(BaseModel):
 class ModelBudget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    trials: int = Field(default=256, ge=1, le=100_000, description="the model's total, split between its jobs")
-    min_trials: int = Field(default=8, ge=1, le=100_000, description="the floor every tunable op's job gets")
-    max_shapes: int = Field(default=4, ge=1, le=128, description="each job's hot shapes (as Budget.max_shapes)")
-    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
-    seconds: float | None = Field(
+    trials: Int = Field(default=256, ge=1, le=100_000, description="the model's total, split between its jobs")
+    min_trials: Int = Field(default=8, ge=1, le=100_000, description="the floor every tunable op's job gets")
+    max_shapes: Int = Field(default=4, ge=1, le=128, description="each job's hot shapes (as Budget.max_shapes)")
+    seed: Int | None = Field(default=None, ge=0, le=2**31 - 1)
+    seconds: Real | None = Field(
         default=None, description="not supported yet: jobs are budgeted in trials, so give budget.trials"
     )
 
@@ -92,15 +89,14 @@ class ModelSpec(BaseModel):
     )
 
     name: str = Field(min_length=1, max_length=100, pattern=r"^[\w.:+/ -]+$")
-    kind: JobKind = Field(
+    kind: RegistryName = Field(
         default="sketch",
-        pattern=r"^[a-z][a-z0-9_]{0,31}$",
         description="the job kind every tunable op is tuned with (GET /v1/kinds)",
     )
     target: TargetSpec
     ops: list[ModelOp] = Field(min_length=1, max_length=MAX_MODEL_OPS)
     budget: ModelBudget = Field(default_factory=ModelBudget)
-    tags: dict[str, str] = Field(default_factory=dict, max_length=16)
+    tags: Tags = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _distinct_names(self) -> ModelSpec:
@@ -120,7 +116,9 @@ def op_priority(op: ModelOp) -> float:
     FLOPs × weight, per model call."""
     support = op.distribution.support()
     total = sum(w for _, w in support)
-    expected = sum(w * op.workload.flops(shape) for shape, w in support) / total
+    # each weight normalised before it scales the FLOPs: a weight of 1e308 times the FLOPs is inf, and inf / inf is
+    # the NaN priority that made splitting the budget fail (a 500 on POST /v1/models)
+    expected = sum(w / total * op.workload.flops(shape) for shape, w in support)
     return expected * op.occurrences
 
 

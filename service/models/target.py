@@ -14,13 +14,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from service.models.fields import DetailValue, Int, Key, RegistryName
 
 # Bumped whenever the format of stored configs changes in a way old readers cannot apply.
 TUNER_ABI = "1"
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+# A CPU model, a GPU arch, a version, an LLVM feature ('-name' switches one off)
+HardwareName = Annotated[str, StringConstraints(pattern=_NAME.pattern)]
 # `mcpu: "host"` (or `arch: "host"`) on a job names the hardware the live workers of that platform serve, so
 # an example copied from the docs runs on whatever machine the fleet has.
 HOST_ALIAS = "host"
@@ -29,8 +34,8 @@ HOST_ALIAS = "host"
 class Toolchain(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tvm: str = Field(pattern=_NAME.pattern, description="TVM version that compiled the kernel")
-    tuner_abi: str = Field(default=TUNER_ABI, pattern=_NAME.pattern)
+    tvm: HardwareName = Field(description="TVM version that compiled the kernel")
+    tuner_abi: HardwareName = TUNER_ABI
 
 
 class TargetSpec(BaseModel):
@@ -39,27 +44,26 @@ class TargetSpec(BaseModel):
         json_schema_extra={"examples": [{"kind": "llvm", "mcpu": "znver4", "num_cores": 2}]},
     )
 
-    kind: str = Field(
-        pattern=r"^[a-z][a-z0-9_]{0,31}$",
+    kind: RegistryName = Field(
         description="hardware platform: llvm (CPUs), cuda (NVIDIA GPUs), gemmini (Gemmini accelerators); "
         "GET /v1/platforms lists what this service knows",
     )
-    mcpu: str | None = Field(default=None, pattern=_NAME.pattern, description="LLVM CPU model (llvm targets)")
-    arch: str | None = Field(default=None, pattern=_NAME.pattern, description="GPU arch or accelerator config")
-    num_cores: int = Field(default=1, ge=1, le=1024)
-    features: list[str] = Field(
+    mcpu: HardwareName | None = Field(default=None, description="LLVM CPU model (llvm targets)")
+    arch: HardwareName | None = Field(default=None, description="GPU arch or accelerator config")
+    num_cores: Int = Field(default=1, ge=1, le=1024)
+    features: list[HardwareName] = Field(
         default_factory=list,
         max_length=64,
         description="LLVM features on top of mcpu's; '-name' switches one off (e.g. '-avx512f' where a "
         "hypervisor hides AVX-512)",
     )
-    details: dict[str, str | int] = Field(
+    details: dict[Key, DetailValue] = Field(
         default_factory=dict,
         max_length=32,
         description="hardware details a worker detected, e.g. a GPU's name, SM count, memory, driver and CUDA "
         "versions; part of the fingerprint (filled in by the worker when omitted on jobs)",
     )
-    metadata: dict[str, str | int] = Field(
+    metadata: dict[Key, DetailValue] = Field(
         default_factory=dict,
         max_length=32,
         description="facts recorded with the target but not part of the fingerprint, e.g. a GPU's UUID and the "
@@ -68,11 +72,8 @@ class TargetSpec(BaseModel):
     toolchain: Toolchain | None = Field(default=None, description="filled in by the worker when omitted on jobs")
 
     @model_validator(mode="after")
-    def _consistent(self) -> TargetSpec:
-        for feat in self.features:
-            if not _NAME.match(feat):
-                raise ValueError(f"bad feature name {feat!r}")
-        self.features = sorted(set(self.features))
+    def _canonical_features(self) -> TargetSpec:
+        self.features = sorted(set(self.features))  # one fingerprint whatever the order and repeats
         return self
 
     @property

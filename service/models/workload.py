@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernelfleet.models import field_errors
+from service.models.fields import AttrValue, DimName, RegistryName, Size
 from service.models.operators import OPERATORS, OperatorDef
 from service.models.shape import MAX_DIM
 from service.settings import get_settings
@@ -33,12 +34,16 @@ class WorkloadSpec(BaseModel):
         },
     )
 
-    op: str = Field(description="operator name from the registry: " + ", ".join(sorted(OPERATORS)))
+    op: RegistryName = Field(description="operator name from the registry: " + ", ".join(sorted(OPERATORS)))
     dtype: DType = "float32"
-    dims: dict[str, int] = Field(default_factory=dict, description="static dimension sizes")
-    symbolic: list[str] = Field(default_factory=list, description="dimensions whose size varies at run time")
-    attrs: dict[str, int | bool | str] = Field(
-        default_factory=dict, description="operator attributes (GET /v1/operators lists each one's default and choices)"
+    dims: dict[DimName, Size] = Field(default_factory=dict, max_length=16, description="static dimension sizes")
+    symbolic: list[DimName] = Field(
+        default_factory=list, max_length=16, description="dimensions whose size varies at run time"
+    )
+    attrs: dict[DimName, AttrValue] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="operator attributes (GET /v1/operators lists each one's default and choices)",
     )
 
     @field_validator("op")
@@ -47,14 +52,6 @@ class WorkloadSpec(BaseModel):
         if op not in OPERATORS:
             raise ValueError(f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
         return op
-
-    @field_validator("dims")
-    @classmethod
-    def _positive_dims(cls, dims: dict[str, int]) -> dict[str, int]:
-        for name, size in dims.items():
-            if not 1 <= size <= MAX_DIM:
-                raise ValueError(f"dimension {name}={size} out of range 1..{MAX_DIM}")
-        return dims
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
@@ -89,13 +86,9 @@ class WorkloadSpec(BaseModel):
             default = op.attrs[name]
             if any(isinstance(default, t) != isinstance(value, t) for t in (bool, str)):
                 return ("attrs", name), f"attribute {name!r} must be {type(default).__name__}"
-            if isinstance(value, str):
-                if value not in op.choices.get(name, (default,)):
-                    choices = ", ".join(op.choices.get(name, (str(default),)))
-                    return ("attrs", name), f"attribute {name!r}={value!r} is not one of: {choices}"
-                continue
-            if not isinstance(value, bool) and not 0 <= value <= 64:
-                return ("attrs", name), f"attribute {name!r}={value} out of range 0..64"
+            if isinstance(value, str) and value not in op.choices.get(name, (default,)):
+                choices = ", ".join(op.choices.get(name, (str(default),)))
+                return ("attrs", name), f"attribute {name!r}={value!r} is not one of: {choices}"
         if self.op == "conv2d" and int(self.attrs["stride"]) < 1:
             return ("attrs", "stride"), "attribute 'stride' must be >= 1"
         return None

@@ -39,7 +39,10 @@ def test_dense_workloads_from_before_activations_keep_their_hash() -> None:
         ({"op": "softmax_evil", "dims": {}}, "unknown operator"),
         ({"op": "dense", "dims": {"N": 8}, "symbolic": ["M"]}, "K"),
         ({"op": "dense", "dims": {"N": 8, "K": 8, "M": 4}, "symbolic": ["M"]}, "both static and symbolic"),
-        ({"op": "dense", "dims": {"N": 8, "K": 0}, "symbolic": ["M"]}, "out of range"),
+        (
+            {"op": "dense", "dims": {"N": 8, "K": 0}, "symbolic": ["M"]},
+            "dims.K\n  Input should be greater than or equal to 1",
+        ),
         ({"op": "dense", "dims": {"N": 8, "K": 8, "Q": 1}, "symbolic": ["M"]}, "no dimension 'Q'"),
         ({"op": "dense", "dims": {"N": 8, "K": 8}, "symbolic": ["M"], "attrs": {"bias": 3}}, "must be bool"),
         (

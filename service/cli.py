@@ -107,6 +107,9 @@ def demo(
         main(trials=trials, port=port, kind=kind, keep=keep)
 
 
+IMPORT_DEADLINE_S = 120.0
+
+
 def import_metaschedule(
     work_dir: Annotated[
         Path, typer.Argument(help="directory with database_workload.json and database_tuning_record.json")
@@ -118,7 +121,8 @@ def import_metaschedule(
     from service.models import Toolchain, Workload
     from service.tuning.tuners.metaschedule_io import read_database
 
-    with client_from_env(url) as client:
+    # the service loads every trace in a TVM process before it answers (the first import also starts it)
+    with client_from_env(url, deadline_s=IMPORT_DEADLINE_S) as client:
         workloads = [Workload(**w.model_dump()) for w in client.workloads()]
         records, skipped = read_database(work_dir, workloads, Toolchain(**local_toolchain()))
         result = client.import_configs(records) if records else {"imported": 0, "improved": 0}

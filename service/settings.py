@@ -25,8 +25,11 @@ class Settings(BaseSettings):
     broker_visibility_timeout_s: int = 3600
     broker_unacked_restore_interval_s: float = 10.0
     heartbeat_interval_s: float = 5.0
-    stale_after_s: float = 60.0
-    reap_interval_s: float = 15.0
+    # A job whose worker died waits up to stale_after_s + reap_interval_s for the reaper (it waited 60 + 15 s, 73 s
+    # observed, issue 34): 6 missed heartbeats, as for workers' presence. A worker started again under its node
+    # name gives back its dead process's jobs at once (service.store.jobs.release_orphans).
+    stale_after_s: float = 30.0
+    reap_interval_s: float = 10.0
     worker_stale_after_s: float = Field(
         default=30.0, gt=0, description="a worker whose heartbeats stopped this long ago is offline"
     )

@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
 from service.models import JobState, JobView, ShapeResult, shape_key
@@ -239,17 +239,29 @@ class Reaped:
 
 def reap_stale(session: Session, stale_after_s: float, max_attempts: int) -> Reaped:
     """Requeue (or fail, once out of attempts) running jobs whose worker stopped heartbeating."""
-    stale = utcnow() - dt.timedelta(seconds=stale_after_s)
-    rows = session.execute(
-        select(JobRow.id, JobRow.attempts, JobRow.worker).where(
-            JobRow.state == JobState.running.value, JobRow.heartbeat_at < stale
-        )
-    ).all()
+    stale = JobRow.heartbeat_at < utcnow() - dt.timedelta(seconds=stale_after_s)
+    return _requeue_or_fail(session, stale, max_attempts, "stopped heartbeating")
+
+
+def release_orphans(session: Session, node: str, started_at: dt.datetime, max_attempts: int) -> Reaped:
+    """Requeue (or fail, once out of attempts) the running jobs of earlier processes of worker node `node`.
+
+    Called by a worker starting under that node name. Node names are unique among live workers, so a job that
+    a process of this name held and last renewed before this process started belongs to a process that
+    died (killed, or its container restarted): it need not wait for its heartbeat to go stale."""
+    # the worker column holds "<node>:<pid>" (service.workers.tasks.worker_id)
+    mine = JobRow.worker.startswith(f"{node}:", autoescape=True) & (JobRow.heartbeat_at < started_at)
+    return _requeue_or_fail(session, mine, max_attempts, f"died: {node} restarted")
+
+
+def _requeue_or_fail(session: Session, orphaned: ColumnElement[bool], max_attempts: int, why: str) -> Reaped:
+    running = JobRow.state == JobState.running.value
+    rows = session.execute(select(JobRow.id, JobRow.attempts, JobRow.worker).where(running, orphaned)).all()
     requeued, failed = [], []
     for job_id, attempts, worker in rows:
-        guard = (JobRow.id == job_id) & (JobRow.state == JobState.running.value) & (JobRow.heartbeat_at < stale)
+        guard = (JobRow.id == job_id) & running & orphaned
         if attempts >= max_attempts:
-            reason = f"worker {worker} stopped heartbeating; gave up after {attempts} attempts"
+            reason = f"worker {worker} {why}; gave up after {attempts} attempts"
             done = session.execute(
                 update(JobRow)
                 .where(guard)
@@ -262,10 +274,7 @@ def reap_stale(session: Session, stale_after_s: float, max_attempts: int) -> Rea
                 update(JobRow)
                 .where(guard)
                 .values(
-                    state=JobState.queued.value,
-                    lease=None,
-                    dispatched=False,
-                    error=f"requeued: worker {worker} stopped heartbeating",
+                    state=JobState.queued.value, lease=None, dispatched=False, error=f"requeued: worker {worker} {why}"
                 )
             )
             if _count(done):

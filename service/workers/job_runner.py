@@ -4,12 +4,15 @@ The runner knows no job kind and no platform by name: it looks both up in their 
 the kind's plan, runs each unfinished work unit through the kind and publishes what the unit returns,
 atomically and only while it holds the job's lease. A job is resumable: its plan and each finished
 unit are persisted, so a job redelivered after a worker died continues with the units it had not
-finished.
+finished, and every measured candidate is stored as it comes, so a kind resumes an unfinished unit from
+what earlier attempts measured (`JobSink.earlier_candidates`). Each attempt works in a directory of its
+own (service.workers.scratch) that the next attempt removes if this one was killed.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import threading
 import traceback
@@ -29,6 +32,7 @@ from service.store.db import session_scope
 from service.tuning.kinds import KINDS, JobKind, ShapeOutcome, UnitContext, UnitResult, WorkUnit, unit_done
 from service.tuning.platforms import platform_for
 from service.tuning.tuners.base import TuningStopped
+from service.workers import scratch
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +104,22 @@ def run_job(job_id: str, worker: str, settings: Settings) -> str:
             row = jobs.get_row(s, job_id)
             # 'busy': a live worker owns it; the caller keeps a message around in case that worker dies
             return "busy" if row is not None and row.state == JobState.running.value else "skipped"
+    work_dir = scratch.attempt_dir(settings, worker, job_id, lease)
     with Heartbeat(job_id, lease, settings.heartbeat_interval_s) as hb:
         try:
-            return _run_claimed(job_id, lease, worker, hb, settings)
+            # A killed attempt's files are still on disk (SIGKILL runs no cleanup): this attempt removes them,
+            # and its own when it ends, however it ends short of being killed itself.
+            scratch.sweep_job(settings, job_id, keep=work_dir)
+            work_dir.mkdir(parents=True)
+            return _run_claimed(job_id, lease, worker, hb, settings, work_dir)
         except TuningStopped:
             return _stopped(job_id)
         except Exception as exc:
             for_job(log, job_id).exception("job failed")
             detail = "".join(traceback.format_exception_only(exc)).strip()
             return _fail(job_id, lease, f"{type(exc).__name__}: {detail}")
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def _stopped(job_id: str) -> str:
@@ -126,7 +137,7 @@ def _fail(job_id: str, lease: str, reason: str) -> str:
     return "failed"
 
 
-def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: Settings) -> str:
+def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: Settings, work_dir: Path) -> str:
     with session_scope() as s:
         row = jobs.get_row(s, job_id)
         assert row is not None
@@ -164,7 +175,7 @@ def _run_claimed(job_id: str, lease: str, worker: str, hb: Heartbeat, settings: 
         with session_scope() as s:
             for key in unit.shape_keys:
                 jobs.update_shape(s, job_id, key, state=JobState.running.value, trials_done=0)
-        with tempfile.TemporaryDirectory(prefix=f"kf-{job_id[:8]}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="unit-", dir=work_dir) as tmp:
             ctx = UnitContext(
                 job_id, worker, workload, target, platform, distribution, budget, settings, Path(tmp), sink, tags
             )

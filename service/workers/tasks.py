@@ -17,15 +17,21 @@ from service.logs import for_job
 from service.settings import get_settings
 from service.store import catalog, jobs
 from service.store.db import session_scope
+from service.store.tables import utcnow
 from service.tuning import hardware
 
 hardware.pin_tvm_threads()  # before numpy (the platforms import it) and any TVM import in this worker
 preload_cuda_runtime()  # GPU workers: the wheels' libcudart, without which TVM's CUDA plugin does not load
 
 from service.tuning.platforms import host_platform  # noqa: E402
+from service.workers import scratch  # noqa: E402
 from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch  # noqa: E402
 
 log = logging.getLogger(__name__)
+
+# Before this process could run anything: a job of this worker's node name last renewed earlier is an earlier
+# process's (service.store.jobs.release_orphans).
+_PROCESS_STARTED = utcnow()
 
 
 def worker_id(node: str | None = None) -> str:
@@ -57,13 +63,7 @@ def reap() -> dict[str, list[str]]:
         unserved = jobs.fail_unserved(
             s, catalog.live_queues(s, settings.worker_stale_after_s), settings.no_worker_deadline_s
         )
-        pending = jobs.undispatched(s)
-    sent = []
-    for job_id, queue in pending:
-        dispatch(job_id, queue)
-        with session_scope() as s:
-            jobs.mark_dispatched(s, job_id)
-        sent.append(job_id)
+    sent = _dispatch_queued()
     if reaped.requeued or reaped.failed or unserved or sent:
         log.warning(
             "reaper: requeued %s, failed %s, no worker for %s, dispatched %s",
@@ -73,6 +73,17 @@ def reap() -> dict[str, list[str]]:
             sent,
         )
     return {"requeued": reaped.requeued, "failed": reaped.failed + unserved, "dispatched": sent}
+
+
+def _dispatch_queued() -> list[str]:
+    """Publish the queued jobs whose message was never sent or must be sent again (requeued); their ids."""
+    with session_scope() as s:
+        pending = jobs.undispatched(s)
+    for job_id, queue in pending:
+        dispatch(job_id, queue)
+        with session_scope() as s:
+            jobs.mark_dispatched(s, job_id)
+    return [job_id for job_id, _ in pending]
 
 
 @app.task(name=FLEET_DAILY)
@@ -101,8 +112,20 @@ def _announce(sender: Any = None, **_: Any) -> None:
     """Record which hardware this worker tunes for, so users can pick a target the fleet can serve."""
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender else [CONTROL_QUEUE]
     name = worker_id(getattr(sender, "hostname", None))
+    settings = get_settings()
+    # What an earlier process of this node name left when it was killed: its files, and its jobs, which it can
+    # no longer run. Before any task runs here (the solo pool runs tasks on this thread, after this signal).
+    scratch.take_over_node(settings, name)
+    node = scratch.node_of(name)
     with session_scope() as s:
         catalog.announce_worker(s, name, queues, host_platform()[1])
+        orphans = jobs.release_orphans(s, node, _PROCESS_STARTED, settings.max_attempts)
+    if orphans.requeued or orphans.failed:
+        log.warning("jobs of an earlier %s: requeued %s, failed %s", node, orphans.requeued, orphans.failed)
+        try:
+            _dispatch_queued()
+        except Exception:  # the broker may be down: the reaper publishes them later
+            log.exception("could not publish the requeued jobs now; the reaper will")
     threading.Thread(target=_beat_presence, args=(name,), name="worker-presence", daemon=True).start()
 
 

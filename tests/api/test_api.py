@@ -188,19 +188,15 @@ def test_target_registration_needs_a_toolchain(api: TestClient) -> None:
 
 
 def test_import_keeps_only_better(api: TestClient) -> None:
+    from tests.api.test_validation import _trace_config
+
     wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
     rec = {
         "workload_hash": wh,
         "target": {**TARGET, "toolchain": TOOLCHAIN},
         "shape": {"M": 4},
         "latency_s": 2e-5,
-        "config": {
-            "format": "metaschedule-trace",
-            "trace": [[], []],
-            "module": "{}",
-            "module_hash": "1",
-            "target": {"kind": "llvm"},
-        },
+        "config": _trace_config(),  # one the SDK can load: imports refuse any other
         "source": "test",
     }
     assert api.post("/v1/configs/import", json={"records": [rec]}).json() == {"imported": 1, "improved": 1}

@@ -3,6 +3,7 @@ oversized workloads, wrong content types and bodies that are not UTF-8 (issue 10
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterator
@@ -37,15 +38,35 @@ def api(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient
     submit_bucket.cache_clear()
 
 
-def _trace_config(**overrides: Any) -> dict[str, Any]:
-    config = {
+def _trace_config(
+    dims: tuple[tuple[str, int], ...] = (("N", 64), ("K", 32)), m: int = 4, **overrides: Any
+) -> dict[str, Any]:
+    """A config the SDK can load (imports check that, in a child process): the dense workload with `dims` at M=`m`,
+    the output's column loop split by 4 and vectorised."""
+    return {**_loadable_trace_config(dims, m), **overrides}
+
+
+@functools.cache
+def _loadable_trace_config(dims: tuple[tuple[str, int], ...], m: int) -> dict[str, Any]:
+    import tvm
+    import tvm_ffi
+    from tvm import s_tir
+
+    from service.models import WorkloadSpec
+    from service.tuning.compute import prim_func
+    from service.tuning.tuners.trace_json import to_py
+
+    mod = prim_func(WorkloadSpec(op="dense", dims=dict(dims), symbolic=["M"]), {"M": m})
+    sch = s_tir.Schedule(mod)
+    _, column, _ = sch.get_loops(sch.get_sblock("Y"))
+    sch.vectorize(sch.split(column, [None, 4])[1])
+    return {
         "format": "metaschedule-trace",
-        "trace": [[], []],
-        "module": '{"root": 1, "nodes": []}',
-        "module_hash": "1234567890",
+        "trace": to_py(sch.trace.as_json()),
+        "module": tvm.ir.save_json(mod),
+        "module_hash": str(tvm_ffi.structural_hash(mod)),
         "target": {"kind": "llvm", "mcpu": "znver4"},
     }
-    return {**config, **overrides}
 
 
 def _imported(workload_hash: str, **overrides: Any) -> dict[str, Any]:
@@ -149,7 +170,8 @@ def test_imports_are_checked_against_the_kinds_config_schema(api: TestClient) ->
     big = api.post("/v1/workloads", json={**DENSE, "dims": {"N": 4096, "K": 4096}}).json()["workload_hash"]
     too_fast = _imported(big, shape={"M": 4096}, latency_s=1e-5)  # 1.4e11 FLOPs in 10 us: 14 PFLOP/s
     assert _names(api.post("/v1/configs/import", json={"records": [too_fast]}), [*where, "latency_s"])
-    plausible = _imported(big, shape={"M": 4096}, latency_s=5e-3)
+    big_config = _trace_config((("N", 4096), ("K", 4096)), 4096)
+    plausible = _imported(big, shape={"M": 4096}, latency_s=5e-3, config=big_config)
     assert api.post("/v1/configs/import", json={"records": [plausible]}).json()["improved"] == 1
 
 
@@ -253,3 +275,64 @@ def test_a_scalar_union_gets_one_error_at_the_field(api: TestClient) -> None:
     target = {**TARGET, "details": {"gpu": [1]}, "toolchain": TOOLCHAIN}  # details are str | int
     detail = api.post("/v1/targets", json=target).json()["detail"]
     assert [e["loc"] for e in detail] == [["body", "details", "gpu"]], detail
+
+
+# -- issue 34 items 4 and 5: lax numbers, unbounded strings, far days, lax lookup shapes ------------------------------
+
+
+@pytest.mark.parametrize("lax", [True, "64", 64.0], ids=["true", "numeric-string", "float"])
+def test_integers_take_only_json_integers_on_jobs_and_models(api: TestClient, lax: object) -> None:
+    from tests.api.test_models import model_body
+
+    dense = {**DENSE, "dims": {"N": lax, "K": 32}}
+    assert _names(api.post("/v1/jobs", json=job_body(workload=dense)), ["body", "workload", "dims", "N"])
+    assert _names(api.post("/v1/jobs", json=job_body(budget={"trials": lax})), ["body", "budget", "trials"])
+    uniform = {"kind": "uniform", "dim": "M", "low": 1, "high": lax}
+    assert _names(
+        api.post("/v1/jobs", json=job_body(distribution=uniform)), ["body", "distribution", "uniform", "high"]
+    )
+    model = model_body()
+    model["ops"][0]["workload"] = {**model["ops"][0]["workload"], "dims": {"N": lax, "K": 32}}
+    assert _names(api.post("/v1/models", json=model), ["body", "ops", 0, "workload", "dims", "N"])
+    assert _names(api.post("/v1/models", json=model_body(budget={"trials": lax})), ["body", "budget", "trials"])
+    assert api.get("/v1/jobs").json()["total"] == 0
+
+
+def test_tags_are_bounded_and_nothing_is_stored(api: TestClient) -> None:
+    from tests.api.test_models import model_body
+
+    key, value = "k" * 50_000, "v" * 100_000
+    for path, body in (("/v1/jobs", job_body()), ("/v1/models", model_body())):
+        locs = _locs(api.post(path, json={**body, "tags": {key: "v"}}))
+        assert locs[0][:3] == ["body", "tags", key], locs
+        assert _names(api.post(path, json={**body, "tags": {"team": value}}), ["body", "tags", "team"])
+        assert api.post(path, json={**body, "tags": {"k" * 64: "v" * 256}}).status_code == 202
+    assert _names(api.post("/v1/jobs", json=job_body(workload={**DENSE, "symbolic": ["M" * 100_000]})),
+                  ["body", "workload", "symbolic", 0])  # fmt: skip
+    assert _names(api.post("/v1/jobs", json=job_body(workload="x" * 100_000)), ["body", "workload"])
+
+
+def test_telemetry_days_lie_between_2020_and_tomorrow(api: TestClient) -> None:
+    import datetime as dt
+
+    record = {"workload_hash": "ab" * 16, "target_fingerprint": "cd" * 16, "shape": {"M": 3}, "calls": 1,
+              "kernel_seconds": 0.5}  # fmt: skip
+
+    def post(day: str) -> Any:
+        return api.post("/v1/telemetry", json={"batch_id": str(uuid.uuid4()), "records": [{**record, "day": day}]})
+
+    for far in ("0001-01-01", "2019-12-31"):
+        resp = post(far)
+        assert _names(resp, ["body", "records", 0, "day"]) and "2020-01-01" in resp.text
+    tomorrow = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
+    assert post(tomorrow.isoformat()).json()["accepted"] == 1  # a host's clock a little ahead at midnight
+    assert api.get("/v1/fleet/reports").json() == []
+
+
+@pytest.mark.parametrize(
+    "shape", ["M=１２", "M=1,M=2", "M=0", "M=-3", ",".join(f"D{i}=1" for i in range(9)), "M=99999999999"]
+)
+def test_lookup_shapes_are_ascii_digits_each_name_once(api: TestClient, shape: str) -> None:
+    wh = api.post("/v1/workloads", json=DENSE).json()["workload_hash"]
+    resp = api.get("/v1/configs/best", params={"workload": wh, "target": "f" * 32, "shape": shape})
+    assert _names(resp, ["query", "shape"])

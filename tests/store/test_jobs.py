@@ -84,6 +84,34 @@ def test_reaper_requeues_then_gives_up(use_store: str) -> None:
         assert row is not None and "stopped heartbeating" in (row.error or "")
 
 
+def test_a_restarted_worker_releases_the_jobs_its_earlier_process_held_at_once(use_store: str) -> None:
+    """Issue 34 item 7: a worker killed mid-job and started again under its node name requeues that job when it
+    starts, instead of the job waiting `stale_after_s` for the reaper."""
+    killed, elsewhere, renewed, spent = _new_job(), _new_job(), _new_job(), _new_job()
+    with session_scope() as s:
+        assert jobs.claim(s, killed, "w0@host:100", stale_after_s=60)
+        assert jobs.claim(s, elsewhere, "w1@host:200", stale_after_s=60)  # another node: not this worker's
+        assert jobs.claim(s, renewed, "w0@host.other:300", stale_after_s=60)  # a node name that merely starts alike
+        s.execute(update(JobRow).where(JobRow.id == spent).values(attempts=2))
+        assert jobs.claim(s, spent, "w0@host:100", stale_after_s=60)
+    for job_id in (killed, elsewhere, renewed, spent):
+        _age_heartbeat(job_id, 2)  # heartbeats a moment ago: far from stale
+    started = dt.datetime.now(dt.UTC)
+    with session_scope() as s:
+        assert jobs.reap_stale(s, stale_after_s=60, max_attempts=3) == jobs.Reaped([], [])
+        released = jobs.release_orphans(s, "w0@host", started, max_attempts=3)
+    assert released == jobs.Reaped(requeued=[killed], failed=[spent])
+    assert (_state(killed), _state(spent)) == (JobState.queued, JobState.failed)
+    assert _state(elsewhere) is JobState.running and _state(renewed) is JobState.running
+    with session_scope() as s:
+        assert jobs.undispatched(s) == [(killed, "cpu.znver4")]
+        row = jobs.get_row(s, killed)
+        assert row is not None and "w0@host restarted" in (row.error or "")
+        # a job this node claimed after it started (heartbeat newer than the start) is its own: left alone
+        assert jobs.claim(s, killed, "w0@host:400", stale_after_s=60)
+        assert jobs.release_orphans(s, "w0@host", started, max_attempts=3) == jobs.Reaped([], [])
+
+
 def test_cancel(use_store: str) -> None:
     queued, running = _new_job(), _new_job()
     with session_scope() as s:

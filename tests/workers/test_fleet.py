@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kernelfleet import Client, Job
+from service.workers import scratch
 from tests.helpers import TINY_DENSE, Fleet, free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -82,7 +83,9 @@ def test_flow_api_worker_store_sdk_on_postgres_and_redis(fleet_factory, pg_url: 
     assert client.best(done.workload_hash, other.target_fingerprint, {"M": 13}) is None
 
 
-def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redis_url: str) -> None:  # type: ignore[no-untyped-def]
+def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redis_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    temp = tmp_path / "tmp"  # the workers' temp dir, where each job attempt has a directory
+    temp.mkdir()
     fleet = fleet_factory(
         KERNELFLEET_DATABASE_URL=pg_url,
         KERNELFLEET_BROKER_URL=redis_url,
@@ -90,6 +93,7 @@ def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redi
         KERNELFLEET_BROKER_UNACKED_RESTORE_INTERVAL_S="1",
         KERNELFLEET_HEARTBEAT_INTERVAL_S="1",
         KERNELFLEET_STALE_AFTER_S="4",
+        TMPDIR=str(temp),
         **EXHAUSTIVE,
     )
     fleet.start_api()
@@ -98,12 +102,15 @@ def test_worker_sigkill_on_redis_is_redelivered(fleet_factory, pg_url: str, redi
     job = client.submit(TINY_DENSE, _target(client), FOUR_SHAPES, kind="exhaustive", budget={"max_shapes": 4})
     wait_for(lambda: _running_with_progress(client, job.id), 180, "the job to be mid-run", poll_s=0.1)
     fleet.kill("victim")  # SIGKILL the worker and its measurement processes
+    attempts = temp / scratch.ROOT_NAME  # <fleet>/<node>/<job id>.<lease> under it
+    assert list(attempts.glob(f"*/victim@*/{job.id}.*"))  # what the killed attempt leaves...
     fleet.start_worker("rescuer")  # no beat: recovery must come from the broker's redelivery
     done = client.wait(job.id, timeout_s=300, poll_s=0.5)
     assert done.state == "succeeded" and done.attempts == 2
     assert all(s.state == "succeeded" for s in done.shapes)
     assert "rescuer" in (done.worker or "")
     assert len(client.configs(workload=done.workload_hash)) == 4  # one best per shape, no duplicates
+    assert not list(attempts.glob(f"*/*/{job.id}.*"))  # ...the rescuing attempt removed, and its own too
 
 
 def test_worker_sigkill_on_embedded_broker_is_reaped(fleet_factory) -> None:  # type: ignore[no-untyped-def]

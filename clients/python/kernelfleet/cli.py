@@ -61,12 +61,20 @@ def _say_waiting(url: str) -> None:
     errors.print(f"waiting for {url} ...", highlight=False)
 
 
-def client_from_env(url: str | None) -> Client:
-    """A client with KERNELFLEET_API_KEY, or else the admin key a local standalone saved in its data dir."""
+def client_from_env(url: str | None, deadline_s: float = CLI_DEADLINE_S) -> Client:
+    """A client with KERNELFLEET_API_KEY, or else the admin key a local standalone saved in its data dir.
+    `deadline_s` is longer for a command whose request makes the service work before it answers (an import)."""
     key = os.environ.get("KERNELFLEET_API_KEY")
     if not key and saved_key_path().is_file():
         key = saved_key_path().read_text().strip()
-    return Client(url, api_key=key, deadline_s=CLI_DEADLINE_S, on_slow=_say_waiting, slow_after_s=SLOW_NOTICE_S)
+    return Client(
+        url,
+        api_key=key,
+        timeout=max(10.0, deadline_s),
+        deadline_s=deadline_s,
+        on_slow=_say_waiting,
+        slow_after_s=SLOW_NOTICE_S,
+    )
 
 
 def _parse_kv(text: str, option: str = "--shape") -> dict[str, int]:

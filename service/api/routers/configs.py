@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -24,6 +24,7 @@ from service.settings import get_settings
 from service.store import catalog, configs
 from service.store.db import read_connection
 from service.tuning.admission import check_imported_config, check_target
+from service.workers import config_check
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -137,8 +138,9 @@ def list_configs(
 
 @router.post("/import", summary="Bring configs measured elsewhere (e.g. a MetaSchedule database) into the store")
 def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> ImportResult:
-    improved = 0
     settings = get_settings()
+    accepted: list[ConfigRecord] = []
+    to_check: list[tuple[int, config_check.ConfigToCheck]] = []
     for i, rec in enumerate(body.records):
         loc: list[str | int] = ["body", "records", i]
         workload = catalog.get_workload(session, rec.workload_hash)
@@ -167,9 +169,10 @@ def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> Imp
         problem = check_imported_config(rec.config)
         if problem:
             unprocessable([*loc, "config", *problem.loc], problem.message)
-        catalog.put_target(session, rec.target)
-        improved += configs.upsert_best(
-            session,
+        if config_check.needs_check(rec.config):
+            item = config_check.ConfigToCheck(workload.model_dump(), rec.shape, rec.target.kind, rec.config)
+            to_check.append((i, item))
+        accepted.append(
             ConfigRecord(
                 workload_hash=rec.workload_hash,
                 target_fingerprint=fingerprint,
@@ -178,6 +181,29 @@ def import_configs(body: ImportRequest, session: SessionDep, _: AdminKey) -> Imp
                 kind="imported",
                 config=rec.config,
                 provenance={"source": rec.source},
-            ),
+            )
         )
-    return ImportResult(imported=len(body.records), improved=improved)
+    _refuse_what_the_sdk_cannot_load(to_check)
+    improved = 0
+    for rec, record in zip(body.records, accepted, strict=True):
+        catalog.put_target(session, rec.target)
+        improved += configs.upsert_best(session, record)
+    return ImportResult(imported=len(accepted), improved=improved)
+
+
+def _refuse_what_the_sdk_cannot_load(to_check: list[tuple[int, config_check.ConfigToCheck]]) -> None:
+    """A 422 naming each config whose IR the SDK could not load (checked in a child process: this one never
+    imports TVM), before anything is stored; a 503 when the check itself could not run."""
+    try:
+        rejections = config_check.check_configs([item for _, item in to_check])
+    except config_check.CheckUnavailable as exc:
+        raise HTTPException(
+            status_code=503, detail=f"imported configs could not be checked: {exc}", headers={"Retry-After": "30"}
+        ) from None
+    if rejections:
+        detail = []
+        for r in rejections:
+            record: list[str | int] = ["body", "records", to_check[r.index][0]]
+            loc = record if r.about_record else [*record, "config", *r.loc]
+            detail.append({"loc": loc, "msg": r.message, "type": "value_error"})
+        raise HTTPException(status_code=422, detail=detail)

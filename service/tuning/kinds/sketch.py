@@ -7,6 +7,7 @@ as an inference host calls it, next to the vendor library: it is published only 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -18,6 +19,8 @@ from service.models.distribution import ShapeDistribution
 from service.tuning import planning
 from service.tuning.kinds.base import JobKind, Plan, ShapeOutcome, UnitContext, UnitResult, WorkUnit
 from service.tuning.platforms import TVMPlatform
+
+log = logging.getLogger(__name__)
 
 
 class SketchKind(JobKind):
@@ -52,6 +55,11 @@ class SketchKind(JobKind):
             def should_stop(self) -> bool:
                 return ctx.sink.should_stop()
 
+        # A retry (the job's worker died) searches on from what earlier attempts measured, within the one budget.
+        earlier = tuple(ctx.sink.earlier_candidates(key)[: unit.trials])
+        if earlier:
+            log.info("job %s: resuming %s from %d measured candidates", ctx.job_id, key, len(earlier))
+            ctx.sink.on_progress(key, len(earlier))  # they count toward the shape's progress again
         task = TuningTask(
             ctx.workload,
             shape,
@@ -60,6 +68,7 @@ class SketchKind(JobKind):
             ctx.work_dir,
             seed=ctx.budget.seed,
             measure_timeout_s=ctx.settings.measure_timeout_s,
+            resume_from=earlier,
         )
         outcome = SketchTuner().tune(task, _ShapeSink())
         vendor = platform.vendor(ctx.workload, shape)

@@ -28,6 +28,9 @@ class TuningTask:
     work_dir: Path
     seed: int | None = None
     measure_timeout_s: int = 30
+    # What earlier attempts of the same job measured for this task: a retry counts them against `trials` and
+    # searches on from them instead of starting over.
+    resume_from: tuple[MeasuredCandidate, ...] = ()
 
 
 @dataclass

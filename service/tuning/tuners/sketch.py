@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tvm
 import tvm_ffi
+from tvm import s_tir
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
 
 from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
@@ -93,7 +95,9 @@ class SketchTuner:
         target = tvm.target.Target(target_dict)
         work_dir = task.work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
-        counts = {"measured": 0, "errors": 0}
+        earlier = task.resume_from[: task.trials]
+        counts = {"measured": len(earlier), "errors": sum(c.status != "ok" for c in earlier)}
+        database = resumed_database(mod, target, earlier)
 
         class _Counting:
             def on_candidates(self, cands: list[MeasuredCandidate]) -> None:
@@ -109,20 +113,22 @@ class SketchTuner:
         assert isinstance(platform, TVMPlatform), f"{task.target.kind} targets are not compiled by TVM"
         runner = platform.metaschedule_runner(task.measure_timeout_s, self.run_evaluator)
         drop_unnamed_ms_handlers()
+        remaining = task.trials - len(earlier)
         try:
-            database = ms.tune_tir(
-                mod,
-                target,
-                str(work_dir / "ms"),
-                max_trials_global=task.trials,
-                num_trials_per_iter=_batch_size(task.trials),
-                builder=platform.metaschedule_builder(),
-                runner=runner,
-                database="memory",
-                cost_model="xgb",
-                seed=task.seed,
-                measure_callbacks=[*MeasureCallback.create("default"), recorder],
-            )
+            if remaining > 0:  # else an earlier attempt measured the whole budget: pick from what it measured
+                ms.tune_tir(
+                    mod,
+                    target,
+                    str(work_dir / "ms"),
+                    max_trials_global=remaining,
+                    num_trials_per_iter=_batch_size(task.trials),
+                    builder=platform.metaschedule_builder(),
+                    runner=runner,
+                    database=database,
+                    cost_model="xgb",
+                    seed=task.seed,
+                    measure_callbacks=[*MeasureCallback.create("default"), recorder],
+                )
         except Exception:
             # TVM's FFI re-raises the callback's TuningStopped as a RuntimeError; restore its meaning
             if sink.should_stop():
@@ -147,6 +153,30 @@ class SketchTuner:
         if options:  # e.g. async copies on CUDA: the SDK must build the kernel as it was measured
             config["pass_config"] = options
         return TuneOutcome(config, latency, counts["measured"], counts["errors"])
+
+
+def resumed_database(mod: Any, target: Any, earlier: Sequence[MeasuredCandidate]) -> Any:
+    """A MetaSchedule database holding the measured candidates of earlier attempts, each as a tuning record of
+    `mod`: the evolutionary search starts its population from the best of them, and the best config may be one.
+    A trace that no longer replays on the module is left out (it still counts against the budget)."""
+    database = ms.database.MemoryDatabase()
+    if not earlier:
+        return database
+    workload = database.commit_workload(mod)
+    args_info = ArgInfo.from_prim_func(mod["main"])
+    for candidate in earlier:
+        if candidate.status != "ok" or candidate.latency_s is None:
+            continue
+        sch = s_tir.Schedule(mod)
+        try:
+            s_tir.Trace.apply_json_to_schedule(candidate.config["trace"], sch)
+        except Exception as exc:  # TVM raises its own error types for a trace that does not apply
+            log.warning("an earlier candidate's trace does not replay: %s", exc)
+            continue
+        database.commit_tuning_record(
+            ms.database.TuningRecord(sch.trace, workload, [candidate.latency_s], target, args_info)
+        )
+    return database
 
 
 def sample_candidates(mod: Any, target_dict: dict[str, object], count: int, seed: int = 0) -> list[Any]:

@@ -71,6 +71,15 @@ async def principal(
             _failed(_address(request), "Authorization must be 'Bearer <API key>'")
     if not secret:  # nothing presented, nothing guessed and no store query: not counted as a failure
         raise HTTPException(401, "an API key is required (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
+    found = await key_from(request, secret)
+    if found is None:
+        raise HTTPException(401, "invalid or revoked API key", {"WWW-Authenticate": "Bearer"})
+    return found
+
+
+async def key_from(request: Request, secret: str) -> ApiKeyView | None:
+    """The active key with this secret, or None (counted as a failed authentication of the request's address; the
+    API's Bearer check and the dashboard's sign-in form both go through here). 429 past the address's limit."""
     digest = keys.hash_key(secret)
     hit, found = _cached(digest)
     if found is not None:  # a key known to be good passes even from an address that is being throttled
@@ -81,8 +90,8 @@ async def principal(
         raise _throttled(wait)
     if not hit:
         found = await run_in_threadpool(_load, secret, digest)
-    if found is None:
-        _failed(address, "invalid or revoked API key")
+    if found is None and (wait := auth_failure_bucket().take(address)):
+        raise _throttled(wait)
     return found
 
 

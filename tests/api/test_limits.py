@@ -203,6 +203,20 @@ def test_failed_authentications_are_throttled_per_address(app_with: Limits) -> N
         assert elsewhere.get("/v1/jobs", headers=waiting).status_code == 200
 
 
+def test_the_dashboard_sign_in_form_counts_against_the_same_address_limit(app_with: Limits) -> None:
+    api = app_with(AUTH_FAILURES_PER_MINUTE=2)
+    origin = {"Origin": "http://testserver"}
+
+    def sign_in(key: str) -> Any:
+        return api.post("/dashboard/login", data={"key": key, "next": "/dashboard"}, headers=origin)
+
+    assert [sign_in(f"kf_guess{i}").status_code for i in range(2)] == [401, 401]
+    throttled = sign_in("kf_guess9")  # the form is no way around the API's throttle
+    assert throttled.status_code == 429 and "Too many failed sign-ins" in throttled.text
+    assert int(throttled.headers["retry-after"]) >= 1
+    assert api.get("/v1/jobs", headers={"Authorization": "Bearer kf_guess10"}).status_code == 429  # one count
+
+
 def test_bad_keys_from_many_addresses_keep_a_bounded_number_of_buckets(app_with: Limits) -> None:
     from service.api.state import auth_failure_bucket
 

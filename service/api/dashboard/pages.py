@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from service.api.auth import allows, clear_cache, key_for
+from service.api.auth import allows, clear_cache, key_for, key_from
 from service.api.dashboard import render, views
 from service.api.dashboard.session import (
     PATH,
@@ -113,7 +113,14 @@ async def login_page(request: Request, next: str | None = Query(None, max_length
 async def login(request: Request) -> Response:
     data = await form(request)
     secret, target = field(data, "key", 300), safe_next(field(data, "next", 300))
-    who = await key_for(secret) if secret else None
+    try:  # counted against the address like a failed Bearer key: the form is no way around the throttle
+        who = await key_from(request, secret) if secret else None
+    except HTTPException as throttled:
+        refused = render.page(request, "login.html", None, status=throttled.status_code, next=target,
+                              problem=f"Too many failed sign-ins from this address: {throttled.detail}.",
+                              active="")  # fmt: skip
+        refused.headers.update(throttled.headers or {})
+        return refused
     problem = ""
     if who is None:
         problem = "That key is not valid (or was revoked)." if secret else "Enter an API key."

@@ -41,13 +41,13 @@ def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_sav
     text = out.getvalue()
 
     # the models' distinct dense workloads: BERT's Q/K/V/out (and pooler), FFN up (gelu) and down; GPT-2's
-    # c_attn, c_proj, c_fc (its gelu_new is written out, so not fused) and mlp c_proj (shared with BERT's down)
+    # c_attn, c_proj, c_fc (its gelu_new module fused, as accelerate fuses it) and mlp c_proj (shared with BERT's down)
     described = {d for d, _, _ in result.layers}
     assert described == {
         "dense N=768 K=768 (+ bias)",
         "dense N=3072 K=768 (+ bias, gelu)",
         "dense N=768 K=3072 (+ bias)",
-        "dense N=3072 K=768 (+ bias)",
+        "dense N=3072 K=768 (+ bias, gelu_tanh)",
         "dense N=2304 K=768 (+ bias)",
     }
     assert sum(served for _, _, served in result.layers) == 2  # --quick serves the top two

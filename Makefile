@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint typecheck bench bench-dynamic bench-env standalone clean
+.PHONY: install demo test test-soak test-fast lint typecheck bench bench-dynamic bench-env standalone clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,8 +29,11 @@ test: $(STAMP)
 	$(BIN)/ruff check service clients tests bench
 	$(BIN)/mypy service clients/python/kernelfleet
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/pytest -q -n 2 $(PARALLEL_TESTS)
-	$(BIN)/pytest -q $(foreach d,$(PARALLEL_TESTS),--ignore=$(d))
+	$(BIN)/pytest -q -n 2 -m "not soak" $(PARALLEL_TESTS)
+	$(BIN)/pytest -q -m "not soak" $(foreach d,$(PARALLEL_TESTS),--ignore=$(d))
+
+test-soak: $(STAMP)
+	$(BIN)/pytest -q -m soak
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"

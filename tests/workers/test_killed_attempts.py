@@ -18,7 +18,10 @@ from service.workers import scratch
 from tests.helpers import TINY_DENSE, Fleet, wait_for
 from tests.workers.test_fleet import _target
 
-pytestmark = pytest.mark.slow
+# about 5 minutes on a quiet 2-core machine (two worker starts, two MetaSchedule rounds): `make test-soak`;
+# make test keeps the resume logic (tests/tuning/test_sketch_resume.py), the sweeps (tests/workers/test_scratch.py),
+# release_orphans (tests/store/test_jobs.py) and the SIGKILL redelivery with its dir check (tests/workers/test_fleet.py)
+pytestmark = [pytest.mark.slow, pytest.mark.soak]
 
 TRIALS = 16  # two MetaSchedule rounds of 8 (service.tuning.tuners.sketch._batch_size)
 

@@ -124,3 +124,15 @@ class TestClientTransport(httpx.BaseTransport):
         # the body arrives decoded: drop the headers that describe its encoding on the wire
         headers = [(k, v) for k, v in answer.headers.items() if k.lower() not in ("content-encoding", "content-length")]
         return httpx.Response(answer.status_code, headers=headers, content=answer.content, request=request)
+
+
+JsonPath = tuple[str | int, ...]  # keys and indices from a JSON document's root to one value
+
+
+def replaced_at(value: Any, path: JsonPath, new: Any) -> Any:
+    """A copy of the JSON document `value` with `new` at `path` (the rest shared, not copied)."""
+    if not path:
+        return new
+    if isinstance(value, dict):
+        return {**value, path[0]: replaced_at(value[path[0]], path[1:], new)}
+    return [replaced_at(v, path[1:], new) if i == path[0] else v for i, v in enumerate(value)]

@@ -27,6 +27,7 @@ from service.api.app import create_app
 from tests.api.test_api import DENSE, TARGET, TOOLCHAIN, job_body
 from tests.api.test_models import model_body
 from tests.api.test_validation import CONV, _imported, _strict_json
+from tests.helpers import replaced_at
 
 Path = tuple[str | int, ...]
 Body = dict[str, Any]
@@ -330,14 +331,6 @@ def _at(value: Any, path: Path) -> Any:
     return value
 
 
-def _put(value: Any, path: Path, new: Any) -> Any:
-    if not path:
-        return new
-    if isinstance(value, dict):
-        return {**value, path[0]: _put(value[path[0]], path[1:], new)}
-    return [_put(v, path[1:], new) if i == path[0] else v for i, v in enumerate(value)]
-
-
 @dataclass(frozen=True)
 class Case:
     path: str
@@ -351,7 +344,7 @@ class Case:
     def raw(self) -> bytes:
         body = self.body
         for p in self.paths:
-            body = _put(body, p, _SENTINEL if self.literal else self.value)
+            body = replaced_at(body, p, _SENTINEL if self.literal else self.value)
         text = json.dumps(body)
         return (text.replace(f'"{_SENTINEL}"', self.literal) if self.literal else text).encode()
 

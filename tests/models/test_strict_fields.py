@@ -24,6 +24,7 @@ from service.models.distribution import ShapeDistribution
 from service.models.fleet import FleetRunRequest, TelemetryBatch, TelemetryRecord
 from service.models.model import ModelBudget, ModelOp, ModelSpec, op_priority
 from service.models.shape import MAX_DIM
+from tests.helpers import replaced_at
 
 Path = tuple[str | int, ...]
 Validator = Any  # a model class or a TypeAdapter's validate_python
@@ -59,14 +60,6 @@ TRACE = {"trace": [[]], "module": "{}", "module_hash": "12", "target": {"kind": 
 
 def _job(**overrides: Any) -> dict[str, Any]:
     return {"workload": DENSE, "target": TARGET, "distribution": UNIFORM, **overrides}
-
-
-def _put(value: Any, path: Path, new: Any) -> Any:
-    if not path:
-        return new
-    if isinstance(value, dict):
-        return {**value, path[0]: _put(value[path[0]], path[1:], new)}
-    return [_put(v, path[1:], new) if i == path[0] else v for i, v in enumerate(value)]
 
 
 def _validate(validator: Validator, body: Any) -> Any:
@@ -120,7 +113,7 @@ def test_an_integer_field_takes_only_a_json_integer(
     validator: Validator, body: dict[str, Any], path: Path, lax: object
 ) -> None:
     _validate(validator, body)
-    _refused_at(validator, _put(body, path, lax), path)
+    _refused_at(validator, replaced_at(body, path, lax), path)
 
 
 # integers that are one member of a union with str: a string is that member, a bool or a float is nothing
@@ -139,7 +132,7 @@ def test_an_integer_member_of_a_union_takes_no_bool_or_float(
     validator: Validator, body: dict[str, Any], path: Path, lax: object
 ) -> None:
     _validate(validator, body)
-    _refused_at(validator, _put(body, path, lax), path)
+    _refused_at(validator, replaced_at(body, path, lax), path)
 
 
 def test_strict_integers_still_take_integers_and_python_construction_keeps_working() -> None:
@@ -171,15 +164,15 @@ FLOATS: list[tuple[Validator, dict[str, Any], Path]] = [
 def test_a_float_field_takes_a_number_and_refuses_bools_and_strings(
     validator: Validator, body: dict[str, Any], path: Path
 ) -> None:
-    assert _validate(validator, _put(body, path, 2)) is not None  # an integer is a number
+    assert _validate(validator, replaced_at(body, path, 2)) is not None  # an integer is a number
     for lax in (True, "2.5"):
-        _refused_at(validator, _put(body, path, lax), path)
+        _refused_at(validator, replaced_at(body, path, lax), path)
 
 
 def test_pipeline_flags_take_only_json_booleans() -> None:
     PipelineGemmConfig.model_validate(PIPELINE)
     for lax in (1, "true", "yes"):
-        _refused_at(PipelineGemmConfig, _put(PIPELINE, ("config", "async_copy"), lax), ("config", "async_copy"))
+        _refused_at(PipelineGemmConfig, replaced_at(PIPELINE, ("config", "async_copy"), lax), ("config", "async_copy"))
 
 
 @pytest.mark.parametrize("key", ["３", " 3", "+3", "3.0", "1_0", "0x3", ""])
@@ -227,7 +220,7 @@ def test_every_free_string_is_bounded_at_its_field(
     validator: Validator, body: dict[str, Any], path: Path, value: object
 ) -> None:
     _validate(validator, body)
-    _refused_at(validator, _put(body, path, value), path)
+    _refused_at(validator, replaced_at(body, path, value), path)
 
 
 @pytest.mark.parametrize("key", ["k" * 65, "x" * 50_000, "a b", "naïve", ""])

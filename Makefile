@@ -29,8 +29,8 @@ test: $(STAMP)
 	$(BIN)/ruff check service clients tests bench
 	$(BIN)/mypy service clients/python/kernelfleet
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/pytest -q -n 2 -m "not soak" $(PARALLEL_TESTS)
-	$(BIN)/pytest -q -m "not soak" $(foreach d,$(PARALLEL_TESTS),--ignore=$(d))
+	$(BIN)/pytest -q -n 2 -m "not soak" --durations=15 $(PARALLEL_TESTS)
+	$(BIN)/pytest -q -m "not soak" --durations=40 $(foreach d,$(PARALLEL_TESTS),--ignore=$(d))
 
 test-soak: $(STAMP)
 	$(BIN)/pytest -q -m soak

@@ -6,6 +6,10 @@ unit: hardware is shared, so it is co-tuned once for the occurrence-weighted EDP
 model (budget.trials = model calls). The chosen hardware and mappings, and Gemmini-Default for comparison,
 are then measured by the worker's backend; every measurement is reported with the backend's name, and the
 analytical model's correlation with that backend is stored with the result.
+
+A killed attempt leaves nothing half-counted: the unit records its candidates once, when it ends, and a retry
+runs it again from the start; the search is seeded, so it chooses the same hardware again (unlike `sketch` and
+`pipeline`, whose units record each measurement as it comes and resume from them).
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ class PipelineKind(JobKind):
             )
             return seconds
 
-        task = PipelineTask(gemm, gpu, unit.trials, mode, seed=ctx.budget.seed or 0)
+        earlier = earlier_measurements(ctx.sink.earlier_candidates(key))
+        task = PipelineTask(gemm, gpu, unit.trials, mode, seed=ctx.budget.seed or 0, resume_from=earlier)
         try:
             outcome = PipelineTuner().tune(task, measure_and_report, ctx.sink.should_stop)
             seconds, error = measure.verify(outcome.best.config) if outcome.best else (math.inf, None)
@@ -189,6 +190,18 @@ def candidate(
         status="ok" if ok else "error",
         error=None if ok else (error or "failed"),
     )
+
+
+def earlier_measurements(candidates: Sequence[MeasuredCandidate]) -> tuple[tuple[Any, float], ...]:
+    """(configuration, seconds; inf where it failed) of the pipeline candidates a killed attempt recorded, in
+    the order it measured them: the retry's search starts from them instead of measuring them again."""
+    from service.tuning.tuners.pipeline.space import PipelineConfig
+
+    out = []
+    for c in candidates:
+        if isinstance(c.config, dict) and c.config.get("format") == CONFIG_FORMAT:
+            out.append((PipelineConfig.from_dict(c.config["config"]), float(c.latency_s or math.inf)))
+    return tuple(out)
 
 
 def calibration_samples(candidates: Sequence[MeasuredCandidate]) -> list[tuple[Any, Any, float]]:

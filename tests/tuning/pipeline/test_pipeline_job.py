@@ -135,6 +135,36 @@ def test_the_model_is_calibrated_from_the_targets_measured_pipeline_kernels(use_
         assert configs.target_candidates(s, "0" * 32, CONFIG_FORMAT, 2000) == []
 
 
+def test_a_retried_unit_reads_back_what_its_killed_attempt_measured(use_store: str) -> None:
+    """The store → tuner half of a pipeline retry (issue 34 item 7): the unit's candidates, as the store returns
+    them for this job and target, become the search's earlier measurements in their order, failures as inf."""
+    import math
+
+    from service.models.target import Toolchain
+    from service.store import catalog, configs, jobs
+    from service.store.db import session_scope
+    from service.tuning.kinds.pipeline import candidate, earlier_measurements
+    from service.tuning.tuners.pipeline.space import GemmShape, enumerate_space
+
+    target = TargetSpec(**A100, toolchain=Toolchain(tvm="0.27.0"))
+    gemm = GemmShape(1, 64, 1024, 2048)
+    chosen = enumerate_space(gemm)[:3]
+    spec = JobSpec(kind="pipeline", workload=WorkloadSpec(**DENSE), target=target, distribution=DIST)
+    with session_scope() as s:
+        workload = catalog.put_workload(s, WorkloadSpec(**DENSE))
+        job = jobs.create_job(s, spec, workload.workload_hash, queue=queue_for(spec.target))
+        records = [
+            candidate(gemm, chosen[0], 2e-5, None, 1e-5),
+            candidate(gemm, chosen[1], math.inf, "ptxas: 300 regs"),
+            candidate(gemm, chosen[2], 1e-5, None),
+        ]
+        configs.record_candidates(s, job.id, workload.workload_hash, target.fingerprint, "M=64", records)
+    with session_scope() as s:
+        earlier = earlier_measurements(configs.job_candidates(s, job.id, target.fingerprint, "M=64"))
+        assert earlier_measurements(configs.job_candidates(s, job.id, target.fingerprint, "M=65")) == ()
+    assert earlier == ((chosen[0], 2e-5), (chosen[1], math.inf), (chosen[2], 1e-5))
+
+
 def test_dashboard_names_each_candidate_by_its_pipeline_and_the_kind_needs_no_compiler() -> None:
     import subprocess
     import sys

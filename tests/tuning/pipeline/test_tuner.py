@@ -11,11 +11,13 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from service.tuning.tuners.pipeline.model import GPUConstants, predict
 from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig
 from service.tuning.tuners.pipeline.tuner import (
     CostModel,
+    Mode,
     PipelineTask,
     PipelineTuner,
     features,
@@ -88,6 +90,46 @@ def test_a_stopped_search_stops_between_rounds() -> None:
     rounds = iter([False, True])
     out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=40, batch_size=8), measure, lambda: next(rounds))
     assert len(out.proposals) == 8
+
+
+@pytest.mark.parametrize("mode", ["anal+xgb", "analytical"])
+def test_a_retry_resumes_from_the_killed_attempts_measurements(mode: Mode) -> None:
+    """Issue 34 item 7: a retry counts what the killed attempt measured against the budget, measures none of it
+    again, and proposes what an uninterrupted search would have (the seconds are a function of the configuration,
+    so both runs see the same ones)."""
+
+    def seconds_of(configs: Sequence[PipelineConfig]) -> list[float]:
+        calls.extend(configs)
+        return [math.inf if sum(map(ord, c.key)) % 7 == 0 else predict(RN50_FC, c, SYNTHETIC_GPU).seconds
+                for c in configs]  # fmt: skip
+
+    calls: list[PipelineConfig] = []
+    whole = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=24, mode=mode, batch_size=8), seconds_of)
+    calls.clear()
+    rounds = iter([False, False, True])
+    killed = PipelineTuner().tune(
+        PipelineTask(RN50_FC, PRIOR, trials=24, mode=mode, batch_size=8), seconds_of, lambda: next(rounds)
+    )
+    assert len(killed.proposals) == len(calls) == 16
+    earlier = tuple((p.config, p.measured_s) for p in killed.proposals)
+    calls.clear()
+    retry = PipelineTuner().tune(
+        PipelineTask(RN50_FC, PRIOR, trials=24, mode=mode, batch_size=8, resume_from=earlier), seconds_of
+    )
+    assert len(calls) == 8 and not set(calls) & {c for c, _ in earlier}  # only the rest of the budget
+    assert [p.config for p in retry.proposals] == [p.config for p in whole.proposals]
+    assert retry.best is not None and whole.best is not None and retry.best.config == whole.best.config
+
+
+def test_a_retry_counts_a_repeated_earlier_measurement_once() -> None:
+    space, _ = legal_space(RN50_FC)
+    earlier = (*((c, 1e-5 * (i + 1)) for i, c in enumerate(space[:3])), (space[0], 1e-9))  # the first one counts
+    calls: list[PipelineConfig] = []
+    out = PipelineTuner().tune(
+        PipelineTask(RN50_FC, PRIOR, trials=4, resume_from=earlier), lambda cs: calls.extend(cs) or [1.0] * len(cs)
+    )
+    assert len(calls) == 1 and calls[0] not in space[:3] and len(out.proposals) == 4
+    assert out.best is not None and out.best.config == space[0] and out.best.measured_s == 1e-5
 
 
 def test_pipelines_for_one_tile_rank_its_depths_for_a_ukernel() -> None:

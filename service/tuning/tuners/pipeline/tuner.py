@@ -54,6 +54,8 @@ class PipelineTask:
     batch_size: int = 8  # configurations measured per round
     seed: int = 0
     limits: SpaceLimits = field(default_factory=SpaceLimits)
+    # what a killed attempt of the job measured (inf: failed): counted against `trials`, never measured again
+    resume_from: tuple[tuple[PipelineConfig, float], ...] = ()
 
 
 @dataclass
@@ -192,19 +194,21 @@ class PipelineTuner:
         if not space:
             return outcome
         budget = min(task.trials, len(space))
+        measured = self._resume(outcome, task.resume_from[:budget], predicted, space)
         if task.mode == "analytical":
-            order = sorted(range(len(space)), key=lambda i: predicted[i])[:budget]
-            for start in range(0, budget, task.batch_size):
-                if should_stop():
-                    break
-                chosen = [space[i] for i in order[start : start + task.batch_size]]
-                self._measure(outcome, chosen, predicted, space, measure)
+            order = [i for i in sorted(range(len(space)), key=lambda i: predicted[i]) if i not in measured]
+            while len(measured) < budget and not should_stop():
+                batch = order[: min(task.batch_size, budget - len(measured))]
+                order = order[len(batch) :]
+                seconds = self._measure(outcome, [space[i] for i in batch], predicted, space, measure)
+                measured.update(zip(batch, seconds, strict=True))
             return outcome
         x = np.asarray([features(task.gemm, c, task.gpu) for c in space])
         prior = _labels(predicted)
         model = CostModel(task.seed)
         model.fit(x, prior)  # pre-training: analytical labels only, nothing built or measured
-        measured: dict[int, float] = {}
+        if measured:
+            self._refit(model, x, prior, measured)
         while len(measured) < budget and not should_stop():
             scores = model.score(x)
             pending = [i for i in np.argsort(-scores, kind="stable") if int(i) not in measured]
@@ -213,6 +217,24 @@ class PipelineTuner:
             measured.update(zip(batch, seconds, strict=True))
             self._refit(model, x, prior, measured)
         return outcome
+
+    @staticmethod
+    def _resume(
+        outcome: PipelineOutcome,
+        earlier: Sequence[tuple[PipelineConfig, float]],
+        predicted: list[float],
+        space: list[PipelineConfig],
+    ) -> dict[int, float]:
+        """An earlier attempt's measurements as this search's first proposals (space index → seconds); a
+        configuration outside this space (other limits) is left out, a repeated one counted once."""
+        index = {c: i for i, c in enumerate(space)}
+        measured: dict[int, float] = {}
+        for config, seconds in earlier:
+            i = index.get(config)
+            if i is not None and i not in measured:
+                measured[i] = seconds
+                outcome.proposals.append(Proposal(config, predicted[i], seconds))
+        return measured
 
     @staticmethod
     def _measure(

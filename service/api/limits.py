@@ -42,6 +42,18 @@ class TokenBucket:
         """Take `cost` tokens: 0 when admitted, else the seconds until they are there (nothing is taken)."""
         return self._settle(key, cost, consume=True)
 
+    def charge(self, key: str, cost: float) -> None:
+        """Take `cost` tokens whatever is left, into debt if need be: for work whose cost is known only once it
+        is done (an export's rows), after a `take` admitted the request."""
+        now = self._clock()
+        with self._lock:
+            state = self._state.get(key)
+            if state is None:
+                self._make_room(now)
+            tokens = self.capacity if state is None else self._refilled(state, now)
+            self._state[key] = (tokens - cost, now)
+            self._state.move_to_end(key)
+
     def wait(self, key: str, cost: float = 1.0) -> float:
         """The seconds until `cost` tokens are there (0: now), taking none."""
         return self._settle(key, cost, consume=False)

@@ -185,6 +185,37 @@ def test_a_batch_larger_than_a_minutes_lookups_runs_once_then_waits_for_its_debt
     assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 60  # 6 tokens owed, then 1
 
 
+def test_an_export_costs_one_lookup_per_record_it_returns(app_with: Limits) -> None:
+    from service.models.config import ConfigRecord
+    from service.store import configs
+
+    api = app_with(LOOKUP_RATE_PER_MINUTE=10)
+    workload, reader = _workload(), _key(Scope.read)
+    with session_scope() as s:
+        for m in range(1, 9):
+            record = ConfigRecord(workload_hash=workload, target_fingerprint="f" * 32, shape={"M": m},
+                                  latency_s=1e-5, kind="sketch", config={"format": "x"}, job_id="j1")  # fmt: skip
+            configs.upsert_best(s, record)
+    exported = api.get("/v1/configs", params={"workload": workload}, headers=reader)
+    assert exported.status_code == 200 and len(exported.json()) == 8  # 8 of 10 tokens
+    assert api.get("/v1/configs", params={"workload": workload, "limit": 2}, headers=reader).status_code == 200
+    assert api.get("/v1/configs", params={"workload": workload}, headers=reader).status_code == 429  # none left
+    single = {"workload": workload, "target": "f" * 32, "shape": "M=1"}
+    assert api.get("/v1/configs/best", params=single, headers=reader).status_code == 429  # the same bucket
+
+
+def test_a_bucket_charged_after_the_work_runs_into_debt() -> None:
+    clock = _Clock()
+    bucket = TokenBucket(60, clock=clock)  # one token a second, 60 at most
+    assert bucket.take("k") == 0
+    bucket.charge("k", 100)  # 59 - 100: 41 owed
+    assert bucket.take("k") == pytest.approx(42.0)
+    clock.now += 42
+    assert bucket.take("k") == 0
+    bucket.charge("new", 10)  # an unseen key starts full
+    assert bucket.take("new", 50) == 0
+
+
 def test_failed_authentications_are_throttled_per_address(app_with: Limits) -> None:
     api = app_with(AUTH_FAILURES_PER_MINUTE=3)
     good = _key(Scope.read)

@@ -128,12 +128,16 @@ def best_configs_batch(body: BatchLookup, session: SessionDep, who: ReadKey) -> 
 @router.get("", summary="List best configs, e.g. to export them")
 def list_configs(
     session: SessionDep,
-    _: ReadKey,
+    who: ReadKey,
     workload: str | None = Query(None, max_length=64),
     target: str | None = Query(None, max_length=64),
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> list[ConfigRecord]:
-    return configs.list_best(session, workload, target, limit)
+    # an export is lookups in bulk: one token per record it returns, from the same bucket as single lookups
+    enforce(lookup_bucket(), who.id, "lookups")
+    records = configs.list_best(session, workload, target, limit)
+    lookup_bucket().charge(who.id, len(records) - 1)
+    return records
 
 
 @router.post("/import", summary="Bring configs measured elsewhere (e.g. a MetaSchedule database) into the store")

@@ -46,6 +46,7 @@ TABLES = [
     (INTER, H, Epilogue(True, "gelu"), None),  # intermediate dense + GELU, fused
     (H, INTER, Epilogue(True), (17, 24, "torch")),  # output dense; S 17..24 routed to PyTorch
     (INTER, H, Epilogue(True), None),  # the same layer unfused: for a ReLU that has no fused table
+    (INTER, H, NO_EPILOGUE, None),  # a Llama MLP's gate and up projections (H → INTER/2 each), stacked
 ]
 ATOL = 2e-4
 # the fused GELU table's job timings (seconds per call): uKernels 3x faster than PyTorch at S=1, PyTorch routed at 64
@@ -218,6 +219,36 @@ def test_mlp_fuses_gelu_falls_back_to_the_unfused_table_for_relu_and_counts_fall
         y = fast(x)
         assert y.grad_fn is not None and fast.stats()["0"]["reasons"]["autograd"] == 1
         torch.testing.assert_close(y, model(x))
+
+
+def test_a_llama_mlp_runs_gate_and_up_as_one_call_of_the_stacked_table(fleet: Fleet) -> None:
+    """Issue 33 item 2: gate and up projections as one dispatcher call of width 2·I (X read once); silu · up on its
+    halves. The state dict keeps the original keys, and new weights loaded into them reach the stacked table."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    torch.manual_seed(2)
+    config = LlamaConfig(hidden_size=H, intermediate_size=INTER // 2, num_attention_heads=4, vocab_size=100)
+    model = LlamaMLP(config).eval()
+    fast = accelerate(model, fleet.cache, print_summary=False)
+    on_tables = {s.name for s in fast.summary().layers if s.runs_on == "tables"}
+    assert on_tables == {"gate_proj+up_proj"}  # down_proj (K = INTER/2) has no table here
+    assert set(fast.module.state_dict()) == set(model.state_dict())
+    x = torch.randn(3, 5, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+        torch.testing.assert_close(fast(x[0, :1]), model(x[0, :1]), atol=ATOL, rtol=1e-4)
+    stacked = fast.stats()["gate_proj+up_proj"]
+    assert stacked["calls"] == 2 and stacked["fallbacks"] == 0 and stacked["shapes"] == {15: 1, 1: 1}
+    assert fast.stats()["down_proj"]["reasons"] == {"no_table": 2}
+
+    fresh = LlamaMLP(config).eval()  # other weights, loaded by name into the accelerated module
+    fast.module.load_state_dict(fresh.state_dict())
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), fresh(x), atol=ATOL, rtol=1e-4)
+    assert fast.stats()["gate_proj+up_proj"]["fallbacks"] == 0
+    torch.testing.assert_close(fast(x), fresh(x), atol=ATOL, rtol=1e-4)  # grad enabled: PyTorch, as for any layer
+    assert fast.stats()["gate_proj+up_proj"]["reasons"] == {"autograd": 1}
 
 
 def test_weights_changed_in_place_are_packed_again(fleet: Fleet) -> None:

@@ -14,7 +14,7 @@ from torch.export import Dim  # noqa: E402
 
 from kernelfleet.model_import import extract_torch  # noqa: E402
 from kernelfleet.torch import _candidates, _sites, dense_workload, workload_hash  # noqa: E402
-from kernelfleet.torch_fusion import fused_activations  # noqa: E402
+from kernelfleet.torch_fusion import fused_activations, gated_pairs  # noqa: E402
 
 
 class LlamaMLP(nn.Module):  # type: ignore[misc]
@@ -113,16 +113,21 @@ def test_distilbert_ffn_is_fused_on_both_sides_and_attention_is_not_tuned() -> N
     assert [(u.name, u.count) for u in graph.unsupported] == [("scaled_dot_product_attention", 2)]
 
 
-def test_llama_mlp_gate_is_fused_with_silu_and_up_and_down_are_plain() -> None:
+def test_llama_mlp_gate_and_up_are_one_stacked_layer_on_both_sides() -> None:
+    """Issue 33 item 2: SwiGLU's gate and up projections as one dense layer of twice the width (X read once, one
+    call); its act · product run after it, so no silu table is tuned."""
     model = Stack([LlamaMLP(), LlamaMLP()]).eval()
-    fusions = fused_activations(model)
-    assert {name: f.activation_module for name, f in fusions.items()} == {
-        "blocks.0.gate_proj": "blocks.0.act_fn",
-        "blocks.1.gate_proj": "blocks.1.act_fn",
+    assert fused_activations(model) == {}  # the gate's SiLU runs in its pair, not in a table's epilogue
+    pairs = gated_pairs(model)
+    assert {(p.gate, p.up, p.activation_module, p.activation, p.dense.N, p.dense.K) for p in pairs.values()} == {
+        ("blocks.0.gate_proj", "blocks.0.up_proj", "blocks.0.act_fn", "silu", 352, 64),
+        ("blocks.1.gate_proj", "blocks.1.up_proj", "blocks.1.act_fn", "silu", 352, 64),
     }
+    assert [s.name for s in _sites(model)] == ["blocks.0.gate_proj+up_proj", "blocks.0.down_proj",
+                                               "blocks.1.gate_proj+up_proj", "blocks.1.down_proj"]  # fmt: skip
     imported = _imported(model, (torch.randn(2, 64),), ({0: Dim("rows")},))
     assert imported == _asked_first(model)
-    assert len(imported) == 3  # gate+silu, up, down: each shared by both blocks
+    assert imported == {workload_hash(dense_workload(352, 64)), workload_hash(dense_workload(64, 176))}
 
 
 def test_transformers_llama_mlp_from_its_config() -> None:
@@ -131,7 +136,28 @@ def test_transformers_llama_mlp_from_its_config() -> None:
     from transformers.models.llama.modeling_llama import LlamaMLP as HFLlamaMLP
 
     model = Stack([HFLlamaMLP(config)]).eval()
-    assert {f.activation for f in fused_activations(model).values()} == {"silu"}
+    assert {p.activation for p in gated_pairs(model).values()} == {"silu"}
+    assert _imported(model, (torch.randn(2, 64),), ({0: Dim("rows")},)) == _asked_first(model)
+
+
+class NotAPair(nn.Module):  # type: ignore[misc]
+    """Gate and up on different inputs, and a product whose up side is used twice: nothing to stack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.up, self.act = nn.Linear(64, 64), nn.Linear(64, 64), nn.SiLU()
+        self.gate2, self.up2, self.act2 = nn.Linear(64, 64), nn.Linear(64, 64), nn.SiLU()
+
+    def forward(self, x: Any) -> Any:
+        a = self.act(self.gate(x)) * self.up(x * 2)
+        u = self.up2(x)
+        return a + self.act2(self.gate2(x)) * u + u
+
+
+def test_gate_and_up_on_different_inputs_or_an_up_used_elsewhere_are_not_stacked() -> None:
+    model = NotAPair()
+    assert gated_pairs(model) == {}
+    assert set(fused_activations(model)) == {"gate", "gate2"}
     assert _imported(model, (torch.randn(2, 64),), ({0: Dim("rows")},)) == _asked_first(model)
 
 

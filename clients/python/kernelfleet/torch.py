@@ -15,6 +15,12 @@ it exists does the layer compute the activation in its uKernels' epilogue (the a
 by `nn.Identity`). Otherwise the unfused workload (bias only), then the bare one (the bias added in torch).
 `extract_torch` lists exactly these fused workloads, so an onboarding tunes the tables this module asks for.
 
+Gated MLPs (SwiGLU, GeGLU: `down(act(gate(x)) * up(x))`, Llama's and Mistral's): gate and up run as one dense layer
+of width 2·I on the stacked weight [W_gate; W_up] (one table or PyTorch call that reads x once), named
+`gate_proj+up_proj`, and a `GatedLinearUnit` computes act · product on its halves; the parent's forward is rewritten
+with torch.fx to call it (a GraphModule of the parent's class name that keeps every child, so the state dict keeps
+its keys; the pair's parameters become views of the stacked weight).
+
 Everything a table does not cover runs the original PyTorch computation (the same parameters) and is counted
 per layer with its reason: another dtype than float32, another device than the dispatcher's, a call that
 autograd must record (grad enabled and anything requiring grad: run under `torch.inference_mode()` or
@@ -60,7 +66,15 @@ from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_ca
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.errors import KernelFleetError, ServiceUnavailable
-from kernelfleet.torch_fusion import DenseLayer, dense_layers, fused_activations
+from kernelfleet.torch_fusion import (
+    DenseLayer,
+    GatedPair,
+    dense_layers,
+    fused_activations,
+    gated_pairs,
+    rewrite_gated_pairs,
+    stacked_linear,
+)
 
 if TYPE_CHECKING:
     from kernelfleet.cuda_ukernel import CudaDispatcher
@@ -366,6 +380,34 @@ class AcceleratedLinear(nn.Module):
             st.shapes[S] += 1
 
 
+class GatedLinearUnit(nn.Module):
+    """act(x·W_gateᵀ) · (x·W_upᵀ) from one stacked dense layer (kernelfleet.torch_fusion.GatedPair): one dispatcher
+    (or PyTorch) call of width 2·N reads x once; the activation and the product follow on its two halves.
+
+    The stacked `AcceleratedLinear` is held, not registered: its weight is the storage of the pair's own parameters,
+    which the rewritten parent keeps under their original names."""
+
+    stacked: AcceleratedLinear
+    act: nn.Module
+
+    def __init__(self, stacked: AcceleratedLinear, act: nn.Module, width: int) -> None:
+        super().__init__()
+        object.__setattr__(self, "stacked", stacked)
+        object.__setattr__(self, "act", act)
+        self.width = width
+
+    def extra_repr(self) -> str:
+        return f"width={self.width}, act={type(self.act).__name__}, stacked={self.stacked.name}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.stacked(x)
+        gated: torch.Tensor = self.act(y[..., : self.width])
+        up = y[..., self.width :]
+        if torch.is_grad_enabled() and (gated.requires_grad or up.requires_grad):
+            return gated * up  # autograd may have saved the activation's output: no in-place product
+        return gated.mul_(up)  # the activation's output is a fresh tensor
+
+
 # -- accelerate -----------------------------------------------------------------------------------------------------
 class _Offline:
     """A DispatchSource that never answers: load_dispatcher then serves only what the cache holds, verified."""
@@ -450,19 +492,29 @@ class _Site:
     dense: DenseLayer
     act_attr: str | None = None  # the parent's attribute holding the activation that follows the layer
     act: nn.Module | None = None
-    activation: str = "none"
+    activation: str = "none"  # fused into the table's epilogue
+    pair: GatedPair | None = None  # a gated pair: `layer` is its gate, `dense` the stacked layer's
 
 
 def _sites(root: nn.Module) -> list[_Site]:
-    """The layers accelerate replaces, each with the activation it fuses (kernelfleet.torch_fusion decides both,
-    for extract_torch too)."""
+    """The layers accelerate replaces, each with the activation it fuses, and the gated pairs it stacks
+    (kernelfleet.torch_fusion decides all three, for extract_torch too)."""
     layers = dense_layers(root)
     if "" in layers:
         return [_Site("", None, "", root, layers[""])]
     fusions = fused_activations(root)
+    pairs = gated_pairs(root)
+    stacked = {p.up for p in pairs.values()}
     sites = []
     for name, dense in layers.items():
+        if name in stacked:
+            continue  # runs in its gate's pair
         parent_name, _, attr = name.rpartition(".")
+        pair = pairs.get(name)
+        if pair is not None:
+            parent = root.get_submodule(parent_name)
+            sites.append(_Site(pair.name, parent, attr, parent.get_submodule(attr), pair.dense, pair=pair))
+            continue
         parent = root.get_submodule(parent_name)
         site = _Site(name, parent, attr, root.get_submodule(name), dense)
         fusion = fusions.get(name)
@@ -673,6 +725,7 @@ def accelerate(
 
     layers: dict[str, AcceleratedLinear] = {}
     summaries: list[LayerSummary] = []
+    rewrites: dict[str, list[tuple[GatedPair, nn.Module]]] = {}  # parent → its gated pairs' units
     for site in sites:
         chosen: tuple[str, Dispatcher | CudaDispatcher | None] | None = None
         tried: list[tuple[str, str]] = []  # (workload, why its table does not run this layer)
@@ -700,9 +753,13 @@ def accelerate(
         fused_act = epilogue.activation != "none"  # (CUDA tables fuse nothing: their activation stays in place)
         table = d.table if on and d is not None else None
         max_rows = (1 << 62 if extend_range else table.s_max) if table is not None else 0
+        pair = site.pair
+        layer = site.layer
+        if pair is not None:
+            layer = stacked_linear(site.layer, root.get_submodule(pair.up))
         wrapper = AcceleratedLinear(
             site.name,
-            site.layer,
+            layer,
             site.dense,
             d,
             h,
@@ -711,11 +768,14 @@ def accelerate(
             max_rows=max_rows,
         )
         wrapper.prepare()
-        if fused_act and site.parent is not None and site.act_attr is not None:
+        if pair is not None:
+            unit = GatedLinearUnit(wrapper, root.get_submodule(pair.activation_module), site.dense.N // 2)
+            rewrites.setdefault(pair.gate.rpartition(".")[0], []).append((pair, unit))
+        elif fused_act and site.parent is not None and site.act_attr is not None:
             setattr(site.parent, site.act_attr, nn.Identity())
         if site.parent is None:
             root = wrapper
-        else:
+        elif pair is None:
             setattr(site.parent, site.attr, wrapper)
         layers[site.name] = wrapper
         if on:
@@ -727,6 +787,14 @@ def accelerate(
             why = _why_pytorch(tried)
             summaries.append(LayerSummary(site.name, h, "pytorch", "none", "none", why))
             log.warning("layer %s runs on PyTorch, not on a tuned table: %s", site.name or "(the module)", why)
+
+    for parent_name in sorted(rewrites, key=lambda n: -n.count(".") - bool(n)):  # the deepest first
+        rewritten = rewrite_gated_pairs(root.get_submodule(parent_name), rewrites[parent_name])
+        if parent_name:
+            owner, _, attr = parent_name.rpartition(".")
+            setattr(root.get_submodule(owner), attr, rewritten)
+        else:
+            root = rewritten
 
     reporter = None
     if client is not None and telemetry and hasattr(client, "telemetry_reporter"):

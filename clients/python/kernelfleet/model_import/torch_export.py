@@ -159,10 +159,12 @@ class _AcceleratedLayers:
     """What `accelerate` replaces in the module and what it fuses (kernelfleet.torch_fusion), by qualified name."""
 
     def __init__(self, module: Any) -> None:
-        from kernelfleet.torch_fusion import dense_layers, fused_activations
+        from kernelfleet.torch_fusion import dense_layers, fused_activations, gated_pairs
 
         self.layers = dense_layers(module)
         self.fusions = fused_activations(module)
+        self.pairs = gated_pairs(module)  # by gate: the stacked layer is the workload, its up layer runs in it
+        self.stacked_ups = {p.up for p in self.pairs.values()}
         self.fused_modules = {f.activation_module for f in self.fusions.values()}
 
 
@@ -288,6 +290,11 @@ class _Walker:
             path = _module_path(node)
             if path not in self.runtime.layers:
                 raise _Unsupported(_NOT_ACCELERATED)
+            if path in self.runtime.stacked_ups:
+                return  # computed by its gate's stacked layer, listed there
+            pair = self.runtime.pairs.get(path)
+            if pair is not None:  # [gate; up] as one layer of twice the width; act · product run in PyTorch
+                dims = self.dims(M=m, N=2 * n, K=k)
             fusion = self.runtime.fusions.get(path)
             attrs: dict[str, Any] = {"bias": self.runtime.layers[path].bias}
             if fusion is not None:

@@ -120,10 +120,10 @@ class Launched:
         port is closed) within `within_s`."""
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None and not any(map(_alive, pids)) and not _ours(self.data_dir):
-                # a killed server's listening socket is torn down as it exits, which a poll can catch half done
-                if self.port is None or not self.answers():
-                    break
+            # a killed server's listening socket is torn down as it exits, which a poll can catch half done
+            gone = self.proc.poll() is not None and not any(map(_alive, pids)) and not _ours(self.data_dir)
+            if gone and (self.port is None or not self.answers()):
+                break
             time.sleep(0.1)
         assert self.proc.poll() is not None, f"the supervisor is still running after {within_s} s"
         left = [pid for pid in pids if _alive(pid)] + [p.pid for p in _ours(self.data_dir) if p.pid not in pids]

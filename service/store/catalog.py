@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import Target, TargetSpec, Workload, WorkloadSpec
 from service.models.target import HOST_ALIAS
+from service.store.db import dialect_insert
 from service.store.tables import TargetRow, WorkerRow, WorkloadRow, utcnow
 
 
@@ -17,9 +19,15 @@ def put_workload(session: Session, spec: WorkloadSpec) -> Workload:
     """Idempotent: the same spec always maps to the same hash and row."""
     h = spec.hash
     if session.get(WorkloadRow, h) is None:
-        session.add(WorkloadRow(workload_hash=h, op=spec.op, spec=spec.canonical()))
-        session.flush()
+        _insert_once(session, WorkloadRow, workload_hash=h, op=spec.op, spec=spec.canonical())
     return Workload(**spec.canonical(), workload_hash=h)
+
+
+def _insert_once(session: Session, row: type[WorkloadRow] | type[TargetRow], **values: Any) -> None:
+    """Insert a content-addressed row unless it is there: two requests registering the same spec at once (a client
+    retrying a POST that timed out while the first still runs) both succeed, and the row is the same either way."""
+    stmt = dialect_insert(session)(row.__table__).values(created_at=utcnow(), **values)
+    session.execute(stmt.on_conflict_do_nothing())
 
 
 def get_workload(session: Session, workload_hash: str) -> Workload | None:
@@ -35,8 +43,7 @@ def list_workloads(session: Session, limit: int = 100, offset: int = 0) -> list[
 def put_target(session: Session, spec: TargetSpec) -> Target:
     fp = spec.fingerprint
     if session.get(TargetRow, fp) is None:
-        session.add(TargetRow(target_fingerprint=fp, spec=spec.model_dump()))
-        session.flush()
+        _insert_once(session, TargetRow, target_fingerprint=fp, spec=spec.model_dump())
     return Target(**spec.model_dump(), target_fingerprint=fp)
 
 

@@ -6,11 +6,11 @@ from collections.abc import Iterable, Mapping
 from typing import cast
 
 from sqlalchemy import Connection, Table, bindparam, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.models import ConfigRecord, shape_key
 from service.models.config import CandidateStatus, MeasuredCandidate
+from service.store.db import dialect_insert
 from service.store.tables import BestConfigRow, CandidateRow, utcnow
 
 
@@ -91,9 +91,7 @@ def upsert_best(session: Session, record: ConfigRecord) -> bool:
         "created_at": now,
         "updated_at": now,
     }
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(table).values(**values)
+    stmt = dialect_insert(session)(table).values(**values)
     stmt = stmt.on_conflict_do_update(
         index_elements=["workload_hash", "target_fingerprint", "shape_key"],
         set_={
@@ -122,9 +120,7 @@ def _to_record(row: BestConfigRow) -> ConfigRecord:
 _BEST = cast(Table, BestConfigRow.__table__)
 # The lookup inference hosts make, as one Core statement (compiled once, cached by SQLAlchemy): no ORM identity
 # map or row objects on the hot path.
-_BEST_BY_KEY = select(
-    *(_BEST.c[name] for name in ConfigRecord.model_fields if name in _BEST.c)
-).where(
+_BEST_BY_KEY = select(*(_BEST.c[name] for name in ConfigRecord.model_fields if name in _BEST.c)).where(
     _BEST.c.workload_hash == bindparam("workload"),
     _BEST.c.target_fingerprint == bindparam("target"),
     _BEST.c.shape_key == bindparam("shape"),

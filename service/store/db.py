@@ -11,11 +11,17 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.settings import get_settings
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def dialect_insert(session: Session) -> Any:
+    """The INSERT construct of the session's database, for ON CONFLICT clauses (PostgreSQL's or SQLite's)."""
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
 def make_engine(url: str, *, autocommit_reads: bool = False) -> Engine:

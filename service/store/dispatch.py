@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from kernelfleet.models import DispatchDoc, ExactOverride, UKernelRef
 from service.models.artifact import Artifact
 from service.models.shape import parse_shape_key
+from service.store.db import dialect_insert
 from service.store.tables import ArtifactRow, BestConfigRow, DispatchTableRow, utcnow
 
 
@@ -26,8 +26,7 @@ def put_artifact(session: Session, artifact: Artifact, target_fingerprint: str, 
     """Store an artifact unless its content is already there (same sha256: same bytes; racing writers of
     the same bytes both succeed)."""
     table = cast(Table, ArtifactRow.__table__)
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(table).values(
+    stmt = dialect_insert(session)(table).values(
         sha256=artifact.sha256,
         target_fingerprint=target_fingerprint,
         kind="ukernel",

@@ -6,19 +6,15 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.models import shape_key
 from service.models.fleet import FleetReport, TelemetryBatch
+from service.store.db import dialect_insert
 from service.store.tables import FleetRunRow, TelemetryBatchRow, UsageDayRow, utcnow
-
-
-def _insert(session: Session) -> Any:
-    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
 def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: dt.date) -> bool:
@@ -29,7 +25,7 @@ def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: d
     """
     batches = cast(Table, TelemetryBatchRow.__table__)
     claim = (
-        _insert(session)(batches)
+        dialect_insert(session)(batches)
         .values(
             batch_id=str(batch.batch_id),
             key_id=key_id,
@@ -50,7 +46,7 @@ def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: d
         acc[2] += r.fallbacks
     usage = cast(Table, UsageDayRow.__table__)
     for (day, wh, fp, key), (calls, seconds, fallbacks) in sorted(sums.items()):
-        stmt = _insert(session)(usage).values(
+        stmt = dialect_insert(session)(usage).values(
             day=day,
             workload_hash=wh,
             target_fingerprint=fp,
@@ -146,7 +142,7 @@ def claim_run(session: Session, day: dt.date, stale_after_s: float) -> bool:
     runs = cast(Table, FleetRunRow.__table__)
     now = utcnow()
     report = FleetReport(day=day, state="running", created_at=now)
-    stmt = _insert(session)(runs).values(
+    stmt = dialect_insert(session)(runs).values(
         day=day, state="running", report=report.model_dump(mode="json"), created_at=now
     )
     stmt = stmt.on_conflict_do_update(

@@ -66,19 +66,29 @@ def test_keys_cli(api_url: str) -> None:
 @pytest.mark.slow
 def test_metaschedule_import_best_and_export(api_url: str, tmp_path: Path) -> None:
     import tvm
+    from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     from service.tuning.compute import prim_func
-    from service.tuning.tuners.build import make_builder
-    from service.tuning.tuners.sketch import drop_unnamed_ms_handlers
 
-    # an existing MetaSchedule JSON database, as a user would bring it
+    # an existing MetaSchedule JSON database, as a user would bring it: a schedule's trace and its measured time,
+    # committed through MetaSchedule's own database API (what tune_tir writes, without minutes of search here)
     workload = WorkloadSpec.model_validate(TINY_DENSE)
     mod = prim_func(workload, {"M": 8})
     target = tvm.target.Target(tvm_target(host_target()))
+    sch = s_tir.Schedule(mod)
+    _, column, _ = sch.get_loops(sch.get_sblock("Y"))
+    sch.vectorize(sch.split(column, [None, 8])[1])
+    built = tvm.tirx.build(sch.mod, target=target)
+    dev, args_info = tvm.cpu(), ArgInfo.from_prim_func(mod["main"])
+    args = [tvm.runtime.tensor(np.zeros([int(d) for d in a.shape], a.dtype), dev) for a in args_info]
+    seconds = float(np.median(built.time_evaluator("main", dev, number=20, repeat=3)(*args).results))
     ms_dir = tmp_path / "ms"
-    drop_unnamed_ms_handlers()  # pytest's capture handlers would crash MetaSchedule's logging setup
-    ms.tune_tir(mod, target, str(ms_dir), max_trials_global=4, num_trials_per_iter=4, builder=make_builder(), seed=0)
+    ms_dir.mkdir()
+    database = ms.database.JSONDatabase(work_dir=str(ms_dir))
+    record = ms.database.TuningRecord(sch.trace, database.commit_workload(mod), [seconds], target, args_info)
+    database.commit_tuning_record(record)
     assert (ms_dir / "database_tuning_record.json").exists()
 
     client = Client(api_url)

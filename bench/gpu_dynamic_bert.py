@@ -307,12 +307,14 @@ def tune_metaschedule(n: int, k: int, m: int, arch: str, trials: int, work: Path
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
+    from service.tuning.tuners import tensor_intrinsics
     from service.tuning.tuners.build import fast_build_cuda, make_builder
     from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module
 
     target = tvm.target.Target(cuda_target(arch))
     mod = dense_module(n, k, m)
     began = time.perf_counter()
+    tensor_intrinsics.load()
     database = ms.tune_tir(
         mod,
         target,

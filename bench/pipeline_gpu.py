@@ -34,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from service.tuning.tuners import tensor_intrinsics
 from service.tuning.tuners.pipeline.model import GPUConstants, best_in_top_k
 from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig
 from service.tuning.tuners.pipeline.tuner import MODES, PipelineTask, PipelineTuner
@@ -149,6 +150,7 @@ def metaschedule(gemm: GemmShape, arch: str, trials: int) -> MetaScheduleRun:
         cost_model = "random"
     target = tvm.target.Target(cuda_target(arch))
     started = time.monotonic()
+    tensor_intrinsics.load()
     with tempfile.TemporaryDirectory() as work_dir:
         db = ms.tune_tir(
             mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=min(32, trials),

@@ -26,6 +26,7 @@ from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
 from service.models.config import MeasuredCandidate
 from service.tuning.compute import prim_func
 from service.tuning.platforms import TVMPlatform, platform_for, tvm_target
+from service.tuning.tuners import tensor_intrinsics
 from service.tuning.tuners.base import CandidateSink, TuneOutcome, TuningStopped, TuningTask
 from service.tuning.tuners.trace_json import FAILED_RUN_SECS, to_py
 
@@ -114,6 +115,7 @@ class SketchTuner:
         runner = platform.metaschedule_runner(task.measure_timeout_s, self.run_evaluator)
         drop_unnamed_ms_handlers()
         remaining = task.trials - len(earlier)
+        tensor_intrinsics.load()  # what the TuneContext would import, in 2 s rather than 20-60 s
         try:
             if remaining > 0:  # else an earlier attempt measured the whole budget: pick from what it measured
                 ms.tune_tir(
@@ -185,6 +187,7 @@ def sample_candidates(mod: Any, target_dict: dict[str, object], count: int, seed
     What the search would hand the builder in its first round (random cost model): used to check that
     a platform's candidates compile (e.g. CUDA codegen + nvcc on a host without a GPU)."""
     target = tvm.target.Target(target_dict)
+    tensor_intrinsics.load()
     ctx = ms.TuneContext(
         mod=mod,
         target=target,

@@ -131,9 +131,13 @@ def _unnamed(script: str) -> str:
 
 @pytest.mark.slow
 def test_f16_intrinsics_are_tvms_registered_ones() -> None:
-    """Slow (imports tvm.s_tir.tensor_intrin: every target's intrinsics, 15-40 s): our f16 intrinsics print the
-    same TIR as TVM's registered ldmatrix A / B-trans, mma trans_b, fill and (element-wise) store."""
+    """Our f16 intrinsics print the same TIR as TVM's registered ldmatrix A / B-trans, mma trans_b, fill and
+    (element-wise) store."""
     from tvm.s_tir import TensorIntrin
+
+    from service.tuning.tuners import tensor_intrinsics
+
+    tensor_intrinsics.load()  # every target's intrinsics
     from tvm.s_tir.tensor_intrin import cuda
 
     store = TensorIntrin(*cuda.get_mma_store_intrin("float32", 8, "shared", False))

@@ -61,14 +61,14 @@ def test_flow_api_worker_store_sdk_on_postgres_and_redis(fleet_factory, pg_url: 
     fleet.start_api()
     fleet.start_worker("w1")
     client = fleet.client()
-    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 8, "max_shapes": 2, "seed": 0})
+    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 16, "max_shapes": 2, "seed": 0})
     done = client.wait(job.id, timeout_s=300, poll_s=0.5)
-    assert done.state == "succeeded" and done.trials_done == done.trials_total == 8
+    assert done.state == "succeeded" and done.trials_done == done.trials_total == 16
     assert {s.shape["M"] for s in done.shapes} == {8, 13}
     for s in done.shapes:
         assert s.state == "succeeded" and s.best_latency_s and s.baseline_latency_s and "numpy" in (s.baseline or "")
     candidates = client._request("GET", f"/v1/jobs/{job.id}/candidates", params={"limit": 1000}).json()
-    assert len(candidates) == 8 and all(c["status"] in ("ok", "error", "timeout") for c in candidates)
+    assert len(candidates) == 16 and all(c["status"] in ("ok", "error", "timeout") for c in candidates)
 
     assert done.target_fingerprint
     best = client.best(done.workload_hash, done.target_fingerprint, {"M": 13})
@@ -311,7 +311,7 @@ def test_only_configs_faster_than_the_vendor_are_served(fleet_factory, pg_url: s
     fleet.start_api()
     fleet.start_worker("w1")
     client = fleet.client()
-    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 4, "max_shapes": 2, "seed": 0})
+    job = client.submit(TINY_DENSE, _target(client), DIST, budget={"trials": 8, "max_shapes": 2, "seed": 0})
     done = client.wait(job.id, timeout_s=300, poll_s=0.5)
     assert done.state == "succeeded" and done.target_fingerprint
     for s in done.shapes:  # both latencies are as an inference host calls them, so they decide what is served

@@ -156,16 +156,30 @@ def _job_spec(
 
 
 def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str], float]) -> dict[str, object]:
-    """Earlier fleet runs' finished jobs: fleet seconds saved per day now vs the tuning seconds they cost."""
+    """Earlier fleet runs' jobs: fleet seconds saved per day now vs the worker seconds they all cost.
+
+    The saving comes from each task's newest succeeded job (what runs now); the cost counts every fleet job that
+    ran: failed, cancelled and superseded ones too, a retried job from its first attempt's start, and a job still
+    running up to now (issue 35 item 2). `cost_by_state` splits the cost that way."""
     saved, cost, jobs_counted = 0.0, 0.0, 0
     latest: dict[tuple[str, str], JobRow] = {}  # one job per task: its newest tuning is what runs now
+    cost_by_state: dict[str, float] = {}
+    jobs_by_state: dict[str, int] = {}
     since = dt.datetime.combine(day - dt.timedelta(days=90), dt.time(), tzinfo=dt.UTC)
-    finished = select(JobRow).where(JobRow.state == JobState.succeeded.value, JobRow.created_at >= since)
-    for row in session.scalars(finished.order_by(JobRow.created_at)):
-        run_day = row.tags.get("fleet_run")
-        if not run_day or run_day >= day.isoformat() or row.started_at is None or row.finished_at is None:
-            continue
-        latest[(row.workload_hash, row.tags.get("fleet_target", ""))] = row
+    now = utcnow()
+    ran = select(JobRow).where(JobRow.created_at >= since, JobRow.started_at.is_not(None))
+    rows = [r for r in session.scalars(ran.order_by(JobRow.created_at)) if _fleet_day(r, day)]
+    for row in rows:
+        if row.state == JobState.succeeded.value and row.finished_at is not None:
+            latest[(row.workload_hash, row.tags.get("fleet_target", ""))] = row
+    newest = {row.id for row in latest.values()}
+    for row in rows:
+        assert row.started_at is not None
+        seconds = max(0.0, ((row.finished_at or now) - row.started_at).total_seconds())
+        state = "superseded" if row.state == JobState.succeeded.value and row.id not in newest else row.state
+        cost += seconds
+        cost_by_state[state] = cost_by_state.get(state, 0.0) + seconds
+        jobs_by_state[state] = jobs_by_state.get(state, 0) + 1
     for row in latest.values():
         shapes = session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == row.id)).all()
         logs = [
@@ -176,18 +190,24 @@ def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str
         if not logs:
             continue
         speedup = math.exp(sum(logs) / len(logs))
-        now = usage_per_day.get((row.workload_hash, row.tags.get("fleet_target", "")), 0.0)
-        saved += now * max(0.0, speedup - 1.0)  # time the baseline would take now, minus the time it takes
-        assert row.started_at is not None and row.finished_at is not None
-        cost += (row.finished_at - row.started_at).total_seconds()
+        usage = usage_per_day.get((row.workload_hash, row.tags.get("fleet_target", "")), 0.0)
+        saved += usage * max(0.0, speedup - 1.0)  # time the baseline would take now, minus the time it takes
         jobs_counted += 1
     return {
         "jobs": jobs_counted,
         "saved_s_per_day": saved,
         "tuning_s": cost,
+        "cost_by_state": cost_by_state,
+        "jobs_by_state": jobs_by_state,
         "savings_per_tuning_s": saved / cost if cost else None,  # XTAT's figure of merit, per day
         "payback_days": cost / saved if saved else None,
     }
+
+
+def _fleet_day(row: JobRow, day: dt.date) -> bool:
+    """Whether a job was submitted by an earlier day's fleet run."""
+    run_day = row.tags.get("fleet_run")
+    return bool(run_day) and str(run_day) < day.isoformat()
 
 
 def _remeasure(session: Session, host_fp: str, sample: int, ratio: float, seed: int) -> tuple[int, list[Regression]]:

@@ -68,6 +68,7 @@ class TelemetryAck(BaseModel):
 class UsageRow(BaseModel):
     workload_hash: str
     target_fingerprint: str
+    label: str = Field("", description="the workload as people read it (empty: not registered here)")
     shape: dict[str, int]
     calls: int
     kernel_seconds: float
@@ -87,6 +88,10 @@ class FleetCandidate(BaseModel):
 
     workload_hash: str
     target_fingerprint: str
+    label: str = Field("", description="the workload as people read it, e.g. 'dense M=? N=3072 K=768 +bias +gelu'")
+    layers: list[str] = Field(
+        default_factory=list, description="the onboarded models' ops on this workload, as 'model: op name'"
+    )
     queue: str
     kind: str
     reasons: list[Reason]
@@ -102,6 +107,7 @@ class FleetCandidate(BaseModel):
 class Regression(BaseModel):
     workload_hash: str
     target_fingerprint: str
+    label: str = ""
     shape: str
     stored_s: float
     measured_s: float
@@ -113,6 +119,7 @@ class FleetReport(BaseModel):
     created_at: dt.datetime
     finished_at: dt.datetime | None = None
     window_days: int = 0
+    observed_days: int = Field(0, description="days of the window with telemetry: the per-day figures divide by it")
     fleet_seconds_per_day: float = 0.0
     budget: dict[str, int] = Field(default_factory=dict, description="trials per hardware class")
     spent: dict[str, int] = Field(default_factory=dict)

@@ -46,6 +46,21 @@ class WorkloadSpec(BaseModel):
         description="operator attributes (GET /v1/operators lists each one's default and choices)",
     )
 
+    def label(self) -> str:
+        """A layer's workload as people read it: 'dense M=? N=3072 K=768 +bias +gelu' (dims in the operator's
+        order, ? where dynamic; true flags, an activation, other attribute values; a dtype other than float32)."""
+        parts = [self.op, *(f"{d}={self.dims.get(d, '?')}" for d in OPERATORS[self.op].dims)]
+        for name, value in self.attrs.items():
+            if value is True:
+                parts.append(f"+{name}")
+            elif name == "activation" and value != "none":
+                parts.append(f"+{value}")
+            elif not isinstance(value, bool) and name != "activation":
+                parts.append(f"{name}={value}")
+        if self.dtype != "float32":
+            parts.append(self.dtype)
+        return " ".join(parts)
+
     @field_validator("op")
     @classmethod
     def _known_op(cls, op: str) -> str:

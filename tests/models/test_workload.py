@@ -147,3 +147,17 @@ def test_registered_workloads_load_whatever_the_bounds_are_today() -> None:
     stored = Workload.model_validate({**huge, "workload_hash": "h"})  # registered before the bound existed
     with pytest.raises(ValueError, match="elements"):
         stored.bind({"M": 1})  # but no job or lookup can use it at a size past the bound
+
+
+def test_a_label_tells_layers_that_differ_only_in_their_epilogue_apart() -> None:
+    """Issue 35 item 6: reports and the dashboard name workloads as people read them, epilogue included."""
+    plain = WorkloadSpec(op="dense", dims={"N": 3072, "K": 768}, symbolic=["M"], attrs={"bias": True})
+    fused = WorkloadSpec(op="dense", dims={"N": 3072, "K": 768}, symbolic=["M"],
+                         attrs={"bias": True, "activation": "gelu"})  # fmt: skip
+    assert plain.label() == "dense M=? N=3072 K=768 +bias"
+    assert fused.label() == "dense M=? N=3072 K=768 +bias +gelu"
+    conv = WorkloadSpec(op="conv2d", dims={"CI": 3, "CO": 8, "H": 8, "W": 8, "KH": 3, "KW": 3}, symbolic=["N"],
+                        dtype="float16")  # fmt: skip
+    label = conv.label()
+    assert label.startswith("conv2d N=? H=8 W=8 CI=3 CO=8 KH=3 KW=3 ") and "stride=1" in label
+    assert label.endswith("float16")

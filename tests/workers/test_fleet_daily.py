@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from kernelfleet import Client
+from kernelfleet.cli import app as cli_app
 from tests.helpers import Fleet, wait_for
 
 pytestmark = pytest.mark.slow
@@ -96,6 +98,13 @@ def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet) -> No
         assert math.isclose(c["observed_s_per_day"], sum(c["shapes"].values()), rel_tol=1e-9)
         assert math.isclose(c["expected_saving_s_per_day"], c["observed_s_per_day"] * c["predicted_gain"], rel_tol=1e-9)
     assert cands[0]["kind"] == "ukernel" and cands[1]["kind"] == "sketch"
+    # named as people read them (issue 35 item 6), per observed day
+    assert [c["label"] for c in cands] == ["dense M=? N=64 K=32", "dense M=? N=? K=32 +bias"]
+    assert report["observed_days"] == 7
+    printed = CliRunner().invoke(cli_app, ["fleet", "report", "--url", fleet.url],
+                                 env={"KERNELFLEET_API_KEY": fleet.api_key or "", "COLUMNS": "200"})  # fmt: skip
+    assert printed.exit_code == 0 and "dense M=? N=64 K=32" in printed.output, printed.output
+    assert "over 7 observed days (window 7 days)" in printed.output
     queue = cands[0]["queue"]
     assert report["budget"] == {queue: 32} and 0 < report["spent"][queue] <= 32
     assert cands[0]["trials"] == 8 and cands[1]["trials"] % 8 == 0 and cands[1]["trials"] > 0

@@ -291,6 +291,12 @@ fleet_app = typer.Typer(no_args_is_help=True, help="Fleet-wide daily tuning: usa
 app.add_typer(fleet_app, name="fleet")
 
 
+def _workload_name(row: dict[str, Any]) -> str:
+    """'dense M=? N=3072 K=768 +bias +gelu (1a2b3c4d5e6f)': the label a service sends, with the hash to look up."""
+    label = row.get("label") or ""
+    return f"{label} ({row['workload_hash'][:12]})" if label else row["workload_hash"][:12]
+
+
 @fleet_app.command("usage")
 def fleet_usage(days: int = 7, limit: int = 20, url: UrlOpt = None) -> None:
     """Where the fleet's kernel time went over the last days."""
@@ -300,7 +306,7 @@ def fleet_usage(days: int = 7, limit: int = 20, url: UrlOpt = None) -> None:
         table.add_column(col)
     for r in view["rows"]:
         table.add_row(
-            r["workload_hash"][:12],
+            _workload_name(r),
             r["target_fingerprint"][:12],
             ",".join(f"{k}={v}" for k, v in r["shape"].items()),
             f"{r['calls']:,}",
@@ -320,13 +326,17 @@ def fleet_report(url: UrlOpt = None) -> None:
         raise typer.Exit(1)
     r = reports[0]
     console.print(_styled((f"fleet run {r['day']}", "bold"), f": {r['state']} {r.get('error') or ''}"))
-    console.print(f"fleet kernel time {r['fleet_seconds_per_day']:,.1f} s/day over {r['window_days']} days")
+    observed = r.get("observed_days") or r["window_days"]
+    console.print(
+        f"fleet kernel time {r['fleet_seconds_per_day']:,.1f} s/day over {observed} observed days "
+        f"(window {r['window_days']} days)"
+    )
     table = Table(title="candidates, best first")
     for col in ("workload", "kind", "reasons", "observed s/day", "gain", "saving s/day", "trials", "job"):
         table.add_column(col)
     for c in r["candidates"]:
         table.add_row(
-            c["workload_hash"][:12],
+            _workload_name(c) + "".join(f"\n  {layer}" for layer in c.get("layers", [])),
             c["kind"],
             ",".join(c["reasons"]) + (" (stalled)" if c["stalled"] else ""),
             f"{c['observed_s_per_day']:,.1f}",
@@ -351,7 +361,7 @@ def fleet_report(url: UrlOpt = None) -> None:
     console.print(f"re-measured {r['remeasured']} configs; regressions: {len(r['regressions'])}")
     for g in r["regressions"]:
         console.print(
-            f"  {g['workload_hash'][:12]} {g['shape']}: {g['stored_s']:.3g} s → {g['measured_s']:.3g} s", style="red"
+            f"  {_workload_name(g)} {g['shape']}: {g['stored_s']:.3g} s → {g['measured_s']:.3g} s", style="red"
         )
 
 

@@ -10,7 +10,7 @@ from service.api.auth import AdminKey, ReadKey
 from service.api.deps import SessionDep, unprocessable
 from service.models.fleet import FleetReport, FleetRunRequest, UsageRow, UsageView
 from service.models.shape import parse_shape_key
-from service.store import fleet
+from service.store import catalog, fleet
 from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, app
 
 router = APIRouter(prefix="/v1/fleet", tags=["fleet"])
@@ -29,6 +29,11 @@ def usage(
     since = until - dt.timedelta(days=days - 1)
     rows = fleet.usage(session, since, until, workload, target, limit=limit)
     total = fleet.total_seconds(session, since, until)
+    labels: dict[str, str] = {}
+    for r in rows:
+        if r.workload_hash not in labels:
+            found = catalog.get_workload(session, r.workload_hash)
+            labels[r.workload_hash] = found.label() if found else ""
     return UsageView(
         since=since,
         until=until,
@@ -37,6 +42,7 @@ def usage(
             UsageRow(
                 workload_hash=r.workload_hash,
                 target_fingerprint=r.target_fingerprint,
+                label=labels[r.workload_hash],
                 shape=parse_shape_key(r.shape_key),
                 calls=r.calls,
                 kernel_seconds=r.kernel_seconds,

@@ -27,7 +27,7 @@ from service.store import catalog
 from service.store import dispatch as dispatch_store
 from service.store import fleet as fleet_store
 from service.store.db import session_scope
-from service.store.tables import BestConfigRow, JobRow, JobShapeRow, TargetRow, utcnow
+from service.store.tables import BestConfigRow, JobRow, JobShapeRow, ModelOpRow, ModelRow, TargetRow, utcnow
 from service.tuning.admission import fleet_kind
 from service.tuning.kinds import KINDS, JobKind
 from service.tuning.platforms import queue_for
@@ -204,6 +204,22 @@ def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str
     }
 
 
+MAX_LAYER_NAMES = 8
+
+
+def _layers(session: Session, workload_hash: str) -> list[str]:
+    """'model: op name' of the onboarded models' ops on this workload (at most MAX_LAYER_NAMES, then a count)."""
+    query = (
+        select(ModelRow.name, ModelOpRow.name)
+        .join(ModelRow, ModelRow.id == ModelOpRow.model_id)
+        .where(ModelOpRow.workload_hash == workload_hash)
+        .order_by(ModelRow.name, ModelOpRow.idx)
+    )
+    names = list(dict.fromkeys(f"{model}: {op}" for model, op in session.execute(query)))
+    extra = len(names) - MAX_LAYER_NAMES
+    return names[:MAX_LAYER_NAMES] + ([f"(+{extra} more)"] if extra > 0 else [])
+
+
 def _fleet_day(row: JobRow, day: dt.date) -> bool:
     """Whether a job was submitted by an earlier day's fleet run."""
     run_day = row.tags.get("fleet_run")
@@ -234,6 +250,7 @@ def _remeasure(session: Session, host_fp: str, sample: int, ratio: float, seed: 
                 Regression(
                     workload_hash=row.workload_hash,
                     target_fingerprint=host_fp,
+                    label=workload.label(),
                     shape=row.shape_key,
                     stored_s=row.latency_s,
                     measured_s=now,
@@ -290,6 +307,10 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             usable[(wh, fp)] = {k: shapes[k] for k in valid}
             knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings, kind)
         candidates = rank(usable, knowledge, days)
+        for c in candidates:  # named as people read them: the workload, and the models' layers that run it
+            c.label = workloads[(c.workload_hash, c.target_fingerprint)].label()
+            c.layers = _layers(s, c.workload_hash)
+        report.observed_days = days
         realized = _realized(s, day, {k: sum(u.seconds for u in v.values()) / days for k, v in grouped.items()})
     report.realized = realized
 

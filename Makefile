@@ -21,13 +21,15 @@ standalone: $(STAMP)
 	$(BIN)/kernelfleet standalone
 
 # Compile-bound tests (CUDA codegen and nvcc, the static GPU model, pipeline schedules, Gemmini simulators), the API
-# and store tests (each on a database of its own), the models' validation and the daily fleet run (its deadlines are
-# minutes): nothing in them times a kernel against another or holds a deadline of seconds, so they run two at a time
-# on the two cores; every other test runs alone (timings, heartbeats and deadlines of seconds).
+# and store tests (each on a database of its own), the models' validation, the SDK-only install, and the end-to-end
+# runs whose deadlines are minutes (the daily fleet run, a model onboarded, a plugin kind): nothing in them times a
+# kernel against another or holds a deadline of seconds, so they run two at a time on the two cores; every other
+# test runs alone (timings, heartbeats and deadlines of seconds).
 PARALLEL_TESTS := tests/tuning/gpu tests/tuning/gpu_model tests/tuning/pipeline tests/tuning/gemmini tests/api \
 	tests/store tests/models tests/tuning/ukernel/test_gpu_screen.py tests/tuning/ukernel/test_gpu_routes.py \
 	tests/bench/test_gpu_model_report.py tests/bench/test_gpu_report.py tests/bench/test_gpu_session.py \
-	tests/workers/test_fleet_daily.py
+	tests/workers/test_fleet_daily.py tests/workers/test_model_e2e.py tests/workers/test_job_kinds.py \
+	tests/clients/test_cli_split.py
 
 test: $(STAMP)
 	$(BIN)/ruff check service clients tests bench

@@ -130,6 +130,17 @@ def test_llama_mlp_gate_and_up_are_one_stacked_layer_on_both_sides() -> None:
     assert imported == {workload_hash(dense_workload(352, 64)), workload_hash(dense_workload(64, 176))}
 
 
+def test_with_stacking_off_the_gate_fuses_its_activation_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch bench/accelerate_stacking.py compares with: import and runtime still agree."""
+    from kernelfleet import torch_fusion
+
+    monkeypatch.setattr(torch_fusion, "STACK_GATED_PAIRS", False)
+    model = Stack([LlamaMLP()]).eval()
+    assert gated_pairs(model) == {} and set(fused_activations(model)) == {"blocks.0.gate_proj"}
+    imported = _imported(model, (torch.randn(2, 64),), ({0: Dim("rows")},))
+    assert imported == _asked_first(model) and len(imported) == 3  # gate+silu, up, down
+
+
 def test_transformers_llama_mlp_from_its_config() -> None:
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(hidden_size=64, intermediate_size=176, num_attention_heads=4, vocab_size=100)

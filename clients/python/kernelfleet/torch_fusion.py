@@ -117,6 +117,11 @@ class GatedPair:
         return f"{self.gate}+{self.up.rpartition('.')[2]}"
 
 
+# Whether gated pairs are stacked (import and runtime read it on each call): False only to measure what stacking
+# gains (bench/accelerate_stacking.py), the gates then fusing their activation as any other layer.
+STACK_GATED_PAIRS = True
+
+
 def fused_activations(root: nn.Module) -> dict[str, Fusion]:
     """Per dense layer (qualified name), the activation module `accelerate` fuses into it (see the module doc);
     gates of a `GatedPair` are not listed: the pair runs them."""
@@ -147,7 +152,7 @@ def _fusions(root: nn.Module) -> tuple[dict[str, Fusion], dict[str, GatedPair]]:
         if graph is None:
             continue
         own = _OwnGraph(pname, children, graph, owners)
-        found = own.gated_pairs()
+        found = own.gated_pairs() if STACK_GATED_PAIRS else {}
         pairs.update(found)
         for fusion in own.activations():
             if fusion.layer not in found:

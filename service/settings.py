@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     fleet_daily_hour: int = Field(default=3, ge=0, le=23, description="UTC hour of the daily fleet run")
     fleet_daily_minute: int = Field(default=0, ge=0, le=59)
     fleet_window_days: int = Field(default=7, ge=1, le=90, description="telemetry days the daily run ranks on")
+    fleet_silent_after_days: int = Field(
+        default=2, ge=1, le=90, description="a task without telemetry for this many days is silent: named, not tuned"
+    )
     fleet_daily_trials: int = Field(default=512, ge=0, description="trials per hardware class per day")
     fleet_unit_trials: int = Field(default=32, ge=1, description="trials per scheduler unit")
     fleet_max_tasks: int = Field(default=20, ge=1, description="tasks considered per day, best first")

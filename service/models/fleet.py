@@ -104,6 +104,19 @@ class FleetCandidate(BaseModel):
     job_id: str | None = None
 
 
+class SilentTask(BaseModel):
+    """A (workload, target) whose hosts stopped reporting: not re-tuned from stale telemetry; its tables stay served
+    (the rule: the fleet run never retires a table; a host that calls it again is served at once)."""
+
+    workload_hash: str
+    target_fingerprint: str
+    label: str = ""
+    last_seen: dt.date
+    days_silent: int
+    published: bool = Field(description="the store serves a table or best configs for it")
+    rule: Literal["kept"] = "kept"
+
+
 class Regression(BaseModel):
     workload_hash: str
     target_fingerprint: str
@@ -130,6 +143,9 @@ class FleetReport(BaseModel):
     )
     regressions: list[Regression] = Field(default_factory=list)
     remeasured: int = 0
+    silent: list[SilentTask] = Field(
+        default_factory=list, description="tasks without telemetry for fleet_silent_after_days (90 days looked back)"
+    )
     error: str | None = None
 
 

@@ -110,6 +110,17 @@ def usage(
     ]
 
 
+def last_seen(session: Session, since: dt.date, until: dt.date) -> dict[tuple[str, str], dt.date]:
+    """(workload, target) → the last day in [since, until] with telemetry for it."""
+    u = UsageDayRow
+    q = (
+        select(u.workload_hash, u.target_fingerprint, func.max(u.day))
+        .where(u.day >= since, u.day <= until)
+        .group_by(u.workload_hash, u.target_fingerprint)
+    )
+    return {(wh, fp): day for wh, fp, day in session.execute(q)}
+
+
 def usage_by_day(session: Session, since: dt.date, until: dt.date) -> list[tuple[dt.date, str, int, float]]:
     """(day, workload, calls, kernel seconds) for days in [since, until], oldest first."""
     u = UsageDayRow

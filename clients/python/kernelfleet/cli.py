@@ -358,6 +358,10 @@ def fleet_report(url: UrlOpt = None) -> None:
             if merit is not None
             else f"earlier runs: {realized['jobs']} jobs, no measured saving yet"
         )
+    for t in r.get("silent", []):
+        served = "its tables stay served" if t["published"] else "nothing published"
+        since = f"silent {t['days_silent']} days (last telemetry {t['last_seen']})"
+        console.print(f"{since}: {_workload_name(t)}; not tuned, {served}")
     console.print(f"re-measured {r['remeasured']} configs; regressions: {len(r['regressions'])}")
     for g in r["regressions"]:
         console.print(

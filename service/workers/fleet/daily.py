@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from service.models import Budget, JobSpec, JobState, TargetSpec, Workload, normalized_support, shape_key
 from service.models.distribution import Explicit, ShapeDistribution, ShapePoint
-from service.models.fleet import FleetCandidate, FleetReport, Regression
+from service.models.fleet import FleetCandidate, FleetReport, Regression, SilentTask
 from service.models.shape import parse_shape_key
 from service.settings import Settings
 from service.store import catalog
@@ -205,6 +205,26 @@ def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str
 
 
 MAX_LAYER_NAMES = 8
+SILENT_LOOKBACK_DAYS = 90
+
+
+def _silent(session: Session, until: dt.date, after_days: int) -> list[SilentTask]:
+    """Tasks seen in the last SILENT_LOOKBACK_DAYS whose telemetry stopped `after_days` or more before `until`
+    (the last day the run reads), most recently seen first: named in the report and not tuned; tables kept."""
+    since = until - dt.timedelta(days=SILENT_LOOKBACK_DAYS)
+    out = []
+    for (wh, fp), last in fleet_store.last_seen(session, since, until).items():
+        days_silent = (until - last).days
+        if days_silent < after_days:
+            continue
+        workload = catalog.get_workload(session, wh)
+        published = dispatch_store.latest(session, wh, fp) is not None or session.scalar(
+            select(BestConfigRow.shape_key).where(BestConfigRow.workload_hash == wh,
+                                                  BestConfigRow.target_fingerprint == fp).limit(1)
+        ) is not None  # fmt: skip
+        out.append(SilentTask(workload_hash=wh, target_fingerprint=fp, label=workload.label() if workload else "",
+                              last_seen=last, days_silent=days_silent, published=published))  # fmt: skip
+    return sorted(out, key=lambda t: (t.days_silent, t.workload_hash, t.target_fingerprint))
 
 
 def _layers(session: Session, workload_hash: str) -> list[str]:
@@ -291,8 +311,12 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
                 for r in rows
             ]
         )
+        report.silent = _silent(s, until, settings.fleet_silent_after_days)
+        silent = {(t.workload_hash, t.target_fingerprint) for t in report.silent}
         knowledge, targets, workloads, usable = {}, {}, {}, {}
         for (wh, fp), shapes in grouped.items():
+            if (wh, fp) in silent:
+                continue  # its hosts stopped reporting: the window's older telemetry is not tuned for again
             workload, target = catalog.get_workload(s, wh), catalog.get_target(s, fp)
             if workload is None or target is None:
                 continue  # telemetry for something never registered here: nothing to tune it with

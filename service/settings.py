@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     publish_only_faster_than_vendor: bool = Field(
         default=True, description="publish a tuned config only if it beats the vendor as the SDK calls both"
     )
+    table_regression_ratio: float = Field(
+        default=1.10,
+        gt=1.0,
+        description="a new dispatch table slower than the one it would replace by this geomean factor, over the shapes "
+        "both jobs measured, is not published",
+    )
     ukernel_vendor_routes: bool = Field(
         default=True,
         description="ukernel tables route each S where the vendor is faster as the SDK calls both to the vendor "

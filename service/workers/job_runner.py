@@ -12,6 +12,7 @@ own (service.workers.scratch) that the next attempt removes if this one was kill
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import tempfile
 import threading
@@ -29,7 +30,16 @@ from service.settings import Settings
 from service.store import catalog, configs, jobs
 from service.store import dispatch as dispatch_store
 from service.store.db import session_scope
-from service.tuning.kinds import KINDS, JobKind, ShapeOutcome, UnitContext, UnitResult, WorkUnit, unit_done
+from service.tuning.kinds import (
+    KINDS,
+    DispatchPublication,
+    JobKind,
+    ShapeOutcome,
+    UnitContext,
+    UnitResult,
+    WorkUnit,
+    unit_done,
+)
 from service.tuning.platforms import platform_for
 from service.tuning.tuners.base import TuningStopped
 from service.workers import scratch
@@ -203,6 +213,12 @@ def _publish(
     with session_scope() as s:
         if hb.lost.is_set() or not jobs.heartbeat(s, job_id, lease):
             raise TuningStopped("stopped by the job")
+        if result.dispatch is not None and result.not_published is None:
+            result.not_published = slower_than_current(
+                s, ctx.workload.workload_hash, fingerprint, result.dispatch, ctx.settings.table_regression_ratio
+            )
+            if result.not_published is not None:
+                result.dispatch = None
         if result.dispatch is not None:
             d = result.dispatch
             dispatch_store.publish(
@@ -238,6 +254,31 @@ def _publish(
             len(result.dispatch.artifacts),
             unit.key,
         )
+
+
+MIN_COMMON_SHAPES = 3  # a verdict between two tables rests on at least this many shapes both measured
+
+
+def slower_than_current(
+    s: Session, workload_hash: str, fingerprint: str, new: DispatchPublication, ratio: float
+) -> str | None:
+    """Why `new` must not replace the table served now, or None: it covers no more shapes, and where both jobs
+    measured their table as the SDK calls it (medians of repeated rounds) it is slower by more than `ratio`
+    (geomean). A table that extends the range is published: the shapes it adds have no table at all."""
+    current = dispatch_store.latest(s, workload_hash, fingerprint)
+    if current is None or current.dim != new.dim or len(new.predicted) > current.s_max:
+        return None
+    theirs = {int(k): float(v) for k, v in current.measured.items()}
+    common = sorted(S for S in new.measured if S in theirs and theirs[S] > 0 and new.measured[S] > 0)
+    if len(common) < MIN_COMMON_SHAPES:
+        return None
+    slower = math.exp(sum(math.log(new.measured[S] / theirs[S]) for S in common) / len(common))
+    if slower <= ratio:
+        return None
+    return (
+        f"the table it would replace (job {current.job_id}) is faster where both measured: this one is {slower:.2f}x "
+        f"its time over {len(common)} shapes ({new.dim}={common[0]}..{common[-1]}), above the {ratio:.2f}x margin"
+    )
 
 
 def _serves(outcome: ShapeOutcome) -> bool:

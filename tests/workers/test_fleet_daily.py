@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelfleet import Client
-from kernelfleet.cli import app as cli_app
+from kernelfleet import Client, cli
 from tests.helpers import Fleet, wait_for
 
 pytestmark = pytest.mark.slow
@@ -64,7 +63,7 @@ def _report(client: Client, day: dt.date) -> dict[str, object] | None:
     return next((r for r in client.fleet_reports() if r["day"] == day.isoformat() and r["state"] != "running"), None)
 
 
-def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet) -> None:
+def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
     fleet.start_api()
     fleet.start_worker("w1")
     client = fleet.client()
@@ -101,8 +100,9 @@ def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet) -> No
     # named as people read them (issue 35 item 6), per observed day
     assert [c["label"] for c in cands] == ["dense M=? N=64 K=32", "dense M=? N=? K=32 +bias"]
     assert report["observed_days"] == 7
-    printed = CliRunner().invoke(cli_app, ["fleet", "report", "--url", fleet.url],
-                                 env={"KERNELFLEET_API_KEY": fleet.api_key or "", "COLUMNS": "200"})  # fmt: skip
+    monkeypatch.setattr(cli.console, "_width", 200)  # a wide terminal: the table cells stay on one line
+    printed = CliRunner().invoke(cli.app, ["fleet", "report", "--url", fleet.url],
+                                 env={"KERNELFLEET_API_KEY": fleet.api_key or ""})  # fmt: skip
     assert printed.exit_code == 0 and "dense M=? N=64 K=32" in printed.output, printed.output
     assert "over 7 observed days (window 7 days)" in printed.output
     queue = cands[0]["queue"]

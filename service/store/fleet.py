@@ -176,7 +176,3 @@ def save_report(session: Session, report: FleetReport) -> None:
 def reports(session: Session, limit: int = 30) -> list[FleetReport]:
     rows: Iterable[FleetRunRow] = session.scalars(select(FleetRunRow).order_by(FleetRunRow.day.desc()).limit(limit))
     return [FleetReport.model_validate(r.report) for r in rows]
-
-
-def fleet_run_days(session: Session, before: dt.date) -> list[dt.date]:
-    return list(session.scalars(select(FleetRunRow.day).where(FleetRunRow.day < before).order_by(FleetRunRow.day)))

@@ -88,9 +88,6 @@ class BmmDispatcher:
     def fallback(self) -> bool:
         return self.table is None
 
-    def shape_of(self, a: np.ndarray, bt: np.ndarray) -> dict[str, int]:
-        return dict(zip(BMM_DIMS, self._sizes(a, bt), strict=True))
-
     def _sizes(self, a: np.ndarray, bt: np.ndarray) -> tuple[int, int, int, int]:
         if a.ndim != 3 or bt.ndim != 3 or a.shape[0] != bt.shape[0] or a.shape[2] != bt.shape[2]:
             raise ValueError(f"need A[B,M,K] and Bt[B,N,K]; got {list(a.shape)} and {list(bt.shape)}")

@@ -448,11 +448,6 @@ class Client:
         verify_document(resp.content, workload, f"{target}:{shape_key(shape)}", signature, key, "config")
         return BestConfig.model_validate_json(resp.content)
 
-    def best_many(self, keys: list[tuple[str, str, Mapping[str, int]]]) -> list[BestConfig | None]:
-        body = {"keys": [{"workload": w, "target": t, "shape": dict(s)} for w, t, s in keys]}
-        results = self._request("POST", "/v1/configs/best/batch", json=body).json()["results"]
-        return [BestConfig.model_validate(r) if "config" in r else None for r in results]
-
     def configs(self, *, workload: str | None = None, target: str | None = None) -> list[BestConfig]:
         params = {k: v for k, v in {"workload": workload, "target": target}.items() if v}
         return [BestConfig.model_validate(r) for r in self._request("GET", "/v1/configs", params=params).json()]

@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -823,10 +823,3 @@ def _finish(fast: AcceleratedModule, print_summary: bool) -> AcceleratedModule:
     if print_summary:  # stderr: stdout may carry the program's own output
         print(fast.summary(), file=sys.stderr)
     return fast
-
-
-def iter_layers(module: nn.Module) -> Iterator[tuple[str, AcceleratedLinear]]:
-    """The accelerated layers inside a module, by qualified name."""
-    for name, m in module.named_modules():
-        if isinstance(m, AcceleratedLinear):
-            yield name, m

@@ -70,8 +70,7 @@ from kernelfleet.torch_fusion import (
     DenseLayer,
     GatedPair,
     dense_layers,
-    fused_activations,
-    gated_pairs,
+    fusions,
     rewrite_gated_pairs,
     stacked_linear,
 )
@@ -502,22 +501,20 @@ def _sites(root: nn.Module) -> list[_Site]:
     layers = dense_layers(root)
     if "" in layers:
         return [_Site("", None, "", root, layers[""])]
-    fusions = fused_activations(root)
-    pairs = gated_pairs(root)
+    activations, pairs = fusions(root)
     stacked = {p.up for p in pairs.values()}
     sites = []
     for name, dense in layers.items():
         if name in stacked:
             continue  # runs in its gate's pair
         parent_name, _, attr = name.rpartition(".")
+        parent = root.get_submodule(parent_name)
         pair = pairs.get(name)
         if pair is not None:
-            parent = root.get_submodule(parent_name)
             sites.append(_Site(pair.name, parent, attr, parent.get_submodule(attr), pair.dense, pair=pair))
             continue
-        parent = root.get_submodule(parent_name)
         site = _Site(name, parent, attr, root.get_submodule(name), dense)
-        fusion = fusions.get(name)
+        fusion = activations.get(name)
         if fusion is not None:
             site.act_attr = fusion.activation_module.rpartition(".")[2]
             site.act, site.activation = getattr(parent, site.act_attr), fusion.activation

@@ -125,20 +125,21 @@ STACK_GATED_PAIRS = True
 def fused_activations(root: nn.Module) -> dict[str, Fusion]:
     """Per dense layer (qualified name), the activation module `accelerate` fuses into it (see the module doc);
     gates of a `GatedPair` are not listed: the pair runs them."""
-    return _fusions(root)[0]
+    return fusions(root)[0]
 
 
 def gated_pairs(root: nn.Module) -> dict[str, GatedPair]:
     """The gated pairs `accelerate` stacks, by the gate's qualified name."""
-    return _fusions(root)[1]
+    return fusions(root)[1]
 
 
-def _fusions(root: nn.Module) -> tuple[dict[str, Fusion], dict[str, GatedPair]]:
+def fusions(root: nn.Module) -> tuple[dict[str, Fusion], dict[str, GatedPair]]:
+    """`fused_activations` and `gated_pairs` from one trace of each parent (for callers that need both)."""
     owners: Counter[int] = Counter()  # module → how many parents hold it (shared modules are never fused)
     for module in root.modules():
         for child in module.children():
             owners[id(child)] += 1
-    fusions: dict[str, Fusion] = {}
+    activations: dict[str, Fusion] = {}
     pairs: dict[str, GatedPair] = {}
     seen: set[int] = set()
     for pname, parent in root.named_modules():
@@ -156,8 +157,8 @@ def _fusions(root: nn.Module) -> tuple[dict[str, Fusion], dict[str, GatedPair]]:
         pairs.update(found)
         for fusion in own.activations():
             if fusion.layer not in found:
-                fusions[fusion.layer] = fusion
-    return fusions, pairs
+                activations[fusion.layer] = fusion
+    return activations, pairs
 
 
 @dataclass

@@ -23,7 +23,7 @@ from service.models.distribution import Explicit, ShapeDistribution, ShapePoint
 from service.models.fleet import FleetCandidate, FleetReport, Regression, SilentTask
 from service.models.shape import parse_shape_key
 from service.settings import Settings
-from service.store import catalog
+from service.store import catalog, configs
 from service.store import dispatch as dispatch_store
 from service.store import fleet as fleet_store
 from service.store.db import session_scope
@@ -218,10 +218,7 @@ def _silent(session: Session, until: dt.date, after_days: int) -> list[SilentTas
         if days_silent < after_days:
             continue
         workload = catalog.get_workload(session, wh)
-        published = dispatch_store.latest(session, wh, fp) is not None or session.scalar(
-            select(BestConfigRow.shape_key).where(BestConfigRow.workload_hash == wh,
-                                                  BestConfigRow.target_fingerprint == fp).limit(1)
-        ) is not None  # fmt: skip
+        published = dispatch_store.latest(session, wh, fp) is not None or bool(configs.list_best(session, wh, fp, 1))
         out.append(SilentTask(workload_hash=wh, target_fingerprint=fp, label=workload.label() if workload else "",
                               last_seen=last, days_silent=days_silent, published=published))  # fmt: skip
     return sorted(out, key=lambda t: (t.days_silent, t.workload_hash, t.target_fingerprint))

@@ -159,11 +159,11 @@ class _AcceleratedLayers:
     """What `accelerate` replaces in the module and what it fuses (kernelfleet.torch_fusion), by qualified name."""
 
     def __init__(self, module: Any) -> None:
-        from kernelfleet.torch_fusion import dense_layers, fused_activations, gated_pairs
+        from kernelfleet.torch_fusion import dense_layers, fusions
 
         self.layers = dense_layers(module)
-        self.fusions = fused_activations(module)
-        self.pairs = gated_pairs(module)  # by gate: the stacked layer is the workload, its up layer runs in it
+        # by gate, the pairs: the stacked layer is the workload, its up layer runs in it
+        self.fusions, self.pairs = fusions(module)
         self.stacked_ups = {p.up for p in self.pairs.values()}
         self.fused_modules = {f.activation_module for f in self.fusions.values()}
 

@@ -20,10 +20,11 @@
 #   run                    run-tests, run-bench and run-pipeline in one command (for hosts without the
 #                          10-minute limit: set GPU_SESSION_LIMIT_S=1800; ~13 min)
 #   table                  issue 32's whole table in ONE command, every stage time-boxed (budgets printed first,
-#                          450 s in all): GPU tests (120 s); qkv and ffn_down, T = 1..128 headline set, fp32
-#                          uKernels vs cuBLAS fp32 with TF32/fp16 cuBLAS references (110 s each); the pipeline
-#                          kind vs its unpipelined twin and MetaSchedule at one T, 16 trials each (110 s). A stage
-#                          that overruns is cut (its partial results kept) and the next one starts on time.
+#                          480 s in all): GPU tests (100 s); qkv and ffn_down, T = 1..128 headline set, fp32
+#                          uKernels vs cuBLAS fp32 with TF32/fp16 cuBLAS references (100 s each); the pipeline
+#                          kind vs its unpipelined twin and MetaSchedule at one T, 16 trials each (90 s); fp16
+#                          tensor-core and GEMV uKernels vs cuBLAS fp16 on both layers (bench/gpu_fp16.py, 90 s).
+#                          A stage that overruns is cut (its partial results kept) and the next one starts on time.
 #                          GPU_SESSION_DRY_RUN=1: on a CPU host, everything up to the first GPU call (=plan: the
 #                          plan alone): the plan,
 #                          the benchmarks' imports and arguments, the GPU tests collected, and both layers'
@@ -207,10 +208,11 @@ headline=(--ts 1,2,4,8,16,32,61,64,97,128 --extra-ts "" --ms-trials 0)
 # issue 32's table: stage, budget (s), what it runs; the estimates are the first light's H100 times
 # (gpu-first-light.md §1: tests 129 s for 45, a layer 94-99 s, pipeline + MetaSchedule 16 trials 105 s)
 table_plan=(
-    "tests 120 GPU tests: kernels, dispatchers, faults (test_on_gpu, test_codegen, test_gpu_rules)"
-    "qkv 110 qkv 2304x768: uKernels (static-model proposals, GEMV for small T) vs cuBLAS fp32/TF32/fp16"
-    "ffn_down 110 ffn_down 768x3072: the same"
-    "pipeline 110 pipeline kind on bert_fc1 vs its unpipelined twin and MetaSchedule, 16 trials each"
+    "tests 100 GPU tests: kernels, dispatchers, faults (test_on_gpu, test_codegen, test_gpu_rules)"
+    "qkv 100 qkv 2304x768: uKernels (static-model proposals, GEMV for small T) vs cuBLAS fp32/TF32/fp16"
+    "ffn_down 100 ffn_down 768x3072: the same"
+    "pipeline 90 pipeline kind on bert_fc1 vs its unpipelined twin and MetaSchedule, 16 trials each"
+    "fp16 90 qkv and ffn_down in fp16: tensor-core and GEMV uKernels vs cuBLAS fp16, T = 1..128 (gpu_fp16.py)"
 )
 
 print_plan() {
@@ -238,6 +240,7 @@ dry_run() { # everything up to the first GPU call, on a CPU host
     print_plan
     "$PYTHON" bench/gpu_dynamic_bert.py --help >/dev/null && echo "dry run: gpu_dynamic_bert.py imports and parses"
     "$PYTHON" bench/pipeline_gpu.py --help >/dev/null && echo "dry run: pipeline_gpu.py imports and parses"
+    "$PYTHON" bench/gpu_fp16.py --dry-run --out "$out/table_fp16.json"
     "$PYTHON" -m pytest -p no:cacheprovider -q --collect-only tests/tuning/gpu/test_on_gpu.py \
         tests/tuning/gpu/test_codegen.py tests/tuning/gpu/test_gpu_rules.py | tail -1
     "$PYTHON" bench/gpu_model_report.py --out "$out/gpu_model_report.md" | grep -E "^### |Geomean"
@@ -258,6 +261,10 @@ run_table() {
     STEP_BUDGET_S=$(stage_budget pipeline) step table-pipeline table-pipeline.txt "$PYTHON" bench/pipeline_gpu.py \
         --ops bert_fc1 --trials 16 --out "$out/table_pipeline.json" || rc=$?
     collect table-pipeline "$rc" $((SECONDS - t0)) --pipeline "$out/table_pipeline.json"
+    t0=$SECONDS
+    STEP_BUDGET_S=$(stage_budget fp16) step table-fp16 table-fp16.txt "$PYTHON" bench/gpu_fp16.py \
+        --out "$out/table_fp16.json" || rc=$?
+    collect table-fp16 "$rc" $((SECONDS - t0))
     return "$rc"
 }
 case "$mode" in
@@ -268,7 +275,10 @@ pack)
     ls -la "$bundle"
     # the bundle travels with the working tree (tracked and untracked, not ignored), 64 MiB in all
     tree=$(git ls-files -co --exclude-standard -z | xargs -0 cat 2>/dev/null | wc -c)
-    total=$((tree + $(stat -c %s "$bundle")))
+    files=$(git ls-files -co --exclude-standard | wc -l)
+    # the transfer counts more than the bytes: a working tree 133 KiB under by this sum was refused, so allow
+    # an archive's 512-byte header and padding (about 1 KiB) per file
+    total=$((tree + files * 1024 + $(stat -c %s "$bundle")))
     echo "carry: bundle + working tree = $((total / 1024)) KiB of $((64 * 1024)) KiB"
     ((total <= 64 * 1024 * 1024)) || { echo "over the 64 MiB transfer limit: trim the tree" >&2; exit 4; }
     echo "on the GPU machine (carry .gpu-bundle):  bash bench/gpu_session.sh check | run-tests | run-bench | ..."

@@ -1,0 +1,261 @@
+"""Half-precision BERT dense layers on one NVIDIA GPU: our fp16 uKernels against cuBLAS fp16, kernel-only.
+
+Issue 32 item 4's measurement. The uKernels are the two half-precision families the static model predicts
+(`bench/gpu_model_report.py` §3) but the GPU tuner does not yet propose: the tensor-core tiles
+(`service.tuning.tuners.pipeline.tensorcore`: ldmatrix, mma.sync m16n8k16, cp.async pipeline) and the fp16 GEMV
+family (`pipeline.gemv`, W streamed into registers). Every kernel serves any M (symbolic M).
+
+Per layer and T, on the same tensors:
+- correctness first: each kernel's Y against `F.linear` in fp32 on the same fp16 inputs (relative error ≤ 1e-2);
+  a wrong kernel is reported and never timed;
+- kernel-only time of each kernel and of cuBLAS fp16 (`F.linear` on fp16 tensors, torch's default, fp16 out),
+  each captured 50× into one CUDA graph and replayed (`kernelfleet.cuda_ukernel.graph_seconds`), both sides
+  cycling through copies of W twice the L2, so neither reads a W left in the L2 by the previous call;
+- the two sides interleaved (ours, cuBLAS, ours, cuBLAS, ... `--rounds` times); the row keeps every round's
+  sample and reports the medians and their spread.
+Our side is the best correct kernel at that T (what a dispatch table routes to). Our Y is fp32 (the fp32
+accumulators written out) while cuBLAS writes fp16: our side writes twice the output bytes.
+
+Summary: geomean over T of cuBLAS / ours and the worst T, per layer. Goal (issue 32): ≥ 1.0× with no T below 0.9×.
+
+    python bench/gpu_fp16.py --out fp16.json                       # qkv and ffn_down, T = 1..128 (8 points)
+    python bench/gpu_fp16.py --dry-run                             # CPU host: builds and compiles every kernel
+
+Importable without torch; the dry run needs TVM and nvcc only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "clients" / "python"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+LAYERS = {"qkv": (2304, 768), "attn_out": (768, 768), "ffn_up": (3072, 768), "ffn_down": (768, 3072)}
+TS = (1, 2, 4, 8, 16, 32, 64, 128)
+# the report's three tiles (gpu_model_report.TENSOR_CORE_TILES) and neighbours: narrower blocks for small T
+# (more CTAs over N), wider ones for T = 64..128
+TENSOR_CORE_TILES = (
+    "tc32x64x32_w16x32_s3",
+    "tc64x64x32_w32x32_s4",
+    "tc16x64x64_w16x16_s2",
+    "tc16x32x64_w16x16_s3",
+    "tc16x64x32_w16x32_s4",
+    "tc32x32x64_w16x16_s3",
+    "tc64x128x32_w32x64_s3",
+    "tc128x64x32_w64x32_s3",
+)
+GEMV_MAX_T = 16  # the GEMV family's range (pipeline/gemv.py: T <= 16)
+MAX_REL_ERR = 1e-2
+
+
+def int_list(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", default="qkv,ffn_down", help="comma-separated of " + ", ".join(LAYERS))
+    parser.add_argument("--ts", type=int_list, default=list(TS), help="T to measure")
+    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per T (ours, cuBLAS, ...)")
+    parser.add_argument("--arch", default=None, help="sm_XX (default: the GPU's; the dry run: sm_90a)")
+    parser.add_argument("--dry-run", action="store_true", help="build and compile every kernel, no GPU")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "gpu_fp16.json")
+    args = parser.parse_args(argv)
+    args.layers = [name.strip() for name in args.layers.split(",") if name.strip()]
+    unknown = [name for name in args.layers if name not in LAYERS]
+    if unknown:
+        parser.error(f"--layers: unknown layer(s) {', '.join(unknown)}; known: {', '.join(LAYERS)}")
+    if not args.ts or min(args.ts) < 1:
+        parser.error("--ts: give T >= 1")
+    return args
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per layer: geomean over T of cuBLAS / ours (ours = best correct kernel) and the worst T."""
+    out: dict[str, Any] = {}
+    for layer in sorted({r["layer"] for r in rows}):
+        ratios = {r["T"]: r["cublas_us"] / r["ours_us"] for r in rows if r["layer"] == layer and r.get("ours_us")}
+        if ratios:
+            worst = min(ratios, key=lambda t: ratios[t])
+            out[layer] = {
+                "geomean_cublas_over_ours": round(geomean(list(ratios.values())), 3),
+                "worst_T": worst,
+                "worst_ratio": round(ratios[worst], 3),
+                "goal_met": geomean(list(ratios.values())) >= 1.0 and ratios[worst] >= 0.9,
+            }
+    return out
+
+
+# ---- building: TVM and nvcc, no GPU ----
+
+
+def kernel_tiles(n: int, k: int, dtype: str) -> list[Any]:
+    """The tensor-core tiles that can serve N×K, then the GEMV candidates (valid ones only)."""
+    from service.tuning.tuners.pipeline.gemv import gemv_candidates
+    from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile
+
+    tiles: list[Any] = [TensorCoreTile.from_label(label) for label in TENSOR_CORE_TILES]
+    tiles = [t for t in tiles if t.problem(n, k, dtype) is None]
+    return tiles + gemv_candidates(n, k, dtype)
+
+
+def build(tile: Any, n: int, k: int, arch: str, dtype: str) -> Any:
+    from service.tuning.tuners.pipeline.gemv import GemvTile, build_gemv
+    from service.tuning.tuners.pipeline.schedule import cuda_target
+    from service.tuning.tuners.pipeline.tensorcore import build_tensorcore
+
+    target = cuda_target(arch)
+    if isinstance(tile, GemvTile):
+        return build_gemv(tile, n, k, target, dtype)
+    return build_tensorcore(tile, n, k, target, dtype)
+
+
+def build_all(layer: str, arch: str, dtype: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(label -> built module, label -> why it failed to build)."""
+    n, k = LAYERS[layer]
+    built, failed = {}, {}
+    for tile in kernel_tiles(n, k, dtype):
+        began = time.perf_counter()
+        try:
+            built[tile.label()] = build(tile, n, k, arch, dtype)
+            print(f"  built {layer} {tile.label()} in {time.perf_counter() - began:.1f} s", flush=True)
+        except Exception as exc:  # one tile TVM or nvcc refuses must not stop the others
+            failed[tile.label()] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"  FAILED {layer} {tile.label()}: {failed[tile.label()]}", flush=True)
+    return built, failed
+
+
+# ---- measuring: torch with CUDA ----
+
+
+def launcher(module: Any) -> Callable[[Any, Any, Any], None]:
+    """main(X, W, Y) on torch's current stream (recorded under CUDA-graph capture)."""
+    from kernelfleet.cuda_ukernel import _from_dlpack, caller_stream
+
+    fn = module["main"]
+
+    def call(x: Any, w: Any, out: Any) -> None:
+        with caller_stream(x):
+            fn(_from_dlpack(x), _from_dlpack(w), _from_dlpack(out))
+
+    return call
+
+
+def measure_layer(layer: str, modules: dict[str, Any], ts: list[int], dtype: str, rounds: int) -> list[dict[str, Any]]:
+    import torch
+
+    from kernelfleet.cuda_ukernel import graph_seconds, weight_copies
+    n, k = LAYERS[layer]
+    tdtype = getattr(torch, dtype)
+    l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
+    w = torch.randn(n, k, device="cuda", dtype=tdtype)
+    weights = [w, *(w.clone() for _ in range(weight_copies(n * k * 2, l2) - 1))]
+    calls = {label: launcher(module) for label, module in modules.items()}
+    gemv = {label for label in modules if not label.startswith("tc")}  # tensor-core labels are 'tc...'
+    rows = []
+    for t in ts:
+        x = torch.randn(t, k, device="cuda", dtype=tdtype)
+        expected = torch.nn.functional.linear(x.float(), w.float())
+        row: dict[str, Any] = {"layer": layer, "T": t, "N": n, "K": k, "dtype": dtype, "w_copies": len(weights)}
+        errors, wrong = {}, {}
+        usable = []
+        for label, call in calls.items():
+            if label in gemv and t > GEMV_MAX_T:
+                continue
+            out = torch.full((t, n), float("nan"), device="cuda", dtype=torch.float32)
+            try:
+                call(x, w, out)
+                torch.cuda.synchronize()
+                err = float((out - expected).abs().max() / expected.abs().max())
+            except Exception as exc:
+                wrong[label] = f"{type(exc).__name__}: {exc}"[:200]
+                continue
+            errors[label] = err
+            if err <= MAX_REL_ERR:  # also false for NaN
+                usable.append(label)
+            else:
+                wrong[label] = f"max relative error {err:.3g}"
+        row["max_rel_err"] = errors
+        if wrong:
+            row["wrong"] = wrong
+        samples: dict[str, list[float]] = {label: [] for label in usable}
+        samples["cublas"] = []
+        outs = {label: torch.empty(t, n, device="cuda", dtype=torch.float32) for label in usable}
+        for _ in range(rounds):
+            for label in usable:
+                cycle = itertools.cycle(weights)
+                call, out = calls[label], outs[label]
+                samples[label].append(graph_seconds(torch, lambda: call(x, next(cycle), out), 50, 5) * 1e6)
+            cycle = itertools.cycle(weights)
+            samples["cublas"].append(
+                graph_seconds(torch, lambda: torch.nn.functional.linear(x, next(cycle)), 50, 5) * 1e6
+            )
+        med = {label: statistics.median(v) for label, v in samples.items()}
+        row["samples_us"] = {label: [round(s, 3) for s in v] for label, v in samples.items()}
+        row["cublas_us"] = round(med["cublas"], 3)
+        ours = {label: v for label, v in med.items() if label != "cublas"}
+        if ours:
+            best = min(ours, key=lambda label: ours[label])
+            row.update(ours_kernel=best, ours_us=round(ours[best], 3), ratio=round(med["cublas"] / ours[best], 3))
+        print(
+            f"{layer} T={t}: cuBLAS {dtype} {row['cublas_us']} us; best ours "
+            f"{row.get('ours_kernel')} {row.get('ours_us')} us; ratio {row.get('ratio')}; wrong: {sorted(wrong)}",
+            flush=True,
+        )
+        rows.append(row)
+    return rows
+
+
+def gpu_arch() -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    return f"sm_{major}{minor}" + ("a" if major == 9 else "")  # sm_90a: Hopper's full feature set
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    arch = args.arch or ("sm_90a" if args.dry_run else gpu_arch())
+    began = time.perf_counter()
+    result: dict[str, Any] = {"arch": arch, "dtype": args.dtype, "ts": args.ts, "rows": [], "build_failed": {}}
+    if not args.dry_run:
+        import torch
+
+        result["device"] = torch.cuda.get_device_name(0)
+        result["torch"] = torch.__version__
+    for layer in args.layers:
+        modules, failed = build_all(layer, arch, args.dtype)
+        result["build_failed"][layer] = failed
+        if args.dry_run:
+            print(f"dry run: {layer}: {len(modules)} kernels built and compiled, {len(failed)} failed")
+            continue
+        result["rows"] += measure_layer(layer, modules, args.ts, args.dtype, args.rounds)
+        result["summary"] = summarize(result["rows"])
+        result["seconds"] = round(time.perf_counter() - began, 1)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))  # after each layer: a cut run keeps what it measured
+    if not args.dry_run:
+        print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

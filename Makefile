@@ -28,6 +28,7 @@ standalone: $(STAMP)
 PARALLEL_TESTS := tests/tuning/gpu tests/tuning/gpu_model tests/tuning/pipeline tests/tuning/gemmini tests/api \
 	tests/store tests/models tests/tuning/ukernel/test_gpu_screen.py tests/tuning/ukernel/test_gpu_routes.py \
 	tests/bench/test_gpu_model_report.py tests/bench/test_gpu_report.py tests/bench/test_gpu_session.py \
+	tests/bench/test_gpu_ukernels.py \
 	tests/workers/test_fleet_daily.py tests/workers/test_model_e2e.py tests/workers/test_job_kinds.py \
 	tests/clients/test_cli_split.py
 

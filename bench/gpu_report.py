@@ -2,7 +2,8 @@
 
     python bench/gpu_report.py env                                   # on the GPU machine: the environment facts
     python bench/gpu_report.py collect --out R.json --mode run-bench --rc 0 --seconds 300 \\
-        --env-from-host --dynamic-bert bert.json [--junit pytest.xml] [--pipeline pipe.json] [--merge R.json]
+        --env-from-host --dynamic-bert bert.json [--junit pytest.xml] [--pipeline pipe.json] [--merge R.json] \\
+        [--ukernels fp32.json --ukernels fp16.json ...]
     python bench/gpu_report.py render R.json [R2.json ...] [--readme README.md]   # anywhere: markdown
 
 `bench/gpu_session.sh` runs `collect` at the end of every command, so `$OUT/gpu_results.json` holds the
@@ -134,6 +135,9 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     for key, path in (("dynamic_bert", args.dynamic_bert), ("pipeline", args.pipeline)):
         if path is not None:
             part[key] = json.loads(path.read_text()) if path.exists() else {"error": f"no {path.name} written"}
+    runs = [json.loads(path.read_text()) for path in args.ukernels or [] if path.exists()]
+    if runs:  # bench/gpu_ukernels.py, one file per dtype; a file not written leaves the dtype out
+        part["ukernels"] = {"runs": runs}
     if args.merge is not None and args.merge.exists():
         try:
             return merge([json.loads(args.merge.read_text()), part])
@@ -172,7 +176,11 @@ def merge(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         merged["commands"] += part.get("commands", [])
         if "tests" in part:
             merged["tests"] = part["tests"]
-        for key, items, name in (("dynamic_bert", "layers", "layer"), ("pipeline", "rows", "operator")):
+        for key, items, name in (
+            ("dynamic_bert", "layers", "layer"),
+            ("pipeline", "rows", "operator"),
+            ("ukernels", "runs", "dtype"),
+        ):
             if key in part:
                 merged[key] = _merge_runs(merged.get(key), part[key], items, name)
     return merged
@@ -247,6 +255,8 @@ def tests_lines(tests: Mapping[str, Any] | None) -> list[str]:
         return ["GPU tests: not run in these results.", ""]
     if "error" in tests:
         return [f"GPU tests: no outcome ({tests['error']}).", ""]
+    if not any(tests.get(k) for k in ("passed", "failed", "errors", "skipped")):
+        return ["GPU tests (`run-tests`): no test finished (see the command's rc: 124 = cut at its time budget).", ""]
     line = (f"GPU tests (`run-tests`): {tests['passed']} passed, {tests['failed']} failed, {tests['errors']} "
             f"errors, {tests['skipped']} skipped.")  # fmt: skip
     if tests.get("skipped"):
@@ -351,6 +361,41 @@ def metaschedule_lines(layers: Sequence[Mapping[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def ukernel_lines(ukernels: Mapping[str, Any]) -> list[str]:
+    """bench/gpu_ukernels.py's runs: per dtype and layer, the best correct uKernel per T against cuBLAS in the
+    same dtype, kernel-only, interleaved rounds; the per-T ratios and the geomean."""
+    runs = ukernels.get("runs") or []
+    if not runs:
+        return ["uKernels alone vs cuBLAS: not run in these results.", ""]
+    ts = sorted({int(r["T"]) for run in runs for r in run.get("rows", [])})
+    lines = [
+        "Our uKernels alone (no tuner, no routing: the best correct uKernel per T among those `bench/gpu_ukernels.py` "
+        "builds) against cuBLAS in the same dtype (`F.linear`), kernel-only: each side 50 calls in one CUDA graph, "
+        "W cycled through copies twice the L2, sides interleaved, median of the rounds. cuBLAS ÷ ours per T "
+        "(> 1: ours faster).",
+        "",
+        _row("dtype", "layer", *(f"T={t}" for t in ts), "geomean", "worst"),
+        "|" + "---|" * (len(ts) + 4),
+    ]
+    for run in sorted(runs, key=lambda r: str(r.get("dtype"))):
+        for layer, summary in sorted((run.get("summary") or {}).items()):
+            ratio = {int(r["T"]): r.get("ratio") for r in run.get("rows", []) if r["layer"] == layer}
+            lines.append(
+                _row(
+                    run.get("dtype", "?"),
+                    layer,
+                    *(_x(ratio.get(t)) for t in ts),
+                    f"**{_x(summary.get('geomean_cublas_over_ours'))}**",
+                    f"{_x(summary.get('worst_ratio'))} (T={summary.get('worst_T')})",
+                )
+            )
+        wrong = sorted({k for r in run.get("rows", []) for k in r.get("wrong", {})})
+        if wrong or any(run.get("build_failed", {}).values()):
+            lines.append(f"({run.get('dtype')}: wrong or failed, never timed: {', '.join(wrong) or 'none'}; "
+                         f"not built: {sum(len(v) for v in run.get('build_failed', {}).values())})")  # fmt: skip
+    return [*lines, ""]
+
+
 def pipeline_lines(pipeline: Mapping[str, Any]) -> list[str]:
     if "error" in pipeline:
         return [f"Pipeline vs MetaSchedule: no results ({pipeline['error']}).", ""]
@@ -358,12 +403,14 @@ def pipeline_lines(pipeline: Mapping[str, Any]) -> list[str]:
         "Pipelined GEMMs (ALCOP) against MetaSchedule at the same trial budget; finalists re-timed interleaved on "
         "one timer (TVM time_evaluator, kernel-only); cuBLAS fp32 kernel-only (CUDA graph). µs per call.",
         "",
-        "| operator | budget | trials measured (pipeline / MS) | equal budget | pipelined | MetaSchedule | "
-        "MS ÷ pipelined | cuBLAS fp32 | cuBLAS ÷ pipelined | tuning s (pipeline / MS) | MS cost model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| operator | budget | trials measured (pipeline / MS) | equal budget | pipelined | unpipelined twin | "
+        "twin ÷ pipelined | MetaSchedule | MS ÷ pipelined | cuBLAS fp32 | cuBLAS ÷ pipelined | "
+        "tuning s (pipeline / MS) | MS cost model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in pipeline.get("rows", []):
         p, m, c = (r.get(k) for k in ("pipelined_s", "metaschedule_s", "cublas_fp32_s"))
+        twin = r.get("same_tiles_unpipelined_s")
         lines.append(
             _row(
                 r["operator"],
@@ -371,6 +418,8 @@ def pipeline_lines(pipeline: Mapping[str, Any]) -> list[str]:
                 f"{r.get('pipeline_trials', '—')} / {r.get('metaschedule_trials', '—')}",
                 "yes" if r.get("equal_budget") else "NO",
                 _us_s(p),
+                _us_s(twin),
+                _x(_ratio(twin, p)),
                 _us_s(m),
                 _x(_ratio(m, p)),
                 _us_s(c),
@@ -388,12 +437,16 @@ def render(results: Mapping[str, Any], sources: Sequence[str]) -> str:
         raise ResultsError(f"environment lacks {', '.join(missing)}: refusing to render a table that cannot say "
                            "which GPU, driver, CUDA, torch and TVM it ran on")  # fmt: skip
     lines = header(results, sources) + tests_lines(results.get("tests"))
-    layers = (results.get("dynamic_bert") or {}).get("layers") or []
+    lines += ukernel_lines(results.get("ukernels") or {})
+    bert = results.get("dynamic_bert") or {}
+    layers = bert.get("layers") or []
     if layers:
         lines += layer_summary_lines(layers)
         for layer in layers:
             lines += layer_rows_lines(layer)
         lines += metaschedule_lines(layers)
+    elif "error" in bert:
+        lines += [f"Dense layers vs cuBLAS (tuned dispatcher): no results ({bert['error']}).", ""]
     else:
         lines += ["Dense layers vs cuBLAS: not run in these results.", ""]
     if results.get("pipeline"):
@@ -426,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--env", type=Path, help="a JSON file from `env`")
     for flag in ("--junit", "--dynamic-bert", "--pipeline", "--merge"):
         c.add_argument(flag, type=Path)
+    c.add_argument("--ukernels", type=Path, action="append", help="a bench/gpu_ukernels.py file (repeatable)")
     r = sub.add_parser("render", help="markdown from results files (one machine)")
     r.add_argument("results", type=Path, nargs="+")
     r.add_argument("--readme", type=Path, help="replace the gpu-table block of this file in place")

@@ -20,10 +20,10 @@
 #   run                    run-tests, run-bench and run-pipeline in one command (for hosts without the
 #                          10-minute limit: set GPU_SESSION_LIMIT_S=1800; ~13 min)
 #   table                  issue 32's whole table in ONE command, every stage time-boxed (budgets printed first,
-#                          480 s in all): GPU tests (100 s); qkv and ffn_down, T = 1..128 headline set, fp32
-#                          uKernels vs cuBLAS fp32 with TF32/fp16 cuBLAS references (100 s each); the pipeline
-#                          kind vs its unpipelined twin and MetaSchedule at one T, 16 trials each (90 s); fp16
-#                          tensor-core and GEMV uKernels vs cuBLAS fp16 on both layers (bench/gpu_fp16.py, 90 s).
+#                          480 s in all): our uKernels alone vs cuBLAS in fp32 (100 s), fp16 (50 s) and bf16
+#                          (30 s) on qkv and ffn_down, T = 1..128 (bench/gpu_ukernels.py); the pipeline kind vs
+#                          its unpipelined twin and MetaSchedule at one T, 16 trials each (80 s); qkv tuned by the
+#                          GPU ukernel job and routed, vs cuBLAS fp32 (220 s). The GPU tests run as run-tests.
 #                          A stage that overruns is cut (its partial results kept) and the next one starts on time.
 #                          GPU_SESSION_DRY_RUN=1: on a CPU host, everything up to the first GPU call (=plan: the
 #                          plan alone): the plan,
@@ -205,19 +205,21 @@ run_pipeline() {
 
 short=(--layers qkv --ts 1,2,4,8,16,32,61,64,97,128 --extra-ts "" --ms-shapes 16,128 --ms-trials 32)
 headline=(--ts 1,2,4,8,16,32,61,64,97,128 --extra-ts "" --ms-trials 0)
-# issue 32's table: stage, budget (s), what it runs; the estimates are the first light's H100 times
-# (gpu-first-light.md §1: tests 129 s for 45, a layer 94-99 s, pipeline + MetaSchedule 16 trials 105 s)
+# issue 32's table: stage, budget (s), what it runs. Budgets from the H200 session of 2026-11-27
+# (bench/results/gpu-h200-2026-11-27/): the uKernels alone took ~100 s (fp32, both layers), 40 s (fp16), 21 s
+# (bf16); the pipeline stage 73 s; a tuned layer (GPUUKernelTuner: every depth built and timed in turn) did not
+# finish in 100 s, and neither did the GPU tests, whose fixture tunes a layer: they run as `run-tests`.
 table_plan=(
-    "tests 100 GPU tests: kernels, dispatchers, faults (test_on_gpu, test_codegen, test_gpu_rules)"
-    "qkv 100 qkv 2304x768: uKernels (static-model proposals, GEMV for small T) vs cuBLAS fp32/TF32/fp16"
-    "ffn_down 100 ffn_down 768x3072: the same"
-    "pipeline 90 pipeline kind on bert_fc1 vs its unpipelined twin and MetaSchedule, 16 trials each"
-    "fp16 90 qkv and ffn_down in fp16: tensor-core and GEMV uKernels vs cuBLAS fp16, T = 1..128 (gpu_fp16.py)"
+    "fp32 100 uKernels alone vs cuBLAS fp32, qkv and ffn_down, T = 1..128: static-model proposals (gpu_ukernels.py)"
+    "fp16 50 the same in fp16: tensor-core tiles and the GEMV family vs cuBLAS fp16"
+    "bf16 30 the same in bf16: tensor-core tiles vs cuBLAS bf16"
+    "pipeline 80 pipeline kind on bert_fc1 vs its unpipelined twin and MetaSchedule, 16 trials each"
+    "dispatcher 220 qkv tuned by the GPU ukernel job, routed to cuBLAS where it loses, vs cuBLAS fp32 (both modes)"
 )
 
 print_plan() {
     local line total=0
-    echo "gpu_session table: stages and budgets (estimates from the first light's H100 run)"
+    echo "gpu_session table: stages and budgets (from the H200 session of 2026-11-27)"
     for line in "${table_plan[@]}"; do
         read -r name budget what <<<"$line"
         printf '  %-9s %4d s  %s\n' "$name" "$budget" "$what"
@@ -240,7 +242,8 @@ dry_run() { # everything up to the first GPU call, on a CPU host
     print_plan
     "$PYTHON" bench/gpu_dynamic_bert.py --help >/dev/null && echo "dry run: gpu_dynamic_bert.py imports and parses"
     "$PYTHON" bench/pipeline_gpu.py --help >/dev/null && echo "dry run: pipeline_gpu.py imports and parses"
-    "$PYTHON" bench/gpu_fp16.py --dry-run --out "$out/table_fp16.json"
+    "$PYTHON" bench/gpu_ukernels.py --dry-run --dtype float32 --out "$out/table_fp32.json" | tail -2
+    "$PYTHON" bench/gpu_ukernels.py --dry-run --dtype float16 --out "$out/table_fp16.json" | tail -2
     "$PYTHON" -m pytest -p no:cacheprovider -q --collect-only tests/tuning/gpu/test_on_gpu.py \
         tests/tuning/gpu/test_codegen.py tests/tuning/gpu/test_gpu_rules.py | tail -1
     "$PYTHON" bench/gpu_model_report.py --out "$out/gpu_model_report.md" | grep -E "^### |Geomean"
@@ -248,25 +251,28 @@ dry_run() { # everything up to the first GPU call, on a CPU host
 }
 
 run_table() {
-    local rc=0 t0
+    local rc=0 src t0 dtype
     print_plan
-    STEP_BUDGET_S=$(stage_budget tests) run_tests || rc=$?
-    for layer in qkv ffn_down; do
-        t0=$SECONDS
-        STEP_BUDGET_S=$(stage_budget "$layer") step "table-$layer" "table-$layer.txt" "$PYTHON" \
-            bench/gpu_dynamic_bert.py --layers "$layer" --out "$out/table_$layer.json" "${headline[@]}" || rc=$?
-        collect "table-$layer" "$rc" $((SECONDS - t0)) --dynamic-bert "$out/table_$layer.json"
+    for dtype in fp32 fp16 bf16; do
+        t0=$SECONDS src=0
+        STEP_BUDGET_S=$(stage_budget "$dtype") step "table-$dtype" "table-$dtype.txt" "$PYTHON" \
+            bench/gpu_ukernels.py --dtype "${dtypes[$dtype]}" --out "$out/table_$dtype.json" || src=$?
+        collect "table-$dtype" "$src" $((SECONDS - t0)) --ukernels "$out/table_$dtype.json"
+        ((src == 0)) || rc=$src
     done
-    t0=$SECONDS
+    t0=$SECONDS src=0
     STEP_BUDGET_S=$(stage_budget pipeline) step table-pipeline table-pipeline.txt "$PYTHON" bench/pipeline_gpu.py \
-        --ops bert_fc1 --trials 16 --out "$out/table_pipeline.json" || rc=$?
-    collect table-pipeline "$rc" $((SECONDS - t0)) --pipeline "$out/table_pipeline.json"
-    t0=$SECONDS
-    STEP_BUDGET_S=$(stage_budget fp16) step table-fp16 table-fp16.txt "$PYTHON" bench/gpu_fp16.py \
-        --out "$out/table_fp16.json" || rc=$?
-    collect table-fp16 "$rc" $((SECONDS - t0))
+        --ops bert_fc1 --trials 16 --out "$out/table_pipeline.json" || src=$?
+    collect table-pipeline "$src" $((SECONDS - t0)) --pipeline "$out/table_pipeline.json"
+    ((src == 0)) || rc=$src
+    t0=$SECONDS src=0
+    STEP_BUDGET_S=$(stage_budget dispatcher) step table-dispatcher table-dispatcher.txt "$PYTHON" \
+        bench/gpu_dynamic_bert.py --layers qkv --out "$out/table_qkv.json" "${headline[@]}" || src=$?
+    collect table-dispatcher "$src" $((SECONDS - t0)) --dynamic-bert "$out/table_qkv.json"
+    ((src == 0)) || rc=$src
     return "$rc"
 }
+declare -A dtypes=([fp32]=float32 [fp16]=float16 [bf16]=bfloat16)
 case "$mode" in
 pack)
     if [[ ! -f "$bundle" ]]; then

@@ -13,6 +13,7 @@ from tests.bench.modules import ROOT, load
 
 report = load("gpu_report")
 bert = load("gpu_dynamic_bert")
+ukernels = load("gpu_ukernels")
 
 ENV = {"gpu": "Synthetic GPU X1", "driver": "999.1", "cuda": "13.0", "torch": "2.99.0+cu130", "tvm": "0.27.0.post1",
        "nvcc": "13.0", "cpus": 16, "date": "2000-01-01 00:00 UTC"}  # fmt: skip
@@ -40,7 +41,8 @@ def _layer() -> dict[str, Any]:
 def _results(**overrides: Any) -> dict[str, Any]:
     pipeline = {"rows": [
         {"operator": "bert_fc1", "budget": 32, "pipeline_trials": 32, "metaschedule_trials": 32, "equal_budget": True,
-         "pipelined_s": 20e-6, "metaschedule_s": 30e-6, "cublas_fp32_s": 15e-6, "tuning_s": 50.0,
+         "pipelined_s": 20e-6, "same_tiles_unpipelined_s": 22e-6, "metaschedule_s": 30e-6, "cublas_fp32_s": 15e-6,
+         "tuning_s": 50.0,
          "metaschedule_tuning_s": 40.0, "metaschedule_cost_model": "random"},
         {"operator": "bert_qk", "budget": 32, "pipeline_trials": 32, "metaschedule_trials": 12, "equal_budget": False,
          "pipelined_s": 10e-6, "metaschedule_s": None, "cublas_fp32_s": 8e-6},
@@ -83,9 +85,31 @@ def test_render_per_t_rows_and_pipeline_budget() -> None:
     t16 = next(line for line in text.splitlines() if line.startswith("| 16 |"))
     assert t16 == "| 16 | 36.0 | 25.0 | 0.69× | 6.0 | 6.6 | 1.10× | 4.0 | 3.0 | no |"
     fc1 = next(line for line in text.splitlines() if line.startswith("| bert_fc1 |"))
-    assert "| 32 / 32 | yes | 20.0 | 30.0 | 1.50× | 15.0 | 0.75× |" in fc1
+    assert "| 32 / 32 | yes | 20.0 | 22.0 | 1.10× | 30.0 | 1.50× | 15.0 | 0.75× |" in fc1
     qk = next(line for line in text.splitlines() if line.startswith("| bert_qk |"))
     assert "| 32 / 12 | NO |" in qk and "| — |" in qk  # MetaSchedule found nothing: no number, no ratio
+
+
+def _ukernel_run(dtype: str, ratios: dict[int, float]) -> dict[str, Any]:
+    rows = [{"layer": "qkv", "T": t, "cublas_us": 5.0 * r, "ours_us": 5.0, "ratio": r} for t, r in ratios.items()]
+    rows[0]["wrong"] = {"tc_bad": "max relative error 0.5"}
+    return {"dtype": dtype, "rows": rows, "build_failed": {"qkv": {}}, "summary": ukernels.summarize(rows)}
+
+
+def test_render_shows_ukernels_alone_per_dtype_with_geomean_worst_and_wrong_kernels() -> None:
+    text = report.render(_results(ukernels={"runs": [_ukernel_run("float16", {1: 2.0, 16: 0.5})]}), ["r.json"])
+    row = next(line for line in text.splitlines() if line.startswith("| float16 | qkv |"))
+    assert row == "| float16 | qkv | 2.00× | 0.50× | **1.00×** | 0.50× (T=16) |"
+    assert "wrong or failed, never timed: tc_bad" in text
+
+
+def test_ukernel_runs_merge_by_dtype_and_a_cut_test_run_says_so() -> None:
+    first = _results(ukernels={"runs": [_ukernel_run("float32", {1: 1.5})]})
+    second = _results(ukernels={"runs": [_ukernel_run("float16", {1: 1.2})]}, tests={"passed": 0, "failed": 0,
+                      "errors": 0, "skipped": 0})  # fmt: skip
+    merged = report.merge([first, second])
+    assert sorted(r["dtype"] for r in merged["ukernels"]["runs"]) == ["float16", "float32"]
+    assert "no test finished" in report.render(merged, ["a.json", "b.json"])
 
 
 @pytest.mark.parametrize("field", report.REQUIRED_ENV)

@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", default="qkv,ffn_down", help="comma-separated of " + ", ".join(LAYERS))
     parser.add_argument("--ts", type=int_list, default=list(TS), help="T to measure")
-    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per T (ours, cuBLAS, ...)")
     parser.add_argument("--arch", default=None, help="sm_XX (default: the GPU's; the dry run: sm_90a)")
     parser.add_argument("--dry-run", action="store_true", help="build and compile every kernel, no GPU")
@@ -107,32 +108,46 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # ---- building: TVM and nvcc, no GPU ----
 
 
-def kernel_tiles(n: int, k: int, dtype: str) -> list[Any]:
-    """The tensor-core tiles that can serve N×K, then the GEMV candidates (valid ones only)."""
+def kernel_tiles(n: int, k: int, dtype: str, arch: str) -> list[Any]:
+    """float32: what the GPU tuner would measure (the static model's passing proposals, SIMT GEMM and GEMV).
+    Half precision: the tensor-core tiles that can serve N×K, then the GEMV candidates (valid ones only)."""
     from service.tuning.tuners.pipeline.gemv import gemv_candidates
     from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile
 
+    if dtype == "float32":
+        from service.tuning.hardware_model import HardwareModel
+        from service.tuning.tuners.pipeline.schedule import cuda_target
+        from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
+        from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
+
+        hw = HardwareModel.for_gpu(arch.rstrip("a"))
+        screened = model_ukernels(hw, n, k, [1, 16, 64, 128], cuda_target(arch), limits=GPURuleLimits())
+        return [s.tile for s in screened if s.passed]
+
     tiles: list[Any] = [TensorCoreTile.from_label(label) for label in TENSOR_CORE_TILES]
     tiles = [t for t in tiles if t.problem(n, k, dtype) is None]
-    return tiles + gemv_candidates(n, k, dtype)
+    try:
+        return tiles + gemv_candidates(n, k, dtype)
+    except KeyError:  # the GEMV family has no bfloat16 yet (pipeline/gemv.py)
+        return tiles
 
 
 def build(tile: Any, n: int, k: int, arch: str, dtype: str) -> Any:
-    from service.tuning.tuners.pipeline.gemv import GemvTile, build_gemv
     from service.tuning.tuners.pipeline.schedule import cuda_target
-    from service.tuning.tuners.pipeline.tensorcore import build_tensorcore
+    from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, build_tensorcore
+    from service.tuning.tuners.ukernel.gpu_kernels import build_module
 
     target = cuda_target(arch)
-    if isinstance(tile, GemvTile):
-        return build_gemv(tile, n, k, target, dtype)
-    return build_tensorcore(tile, n, k, target, dtype)
+    if isinstance(tile, TensorCoreTile):
+        return build_tensorcore(tile, n, k, target, dtype)
+    return build_module(tile, n, k, target, dtype)  # SIMT GEMM or GEMV
 
 
 def build_all(layer: str, arch: str, dtype: str) -> tuple[dict[str, Any], dict[str, str]]:
     """(label -> built module, label -> why it failed to build)."""
     n, k = LAYERS[layer]
     built, failed = {}, {}
-    for tile in kernel_tiles(n, k, dtype):
+    for tile in kernel_tiles(n, k, dtype, arch):
         began = time.perf_counter()
         try:
             built[tile.label()] = build(tile, n, k, arch, dtype)
@@ -146,30 +161,42 @@ def build_all(layer: str, arch: str, dtype: str) -> tuple[dict[str, Any], dict[s
 # ---- measuring: torch with CUDA ----
 
 
-def launcher(module: Any) -> Callable[[Any, Any, Any], None]:
+def launcher(module: Any) -> Callable[..., None]:
     """main(X, W, Y) on torch's current stream (recorded under CUDA-graph capture)."""
     from kernelfleet.cuda_ukernel import _from_dlpack, caller_stream
 
     fn = module["main"]
 
-    def call(x: Any, w: Any, out: Any) -> None:
+    def call(x: Any, w: Any, *, out: Any) -> None:
         with caller_stream(x):
             fn(_from_dlpack(x), _from_dlpack(w), _from_dlpack(out))
 
     return call
 
 
+def graph_us(call: Callable[..., Any], weights: list[Any]) -> float:
+    """Median µs per `call(w)`, 50 calls in one CUDA graph, each on the next copy of W."""
+    import torch
+
+    from kernelfleet.cuda_ukernel import graph_seconds
+
+    cycle = itertools.cycle(weights)
+    return graph_seconds(torch, lambda: call(next(cycle)), 50, 5) * 1e6
+
+
 def measure_layer(layer: str, modules: dict[str, Any], ts: list[int], dtype: str, rounds: int) -> list[dict[str, Any]]:
     import torch
 
-    from kernelfleet.cuda_ukernel import graph_seconds, weight_copies
+    from kernelfleet.cuda_ukernel import weight_copies
+
     n, k = LAYERS[layer]
     tdtype = getattr(torch, dtype)
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     w = torch.randn(n, k, device="cuda", dtype=tdtype)
     weights = [w, *(w.clone() for _ in range(weight_copies(n * k * 2, l2) - 1))]
     calls = {label: launcher(module) for label, module in modules.items()}
-    gemv = {label for label in modules if not label.startswith("tc")}  # tensor-core labels are 'tc...'
+    gemv = {label for label in modules if label.startswith("gemv_")}
+    max_err = MAX_REL_ERR if dtype != "float32" else 1e-3
     rows = []
     for t in ts:
         x = torch.randn(t, k, device="cuda", dtype=tdtype)
@@ -182,14 +209,14 @@ def measure_layer(layer: str, modules: dict[str, Any], ts: list[int], dtype: str
                 continue
             out = torch.full((t, n), float("nan"), device="cuda", dtype=torch.float32)
             try:
-                call(x, w, out)
+                call(x, w, out=out)
                 torch.cuda.synchronize()
                 err = float((out - expected).abs().max() / expected.abs().max())
             except Exception as exc:
                 wrong[label] = f"{type(exc).__name__}: {exc}"[:200]
                 continue
             errors[label] = err
-            if err <= MAX_REL_ERR:  # also false for NaN
+            if err <= max_err:  # also false for NaN
                 usable.append(label)
             else:
                 wrong[label] = f"max relative error {err:.3g}"
@@ -201,13 +228,8 @@ def measure_layer(layer: str, modules: dict[str, Any], ts: list[int], dtype: str
         outs = {label: torch.empty(t, n, device="cuda", dtype=torch.float32) for label in usable}
         for _ in range(rounds):
             for label in usable:
-                cycle = itertools.cycle(weights)
-                call, out = calls[label], outs[label]
-                samples[label].append(graph_seconds(torch, lambda: call(x, next(cycle), out), 50, 5) * 1e6)
-            cycle = itertools.cycle(weights)
-            samples["cublas"].append(
-                graph_seconds(torch, lambda: torch.nn.functional.linear(x, next(cycle)), 50, 5) * 1e6
-            )
+                samples[label].append(graph_us(partial(calls[label], x, out=outs[label]), weights))
+            samples["cublas"].append(graph_us(partial(torch.nn.functional.linear, x), weights))
         med = {label: statistics.median(v) for label, v in samples.items()}
         row["samples_us"] = {label: [round(s, 3) for s in v] for label, v in samples.items()}
         row["cublas_us"] = round(med["cublas"], 3)

@@ -711,7 +711,8 @@ def render_md(result: dict[str, Any]) -> str:
         f"Machine: {m['start']['cpu_model']}, {m['start']['cpu_count']} cores; load average {m['start']['loadavg']} at "
         f"the start, {m['end']['loadavg']} at the end; device {result['device']}; threads {result['threads']} "
         f"(torch, TVM and numpy's BLAS alike); OMP_WAIT_POLICY {result.get('OMP_WAIT_POLICY')}; "
-        f"accelerate thread_policy {result.get('thread_policy', 'host')}; "
+        f"accelerate thread_policy {result.get('thread_policy', 'host')}, "
+        f"vendor_routes {result.get('vendor_routes', 'table')}; "
         f"torch {result['torch']}, transformers {result['transformers']}.",
         f"Rounds {result['args']['rounds']} (alternating, medians), samples ≥ {result['args']['min_sample_s']} s, "
         f"warm-up {result['args']['warmup']} calls per contender and shape.",
@@ -833,6 +834,12 @@ def main() -> None:
         default="managed",
         help="accelerate's thread_policy: managed (PyTorch's own ops on one thread during a forward) or host",
     )
+    ap.add_argument(
+        "--vendor-routes",
+        choices=("pytorch", "table"),
+        default="pytorch",
+        help="accelerate's vendor_routes: pytorch (every vendor S on PyTorch) or table (the library the table names)",
+    )
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", type=Path, default=None, help=f"default {DEFAULT_OUT}.json (and .md beside it)")
     args = ap.parse_args()
@@ -896,6 +903,7 @@ def main() -> None:
         "threads": threads,
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
         "thread_policy": args.thread_policy,
+        "vendor_routes": args.vendor_routes,
         "thread_env": {
             k: os.environ.get(k, "unset")
             for k in (
@@ -938,6 +946,7 @@ def main() -> None:
             trusted_key=signed.public,
             telemetry=False,
             thread_policy=args.thread_policy,
+            vendor_routes=args.vendor_routes,
         )
         on = sum(1 for layer in fast.layers.values() if layer._on)
         print(f"{name}: {on}/{len(fast.layers)} layers on dispatchers", flush=True)

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import logging
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +29,11 @@ from torch import nn
 from kernelfleet.client import Client
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.dispatch_cache import CachedDoc, DispatchCache
+from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.models import DispatchDoc, UKernelRef
 from kernelfleet.signing import document_message
-from kernelfleet.torch import AcceleratedLinear, accelerate, dense_workload, workload_hash
+from kernelfleet.torch import IN_MODEL_CALLS, AcceleratedLinear, accelerate, dense_workload, workload_hash
 from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
 from service.tuning.platforms import tvm_target
@@ -418,6 +420,70 @@ def test_rows_the_table_routes_to_pytorch_run_the_original_layer_on_the_callers_
     assert fast.fallbacks() == 0 and out_layer.stats.calls == 4
     usage = out_layer.dispatcher.usage()
     assert usage[17].calls == 1 and usage[17].fallbacks == 0
+
+
+@pytest.mark.parametrize("vendor_routes", ["pytorch", "table"])
+def test_numpy_routes_run_on_pytorch_unless_the_table_is_asked_for(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, vendor_routes: str
+) -> None:
+    """The H×H table sends S 9..16 to numpy. By default (vendor_routes="pytorch") a model's layer runs those S on
+    PyTorch, like its PyTorch routes: one BLAS and one thread pool in the forward besides the uKernels; with
+    "table" numpy runs them, as the table names."""
+    model = nn.Sequential(nn.Linear(H, H)).eval()
+    fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key, vendor_routes=vendor_routes)
+    layer = fast.layers["0"]
+    ran: list[int] = []
+    real = nn.functional.linear
+    monkeypatch.setattr(nn.functional, "linear", lambda *a, **k: ran.append(a[0].shape[0]) or real(*a, **k))
+    with torch.no_grad():
+        for S in (4, 12):
+            x = torch.randn(S, H)
+            torch.testing.assert_close(fast(x), real(x, model[0].weight, model[0].bias), atol=ATOL, rtol=1e-4)
+    assert ran == ([12] if vendor_routes == "pytorch" else [])  # S = 4 runs a uKernel either way
+    assert fast.fallbacks() == 0 and layer.dispatcher.usage()[12].calls == 1
+    with pytest.raises(ValueError, match="vendor_routes"):
+        accelerate(model, fleet.cache, trusted_key=fleet.public_key, vendor_routes="numpy")
+
+
+@pytest.mark.parametrize("slower", ["ukernels", "pytorch"])
+def test_each_ukernel_s_is_timed_against_pytorch_in_the_model_and_the_faster_kept(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, slower: str
+) -> None:
+    """S = 4 runs on the H×H table's uKernels. Inside the model its first calls alternate between the uKernels and
+    the layer's PyTorch computation; the side made 5 ms slower here loses and later calls skip it."""
+    model = nn.Sequential(nn.Linear(H, H)).eval()
+    fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
+    ran = {"ukernels": 0, "pytorch": 0}
+
+    def slowed(side: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            ran[side] += 1
+            if side == slower:
+                time.sleep(0.005)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(Dispatcher, "__call__", slowed("ukernels", Dispatcher.__call__))
+    monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", slowed("pytorch", AcceleratedLinear._layer_in_torch))
+    x = torch.randn(4, H)
+    with torch.inference_mode():
+        for _ in range(1 + 2 * IN_MODEL_CALLS):  # the first call (checks, packing) is not a sample
+            torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+        assert ran == {"ukernels": 1 + IN_MODEL_CALLS, "pytorch": IN_MODEL_CALLS}
+        for _ in range(3):
+            fast(x)
+    kept = "pytorch" if slower == "ukernels" else "table"
+    assert ran == ({"ukernels": 1 + IN_MODEL_CALLS, "pytorch": IN_MODEL_CALLS + 3} if kept == "pytorch"
+                   else {"ukernels": 4 + IN_MODEL_CALLS, "pytorch": IN_MODEL_CALLS})  # fmt: skip
+    checked = fast.stats()["0"]["in_model"][4]
+    assert checked["runs"] == kept and fast.fallbacks() == 0
+    assert (checked["ukernels_s"] > checked["pytorch_s"]) == (slower == "ukernels")
+    unchecked = accelerate(model, fleet.cache, trusted_key=fleet.public_key, check_in_model=False)
+    with torch.inference_mode():
+        unchecked(x)
+        unchecked(x)
+    assert unchecked.stats()["0"]["in_model"] == {}
 
 
 def _client(service: FakeService, cache: Path, url: str = "http://fleet.test", **kwargs: Any) -> Client:

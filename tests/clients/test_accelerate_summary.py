@@ -19,6 +19,9 @@ def test_each_timed_s_counts_what_the_table_runs_there_against_pytorch() -> None
     assert s is not None and (s.baseline, s.low, s.high, s.shapes) == ("torch", 1.0, 3.0, 3)
     assert s.geomean == pytest.approx(math.cbrt(3 * 2 * 1))
     assert s.describe() == "1.82x vs PyTorch (1.00-3.00x over 3 timed S)"
+    # a layer that runs its vendor routes on PyTorch (vendor_routes="pytorch") expects 1x at S = 8, not numpy's 2x
+    on_pytorch = expected_speedup(timed, vendor_on_pytorch=True)
+    assert on_pytorch is not None and on_pytorch.geomean == pytest.approx(math.cbrt(3 * 1 * 1))
 
 
 def test_without_pytorch_timed_the_fastest_library_is_the_baseline_and_no_timings_is_unknown() -> None:

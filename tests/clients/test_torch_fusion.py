@@ -131,7 +131,7 @@ def test_llama_mlp_gate_and_up_are_one_stacked_layer_on_both_sides() -> None:
 
 
 def test_with_stacking_off_the_gate_fuses_its_activation_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The switch bench/accelerate_stacking.py compares with: import and runtime still agree."""
+    """The switch bench/accelerate_ab.py --compare stacking compares with: import and runtime still agree."""
     from kernelfleet import torch_fusion
 
     monkeypatch.setattr(torch_fusion, "STACK_GATED_PAIRS", False)

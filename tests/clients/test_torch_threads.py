@@ -1,6 +1,7 @@
-"""accelerate's thread scope (issue 33 item 3): during an accelerated forward PyTorch's own ops run on one thread,
-so no PyTorch OpenMP worker spins on the cores the uKernels need; a layer PyTorch computes gets the caller's thread
-count back; after the forward (returned or raised) the caller's setting is as it was, and nothing else changed."""
+"""accelerate's thread scope (issue 33 item 3): once an accelerated forward runs a table's kernels, PyTorch's own ops
+run on one thread, so no PyTorch OpenMP worker spins on the cores the uKernels need; before that, and in a forward
+whose layers all run on PyTorch, nothing changes; a layer PyTorch computes gets the caller's thread count back;
+after the forward (returned or raised) the caller's setting is as it was, and nothing else changed."""
 
 from __future__ import annotations
 
@@ -42,11 +43,11 @@ def two_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def _layer(library: str, scope: TorchThreadScope | None) -> AcceleratedLinear:
-    linear = nn.Linear(6, 8).eval()
+def _layer(library: str, scope: TorchThreadScope | None, k: int = 6) -> AcceleratedLinear:
+    linear = nn.Linear(k, 8).eval()
     dense = dense_layer(linear)
     assert dense is not None
-    d = Dispatcher(DispatchTable((Interval(1, 8, None, library),), {}, Epilogue()), {}, N=8, K=6)
+    d = Dispatcher(DispatchTable((Interval(1, 8, None, library),), {}, Epilogue()), {}, N=8, K=k)
     layer = AcceleratedLinear("l", linear, dense, d, "w", fused_bias=False, activation=None, max_rows=8)
     layer.thread_scope = scope
     return layer
@@ -60,7 +61,8 @@ def test_the_models_own_ops_run_on_one_thread_and_the_callers_count_is_back_afte
     with torch.inference_mode():
         model(torch.randn(3, 6))
         model(torch.randn(3, 6))
-    assert before.seen == after.seen == [1, 1] and torch.get_num_threads() == 2
+    # narrowed at the table's call: the op before it ran on the caller's threads, the one after on one
+    assert before.seen == [2, 2] and after.seen == [1, 1] and torch.get_num_threads() == 2
     after.fail = True
     with pytest.raises(RuntimeError, match="own op failed"), torch.inference_mode():
         model(torch.randn(3, 6))
@@ -77,7 +79,7 @@ def test_a_layer_pytorch_computes_runs_on_the_callers_threads(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scope = TorchThreadScope()
-    layer = _layer(vendor.TORCH, scope)  # the table routes every S to PyTorch: timed on the caller's threads
+    layer = _layer(vendor.TORCH, scope, k=8)  # the table routes every S to PyTorch: timed on the caller's threads
     seen: list[int] = []
     original = AcceleratedLinear._layer_in_torch
 
@@ -87,7 +89,7 @@ def test_a_layer_pytorch_computes_runs_on_the_callers_threads(
 
     monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", recording)
     probe = Probe()
-    model = nn.Sequential(layer, probe).eval()
+    model = nn.Sequential(_layer(vendor.NUMPY, scope), layer, probe).eval()  # the first layer's table narrows
     scope.install(model)
     x = torch.randn(3, 6)
     with torch.inference_mode():
@@ -96,10 +98,20 @@ def test_a_layer_pytorch_computes_runs_on_the_callers_threads(
     assert seen == [2, 2] and probe.seen == [1, 1] and torch.get_num_threads() == 2
 
 
+def test_a_forward_whose_layers_all_run_on_pytorch_keeps_the_callers_threads(two_threads: None) -> None:
+    scope = TorchThreadScope()
+    probe = Probe()
+    model = nn.Sequential(_layer(vendor.TORCH, scope), probe).eval()
+    scope.install(model)
+    with torch.inference_mode():
+        model(torch.randn(3, 6))
+    assert probe.seen == [2] and torch.get_num_threads() == 2
+
+
 def test_a_nested_scope_keeps_the_outer_callers_count(two_threads: None) -> None:
     scope = TorchThreadScope()
     probe = Probe()
-    inner = nn.Sequential(probe)
+    inner = nn.Sequential(_layer(vendor.NUMPY, scope), probe)
     outer = nn.Sequential(inner)
     scope.install(outer)
     scope.install(inner)  # entered again inside the outer forward: the depth count keeps the caller's value

@@ -41,9 +41,10 @@ def _seconds(value: Any) -> float | None:
     return float(value) if ok else None
 
 
-def _table_seconds(entry: Mapping[str, Any]) -> float | None:
-    """What the table runs at this S: the uKernels where the route kept them, else the library routed to. Entries of
-    jobs that recorded no route ran whichever of the two was faster."""
+def _table_seconds(entry: Mapping[str, Any], vendor_on_pytorch: bool = False) -> float | None:
+    """What the table runs at this S: the uKernels where the route kept them, else the library routed to (PyTorch,
+    when the layer runs vendor routes there and the worker timed it). Entries of jobs that recorded no route ran
+    whichever of the two was faster."""
     tuned, vendor = _seconds(entry.get("tuned")), _seconds(entry.get("vendor"))
     if tuned is None or vendor is None:
         return None
@@ -52,11 +53,15 @@ def _table_seconds(entry: Mapping[str, Any]) -> float | None:
         return min(tuned, vendor)
     if route == UKERNEL_ROUTE:
         return tuned
+    if vendor_on_pytorch and _seconds(entry.get("torch")):
+        return _seconds(entry.get("torch"))
     return _seconds(entry.get(route)) or vendor
 
 
-def expected_speedup(timed_s: Mapping[str, Any] | None) -> Speedup | None:
-    """The table's speedup over the job's timed S (see the module docstring); None (unknown) without timings."""
+def expected_speedup(timed_s: Mapping[str, Any] | None, vendor_on_pytorch: bool = False) -> Speedup | None:
+    """The table's speedup over the job's timed S (see the module docstring); None (unknown) without timings.
+    `vendor_on_pytorch`: the layer runs every vendor-routed S on PyTorch (accelerate's vendor_routes="pytorch"),
+    so those S count PyTorch's time where the worker timed it."""
     entries = [e for e in (timed_s or {}).values() if isinstance(e, Mapping) and _table_seconds(e) is not None]
     if not entries:
         return None
@@ -64,7 +69,7 @@ def expected_speedup(timed_s: Mapping[str, Any] | None) -> Speedup | None:
     baseline: Literal["torch", "vendor"] = "torch" if all(_seconds(e.get("torch")) for e in entries) else "vendor"
     ratios = []
     for e in entries:
-        base, ran = _seconds(e.get(baseline)), _table_seconds(e)
+        base, ran = _seconds(e.get(baseline)), _table_seconds(e, vendor_on_pytorch)
         assert base is not None and ran is not None  # checked above
         ratios.append(base / ran)
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))

@@ -47,6 +47,7 @@ import hashlib
 import json
 import logging
 import os
+import statistics
 import sys
 import threading
 import time
@@ -83,6 +84,10 @@ log = logging.getLogger(__name__)
 
 _F32 = torch.float32
 _TABLE, _PYTORCH = "table", "pytorch"  # where a layer's calls for one S go (AcceleratedLinear._routes)
+_TRIAL = "trial"  # S whose uKernels are checked against PyTorch inside the model before one is kept
+# the in-model check: calls per side (alternating) and how much faster the uKernels must be to keep them
+IN_MODEL_CALLS = 4
+IN_MODEL_MARGIN = 0.03
 _now = time.perf_counter
 FALLBACK_REASONS = ("dtype", "device", "autograd", "range", "no_table", "empty")
 
@@ -126,6 +131,8 @@ class LayerStats:
     reasons: Counter[str] = field(default_factory=Counter)
     shapes: Counter[int] = field(default_factory=Counter)  # S → calls the dispatcher ran
     fallback_shapes: Counter[int] = field(default_factory=Counter)  # S → calls PyTorch ran
+    # S → the in-model check: median seconds of the uKernels and of PyTorch, and which the layer kept
+    in_model: dict[int, tuple[float, float, str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +141,9 @@ class LayerStats:
             "reasons": dict(self.reasons),
             "shapes": dict(sorted(self.shapes.items())),
             "fallback_shapes": dict(sorted(self.fallback_shapes.items())),
+            "in_model": {
+                S: {"ukernels_s": t, "pytorch_s": p, "runs": r} for S, (t, p, r) in sorted(self.in_model.items())
+            },
         }
 
 
@@ -190,6 +200,10 @@ class AcceleratedLinear(nn.Module):
         self.stats = LayerStats()
         self._routes: dict[int, str] = {}  # S → _TABLE or _PYTORCH, once a call has seen which runs it
         self.thread_scope: TorchThreadScope | None = None  # set by accelerate(thread_policy="managed")
+        # accelerate(vendor_routes="pytorch"): the S the table gives to numpy run on PyTorch too
+        self.numpy_routes_on_pytorch = False
+        self.check_in_model = False  # accelerate(check_in_model=True): uKernel S checked against PyTorch in place
+        self._trials: dict[int, tuple[list[float], list[float]]] = {}  # S → (uKernel, PyTorch) seconds so far
 
     def extra_repr(self) -> str:
         act = f", activation={type(self.activation).__name__} (fused)" if self.activation is not None else ""
@@ -280,6 +294,8 @@ class AcceleratedLinear(nn.Module):
             y = self._torch(x)
             self._routed(S, _now() - start)
             return y
+        if route is _TRIAL:
+            return self._in_model_check(x, S)
         if route is _TABLE:  # the hot path (issue 33 item 4): S was checked once; what can change per call is here
             params = self._parameters  # not self.weight: Module.__getattr__ costs ~0.3 µs a parameter per call
             w, bias = params["weight"], params["bias"]
@@ -303,6 +319,9 @@ class AcceleratedLinear(nn.Module):
                 xa = (x2.detach() if x2.requires_grad else x2).numpy()
                 d = self._cpu_dispatcher  # _TABLE routes are CPU dispatchers' only
                 assert d is not None
+                scope = self.thread_scope
+                if scope is not None and not scope.narrowed:
+                    scope.narrow()
                 if self.fused_bias:
                     y = torch.from_numpy(d(xa, self._w, bias=self._bias_view(bias)))
                 else:
@@ -343,8 +362,10 @@ class AcceleratedLinear(nn.Module):
             x2 = x2.contiguous()
         d = self.dispatcher
         remember = len(self._routes) < MAX_TRACKED_SHAPES
-        if isinstance(d, Dispatcher) and d.vendor_route(S) == vendor.TORCH:
-            # the job timed PyTorch fastest at S: from now on the first test in forward sends S there
+        library = d.vendor_route(S) if isinstance(d, Dispatcher) else None
+        if library == vendor.TORCH or (library is not None and self.numpy_routes_on_pytorch):
+            # the job timed PyTorch fastest at S (or a vendor library, and the model's own runs it): from now on
+            # the first test in forward sends S there
             if remember:
                 self._routes[S] = _PYTORCH
             start = _now()
@@ -352,13 +373,17 @@ class AcceleratedLinear(nn.Module):
             self._routed(S, _now() - start)
             return y
         if isinstance(d, Dispatcher):
+            scope = self.thread_scope
+            if scope is not None and not scope.narrowed:
+                scope.narrow()
             xa = (x2.detach() if x2.requires_grad else x2).numpy()
             fused = self.fused_bias
             y = torch.from_numpy(d(xa, self._weight_view(w), bias=self._bias_view(bias) if fused else None))
             if bias is not None and not fused:
                 y += bias.detach()
-            if remember:
-                self._routes[S] = _TABLE
+            if remember and S not in self._routes:
+                # checked against PyTorch inside the model first (check_in_model), else kept as the table says
+                self._routes[S] = _TRIAL if self.check_in_model else _TABLE
         else:  # the CudaDispatcher: torch CUDA tensors in and out (DLPack), no epilogue fused
             assert d is not None
             y = d(x2.detach(), self._weight_view(w))
@@ -371,6 +396,41 @@ class AcceleratedLinear(nn.Module):
         """Count a call the table routed to PyTorch in the dispatcher's usage (the table's choice, not a miss)."""
         self.dispatcher.record_route(S, seconds)  # type: ignore[union-attr]  # only Dispatchers have PyTorch routes
         self._count(S)
+
+    def _in_model_check(self, x: torch.Tensor, S: int) -> torch.Tensor:
+        """The table runs S on uKernels, timed against the job's libraries in isolation; inside a model the other
+        libraries' thread pools (and PyTorch's between layers) change that. After the first call at S (checks,
+        packing: not a sample), the next 2·IN_MODEL_CALLS calls alternate between the uKernels and the layer's
+        PyTorch computation, each timed where it really runs; then S stays on the uKernels only if their median
+        is IN_MODEL_MARGIN faster, else it goes to PyTorch. The medians and the choice are in `stats.in_model`."""
+        w, bias = self._parameters["weight"], self._parameters["bias"]
+        assert w is not None
+        if (
+            x.dtype is not _F32
+            or not x.is_cpu
+            or (
+                torch.is_grad_enabled()
+                and (x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))
+            )
+        ):
+            return self._checked(x, S)  # a call the table would not run (its fallback), not a sample
+        table_s, torch_s = self._trials.setdefault(S, ([], []))
+        if len(table_s) <= len(torch_s):
+            start = _now()
+            y = self._checked(x, S)
+            table_s.append(_now() - start)
+        else:
+            start = _now()
+            y = self._torch(x)
+            torch_s.append(_now() - start)
+            self._routed(S, torch_s[-1])
+        if len(torch_s) >= IN_MODEL_CALLS:
+            ours, theirs = statistics.median(table_s), statistics.median(torch_s)
+            route = _TABLE if ours * (1 + IN_MODEL_MARGIN) < theirs else _PYTORCH
+            self._routes[S] = route
+            self.stats.in_model[S] = (ours, theirs, route)
+            del self._trials[S]
+        return y
 
     def _count(self, S: int) -> None:
         st = self.stats
@@ -539,40 +599,49 @@ def _fits(table_epilogue: Epilogue, site: _Site) -> bool:
 
 
 class TorchThreadScope:
-    """While an accelerated forward runs, PyTorch's own ops (norms, attention, adds) run on one thread, so that no
-    PyTorch OpenMP worker spins on the cores the uKernels need between layers (issue 33 item 3): with PyTorch's
-    default wait policy each op leaves its workers busy-waiting for milliseconds, and a uKernel that shares a core
-    with one waits a scheduler slice. The caller's thread count is back when the outermost forward returns or
-    raises; nothing else in the process changes (no environment variable, no library setting outside the forward).
-    Installed by `accelerate(thread_policy="managed")` (the default) as forward hooks on the accelerated root. A
-    layer PyTorch computes (its table routes it there, or it has none) runs on the caller's thread count: its table
-    timed PyTorch with those threads."""
+    """While an accelerated forward runs uKernels, PyTorch's own ops (norms, attention, adds) run on one thread, so
+    that no PyTorch OpenMP worker spins on the cores the uKernels need between layers (issue 33 item 3): with
+    PyTorch's default wait policy each op leaves its workers busy-waiting, and a uKernel that shares a core with one
+    waits a scheduler slice. The narrowing starts at the forward's first uKernel call (`narrow`), so a forward whose
+    layers all run on PyTorch at this size runs exactly as the caller set it; the caller's thread count is back when
+    the outermost forward returns or raises; nothing else in the process changes (no environment variable, no
+    library setting outside the forward). Installed by `accelerate(thread_policy="managed")` (the default) as
+    forward hooks on the accelerated root. A layer PyTorch computes (its table routes it there, or it has none)
+    runs on the caller's thread count: its table timed PyTorch with those threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._depth = 0
         self._saved = 0
+        self.narrowed = False
 
     def enter(self, *_: Any) -> None:
         with self._lock:
             if self._depth == 0:
                 self._saved = torch.get_num_threads()
-                if self._saved > 1:
-                    torch.set_num_threads(1)
+                self.narrowed = False
             self._depth += 1
+
+    def narrow(self) -> None:
+        """A uKernel is about to run: PyTorch's own ops go to one thread for the rest of the forward."""
+        with self._lock:
+            if self._depth and not self.narrowed and self._saved > 1:
+                torch.set_num_threads(1)
+                self.narrowed = True
 
     def exit(self, *_: Any) -> None:
         with self._lock:
             self._depth -= 1
-            if self._depth == 0 and self._saved > 1:
+            if self._depth == 0 and self.narrowed:
                 torch.set_num_threads(self._saved)
+                self.narrowed = False
 
     def install(self, root: nn.Module) -> list[Any]:
         return [root.register_forward_pre_hook(self.enter), root.register_forward_hook(self.exit, always_call=True)]
 
     def host_threads(self) -> int:
-        """The caller's thread count while a forward runs (a layer PyTorch computes gets it back), else 0."""
-        return self._saved if self._depth and self._saved > 1 else 0
+        """The caller's thread count while a narrowed forward runs (a layer PyTorch computes gets it back), else 0."""
+        return self._saved if self.narrowed else 0
 
 
 class AcceleratedModule(nn.Module):
@@ -656,6 +725,8 @@ def accelerate(
     telemetry_interval_s: float = 60.0,
     print_summary: bool = True,
     thread_policy: str = "managed",
+    vendor_routes: str = "pytorch",
+    check_in_model: bool = True,
 ) -> AcceleratedModule:
     """`module` with its nn.Linear / Conv1D layers running on the fleet's dispatchers (see the module docstring).
 
@@ -669,9 +740,15 @@ def accelerate(
     `telemetry_interval_s`. `print_summary`: print `summary()` to stderr once (what runs each layer, why PyTorch
     where it does, the speedup expected). `thread_policy`: "managed" runs the model's own PyTorch ops on one
     thread during a forward that has layers on CPU tables (`TorchThreadScope`); "host" leaves PyTorch's threads as
-    the caller set them."""
+    the caller set them. `vendor_routes`: "pytorch" runs every S a table gives to a vendor library on PyTorch (the
+    layer's own computation), so a forward uses one BLAS and its thread pool besides the uKernels; "table" runs
+    the library the table names (numpy where it timed numpy faster in isolation). `check_in_model`: each S a CPU
+    table runs on uKernels is first timed against the layer's PyTorch computation inside the model (a few
+    alternating calls) and kept on the uKernels only where they are faster there (`stats()[layer]["in_model"]`)."""
     if thread_policy not in ("managed", "host"):
         raise ValueError(f"thread_policy must be 'managed' or 'host', got {thread_policy!r}")
+    if vendor_routes not in ("pytorch", "table"):
+        raise ValueError(f"vendor_routes must be 'pytorch' or 'table', got {vendor_routes!r}")
     root = module if inplace else copy.deepcopy(module)
     offline = isinstance(source, str | os.PathLike)
     client: Any = None if offline else source
@@ -764,6 +841,8 @@ def accelerate(
             activation=site.act if fused_act else None,
             max_rows=max_rows,
         )
+        wrapper.numpy_routes_on_pytorch = vendor_routes == "pytorch"
+        wrapper.check_in_model = check_in_model
         wrapper.prepare()
         if pair is not None:
             unit = GatedLinearUnit(wrapper, root.get_submodule(pair.activation_module), site.dense.N // 2)
@@ -777,7 +856,7 @@ def accelerate(
         layers[site.name] = wrapper
         if on:
             assert d is not None
-            speedup = expected_speedup(d.meta.get("timed_s"))
+            speedup = expected_speedup(d.meta.get("timed_s"), vendor_on_pytorch=vendor_routes == "pytorch")
             summaries.append(LayerSummary(site.name, h, "tables", d.source, epilogue.describe(), None, speedup))
             log.info("layer %s: the table of workload %s runs it (%s)", site.name, h, d.source)
         else:

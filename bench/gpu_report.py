@@ -1,16 +1,16 @@
-"""One results file per GPU session, and the README's GPU table rendered from it (never typed in by hand).
+"""One results file per GPU session, and the GPU table of docs/gpu.md rendered from it (never typed in by hand).
 
     python bench/gpu_report.py env                                   # on the GPU machine: the environment facts
     python bench/gpu_report.py collect --out R.json --mode run-bench --rc 0 --seconds 300 \\
         --env-from-host --dynamic-bert bert.json [--junit pytest.xml] [--pipeline pipe.json] [--merge R.json] \\
         [--ukernels fp32.json --ukernels fp16.json ...]
-    python bench/gpu_report.py render R.json [R2.json ...] [--readme README.md]   # anywhere: markdown
+    python bench/gpu_report.py render R.json [R2.json ...] [--doc docs/gpu.md]   # anywhere: markdown
 
 `bench/gpu_session.sh` runs `collect` at the end of every command, so `$OUT/gpu_results.json` holds the
 environment (GPU, driver, CUDA, torch, TVM, read at run time from nvidia-smi, torch and tvm), the GPU tests'
 outcome counts and the benchmark rows. `render` merges results files of one machine (one per command, the
 environment must agree), refuses a file that lacks an environment field the table must name, and with
---readme replaces the block between the gpu-table markers in place. Standard library only.
+--doc replaces the block between the gpu-table markers in place. Standard library only.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 SCHEMA = "kernelfleet-gpu-results/1"
 REQUIRED_ENV = ("gpu", "driver", "cuda", "torch", "tvm")  # what the table must name to mean anything
 BEGIN, END = "<!-- gpu-table:begin -->", "<!-- gpu-table:end -->"
-SELECTED_T = (1, 2, 4, 8, 16, 32, 61, 64, 97, 128, 512)  # per-T rows shown in the README; all are in the file
+SELECTED_T = (1, 2, 4, 8, 16, 32, 61, 64, 97, 128, 512)  # per-T rows shown in docs/gpu.md; all are in the file
 MODE_NAMES = {"called": "as a torch host calls them", "graph": "kernel-only (CUDA graph)"}
 
 
@@ -459,7 +459,7 @@ def render(results: Mapping[str, Any], sources: Sequence[str]) -> str:
 def replace_block(text: str, block: str) -> str:
     """`text` with everything between the gpu-table markers replaced by `block` (the markers stay)."""
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ResultsError(f"README needs exactly one {BEGIN} followed by one {END}")
+        raise ResultsError(f"the file needs exactly one {BEGIN} followed by one {END}")
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
     return f"{head}{BEGIN}\n{block.rstrip()}\n{END}{tail}"
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--ukernels", type=Path, action="append", help="a bench/gpu_ukernels.py file (repeatable)")
     r = sub.add_parser("render", help="markdown from results files (one machine)")
     r.add_argument("results", type=Path, nargs="+")
-    r.add_argument("--readme", type=Path, help="replace the gpu-table block of this file in place")
+    r.add_argument("--doc", type=Path, help="replace the gpu-table block of this markdown file in place (docs/gpu.md)")
     args = parser.parse_args(argv)
     try:
         return _command(args)
@@ -502,11 +502,11 @@ def _command(args: argparse.Namespace) -> int:
     else:
         results = merge([json.loads(p.read_text()) for p in args.results])
         block = render(results, [p.name for p in args.results])
-        if args.readme is None:
+        if args.doc is None:
             print(block, end="")
         else:
-            args.readme.write_text(replace_block(args.readme.read_text(), block))
-            print(f"updated the GPU block of {args.readme}")
+            args.doc.write_text(replace_block(args.doc.read_text(), block))
+            print(f"updated the GPU block of {args.doc}")
     return 0
 
 

@@ -34,7 +34,7 @@
 # GPU_SESSION_LIMIT_S (default 570 s) from its start, keeping what it measured, and ends by merging its part
 # into ONE results file, $OUT/gpu_results.json (environment facts read now from nvidia-smi/torch/tvm, test
 # outcome counts, benchmark rows; on a warm machine it also holds the earlier commands' parts). Back here:
-#   python bench/gpu_report.py render gpu_results.json --readme README.md
+#   python bench/gpu_report.py render gpu_results.json --doc docs/gpu.md
 #
 # Needs on the GPU machine, checked up front (exit 3 naming everything missing): nvidia-smi (the NVIDIA
 # driver); a C/C++ compiler (g++, or $CXX) for TVM's export_library; nvcc on PATH or from the nvidia-cuda-nvcc

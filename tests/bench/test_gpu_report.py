@@ -1,5 +1,5 @@
 """bench/gpu_report.py on synthetic results: the results file it collects, the table it renders from it, the
-README block it replaces, and its refusal of results that cannot name the machine they ran on."""
+docs/gpu.md block it replaces, and its refusal of results that cannot name the machine they ran on."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_a_results_file_missing_an_environment_field_is_refused(
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{report.BEGIN}\nno GPU numbers yet\n{report.END}\nbottom\n")
     before = readme.read_text()
-    assert report.main(["render", str(path), "--readme", str(readme)]) == 2
+    assert report.main(["render", str(path), "--doc", str(readme)]) == 2
     assert field in capsys.readouterr().err
     assert readme.read_text() == before
 
@@ -133,14 +133,14 @@ def test_readme_block_is_replaced_in_place(tmp_path: Path) -> None:
     path.write_text(json.dumps(_results()))
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{report.BEGIN}\nno GPU numbers yet\n{report.END}\nbottom\n")
-    assert report.main(["render", str(path), "--readme", str(readme)]) == 0
+    assert report.main(["render", str(path), "--doc", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith(f"top\n{report.BEGIN}\nGPU results on **Synthetic GPU X1**")
     assert text.endswith(f"{report.END}\nbottom\n") and "no GPU numbers yet" not in text
 
 
-def test_readme_has_one_gpu_block_that_says_whether_numbers_exist() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_gpu_doc_has_one_gpu_block_that_says_whether_numbers_exist() -> None:
+    text = (ROOT / "docs" / "gpu.md").read_text()
     report.replace_block(text, "x")  # raises unless exactly one begin marker precedes one end marker
     block = text.split(report.BEGIN)[1].split(report.END)[0]
     # until a results file is rendered in, the block must say so rather than show numbers

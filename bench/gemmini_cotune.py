@@ -31,7 +31,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from service.tuning.tuners.gemmini.area import UNCONSTRAINED, config_area_mm2, default_budget
+from service.tuning.tuners.gemmini.area import RECALLED, UNCONSTRAINED, config_area_mm2, default_budget, recalled_scaled
 from service.tuning.tuners.gemmini.backends import Measurement, get_backend
 from service.tuning.tuners.gemmini.best_flow import default_options, flow_options, measured_best
 from service.tuning.tuners.gemmini.calibration import correlate
@@ -123,7 +123,28 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5, help="seeds per search in the comparison")
     ap.add_argument("--compare-only", action="store_true", help="only the co-explore/random/grid comparison")
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--area-scale",
+        action="append",
+        default=[],
+        metavar="NAME=FACTOR",
+        help=f"scale a recalled area constant ({', '.join(RECALLED)}), e.g. mac=2: the headline's robustness",
+    )
+    ap.add_argument("--no-compare", action="store_true", help="skip the co-explore/random/grid comparison")
     args = ap.parse_args()
+    scales = {name: 1.0 for name in RECALLED}
+    for item in args.area_scale:
+        name, _, factor = item.partition("=")
+        if name not in scales:
+            ap.error(f"--area-scale: {name!r} is not one of {', '.join(RECALLED)}")
+        scales[name] = float(factor)
+    if any(v != 1.0 for v in scales.values()):
+        print("recalled area constants scaled: " + ", ".join(f"{k} x{v:g}" for k, v in scales.items()))
+    with recalled_scaled(**scales):
+        run(args, scales)
+
+
+def run(args: argparse.Namespace, scales: dict[str, float]) -> None:
     res_budget = default_budget() if args.area_budget == "default" else UNCONSTRAINED
     accept = res_budget.fits if args.area_budget == "default" else None
     # every search of one run shares these limits: the default's area and bus, or none (labelled unconstrained)
@@ -260,8 +281,10 @@ def main() -> None:
             }
         out["network"][net_name] = res
 
-    print()
-    out["search_comparison"] = compare(args.budget, args.seeds, budget_limits, res_budget.label)
+    out["area_scales"] = scales
+    if not args.no_compare:
+        print()
+        out["search_comparison"] = compare(args.budget, args.seeds, budget_limits, res_budget.label)
 
     cal = correlate([a for a, _ in pairs], [b for _, b in pairs], zz.version())
     print(

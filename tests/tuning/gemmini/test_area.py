@@ -14,6 +14,7 @@ from service.tuning.tuners.gemmini.area import (
     area_breakdown,
     config_area_mm2,
     default_budget,
+    recalled_scaled,
     sram_energies,
 )
 from service.tuning.tuners.gemmini.backends import get_backend
@@ -118,3 +119,21 @@ def test_co_explore_stays_within_the_area_budget() -> None:
     assert all(budget.fits(hw) for hw in r.explored)
     with pytest.raises(ValueError):
         co_explore([layer], 10, start_hw=replace(DEFAULT_HW, dim=32), limits=Limits(accept=budget.fits))
+
+
+def test_recalled_constants_scale_inside_the_block_and_only_there() -> None:
+    """Issue 36 item 2: an equal-area claim is re-checked with the recalled cell areas at x0.5 and x2; the PE
+    array's share scales, the SRAM's (CACTI) does not, the default budget moves with it, and the block restores."""
+    big = replace(DEFAULT_HW, dim=32)
+    before, default_before = area_breakdown(big), config_area_mm2(DEFAULT_HW)
+    with recalled_scaled(mac=2.0):
+        doubled = area_breakdown(big)
+        budget, default_doubled = default_budget(), config_area_mm2(DEFAULT_HW)
+    assert area_breakdown(big) == before and config_area_mm2(DEFAULT_HW) == default_before
+    assert doubled["scratchpad_mm2"] == before["scratchpad_mm2"]
+    assert before["pe_array_mm2"] < doubled["pe_array_mm2"] < 2 * before["pe_array_mm2"]  # registers unscaled
+    assert budget.area_mm2 == pytest.approx(default_doubled) and default_doubled > default_before
+    with recalled_scaled(dff=0.5):
+        assert area_breakdown(big)["total_mm2"] < before["total_mm2"]
+    with pytest.raises(ValueError, match="positive"), recalled_scaled(mac=0):
+        pass

@@ -14,6 +14,8 @@ scaled by (node/45)² (ideal Dennard area scaling, an approximation; CACTI model
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,25 @@ ADD32_UM2 = 137.0
 MAC_UM2 = MULT8_UM2 + ADD32_UM2
 # Nangate 45 nm Open Cell Library (the FreePDK45 standard cells), DFF_X1 cell area 4.522 µm² [recalled].
 DFF_UM2 = 4.522
+RECALLED = ("mac", "dff")  # the [recalled] cell areas a claim must survive scaling (issue 36 item 2)
+
+
+@contextlib.contextmanager
+def recalled_scaled(mac: float = 1.0, dff: float = 1.0) -> Iterator[None]:
+    """The area model with its recalled cell areas scaled (MAC_UM2 × mac, DFF_UM2 × dff) while the block runs:
+    the robustness check of an equal-area claim (issue 36 item 2 asks ×0.5 and ×2). Budgets computed inside the
+    block (`default_budget`) scale with them, so "equal area" keeps its meaning. Not thread-safe (module state)."""
+    global MAC_UM2, DFF_UM2
+    if min(mac, dff) <= 0:
+        raise ValueError(f"scales must be positive, not mac={mac}, dff={dff}")
+    saved = MAC_UM2, DFF_UM2
+    MAC_UM2, DFF_UM2 = saved[0] * mac, saved[1] * dff
+    try:
+        yield
+    finally:
+        MAC_UM2, DFF_UM2 = saved
+
+
 # Registers per PE, counted from Gemmini's RTL (ucb-bar/gemmini, src/main/scala/gemmini/):
 #  PE.scala: two stationary registers c1, c2 of cType = weightType (8 bits) in a WS-only build, accType
 #            (32 bits) otherwise (OS holds the partial sums in the PE);

@@ -24,8 +24,8 @@ def main(work: Path) -> dict[str, Any]:
 
     from service.tuning.cuda_toolchain import captured_device_code
     from service.tuning.tuners.pipeline.schedule import cuda_target
+    from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel
     from service.tuning.tuners.ukernel.gpu_rules import gpu_ukernels
-    from service.tuning.tuners.ukernel.gpu_tuner import build_cuda_ukernel
     from tests.tuning.gpu.descriptions import card
 
     report: dict[str, Any] = {

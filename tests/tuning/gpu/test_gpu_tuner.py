@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernelSpec, sha256_bytes
+from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, sha256_bytes
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from service.models import TargetSpec
 from service.tuning.cuda_toolchain import nvcc_path
+from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target
-from service.tuning.tuners.ukernel.gpu_tuner import build_cuda_ukernel, depth_candidates, gpu_hardware
-from service.tuning.tuners.ukernel.tuner import RangeTask
+from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel, build_libraries
+from service.tuning.tuners.ukernel.gpu_tuner import depth_candidates, gpu_hardware
+from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask
 from tests.tuning.gpu.descriptions import card
 
 
@@ -62,3 +65,66 @@ def test_build_exports_content_addressed(tmp_path: Path) -> None:
     assert (again, digest2) == (path, digest)  # the same bytes are stored once
     table = DispatchTable((Interval(1, 8, Shape((), "u")),), {"u": 8})
     assert table.lookup(5)[0].rows == 5
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="no nvcc (pip install -e .[dev] brings the pinned wheel)")
+def test_variants_build_in_parallel_processes_and_a_refused_one_is_reported(tmp_path: Path) -> None:
+    """The GPU tuner builds every depth of every proposal before timing any (gpu_build): each variant exported
+    once, content-addressed, its spec naming its depth; a variant TVM refuses comes back with its error."""
+    good = [GemmTile(8, 32, 32, 1, 1, stages) for stages in (2, 3)]
+    bad = GemmTile(8, 48, 32, 1, 1, 3)  # bn = 48 does not divide N = 64
+    built = build_libraries([*good, good[0], bad], 64, 128, cuda_target("sm_90"), tmp_path, workers=2)
+    assert set(built) == {t.label() for t in (*good, bad)}  # the duplicate built once
+    for tile in good:
+        lib = built[tile.label()]
+        assert lib.error is None and lib.path is not None and lib.spec is not None
+        assert lib.path.parent == tmp_path and sha256_bytes(lib.path.read_bytes()) == lib.sha256
+        assert lib.spec.tile["stages"] == tile.stages and (lib.spec.N, lib.spec.K) == (64, 128)
+    assert built[bad.label()].path is None and "48" in str(built[bad.label()].error)
+
+
+def fake_time_library(path: str, spec: dict[str, Any], ms: list[int], l2_bytes: int) -> list[float]:
+    """A stand-in timer for a host without a GPU (run by the measuring child, as the real one is): time grows with
+    M and falls with the pipeline depth, so the depth search has a known answer."""
+    assert Path(path).is_file()  # the child is handed a built library, not a tile to build
+    stages = int(spec["tile"].get("stages", 1))
+    return [1e-6 * (1 + m) / stages for m in ms]
+
+
+class _Module:  # what load_cuda_ukernel would return on a GPU host: only `main` is looked up here
+    def __getitem__(self, name: str) -> Any:
+        return lambda *args: None
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="no nvcc (pip install -e .[dev] brings the pinned wheel)")
+def test_tune_dense_times_the_prebuilt_libraries_and_publishes_those_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tune_dense's wiring with the GPU steps stood in (timer, library loading, launch overhead): every depth of
+    every proposal is built before any is timed, the deepest (fastest here) is chosen, and the artifacts are the
+    very files that were built and timed."""
+    from kernelfleet import cuda_ukernel
+    from service.tuning.tuners.ukernel import gpu_tuner
+
+    monkeypatch.setattr(gpu_tuner, "require_cuda", lambda: None)
+    monkeypatch.setattr(cuda_ukernel, "require_cuda", lambda: None)  # the dispatchers the run builds
+    monkeypatch.setattr(gpu_tuner, "time_library", fake_time_library)
+    monkeypatch.setattr(gpu_tuner, "load_cuda_ukernel", lambda path, spec, sha256=None: CudaUKernel(_Module(), spec))
+    monkeypatch.setattr(gpu_tuner.GPUUKernelTuner, "_piece_overhead", staticmethod(lambda kernels, N, K: 1e-6))
+    job = gpu_tuner.DenseRange(
+        256, 256, s_max=16, validate=(), target=cuda_target("sm_90"), hardware=HardwareModel.for_gpu("sm_90"),
+        work_dir=tmp_path, max_ukernels=2, vendor_routes=False,
+    )  # fmt: skip
+    outcome = gpu_tuner.GPUUKernelTuner().tune_dense(job, QuietRangeSink())
+    gemm = [c for c in outcome.candidates if c.get("gemm_tile", {}).get("kind") == "gemm" and "measured" in c]
+    assert gemm, outcome.candidates
+    for record in gemm:
+        depths = record["depths_s"]
+        assert all(isinstance(v, float) for v in depths.values()), depths
+        assert record["gemm_tile"]["stages"] == max(int(name.rstrip("a")) for name in depths)
+    assert outcome.artifacts and outcome.errors == 0
+    for artifact in outcome.artifacts.values():
+        assert (
+            artifact.path.parent == tmp_path / "artifacts"
+            and sha256_bytes(artifact.path.read_bytes()) == artifact.sha256
+        )

@@ -180,7 +180,7 @@ def test_split_k_ukernels_are_correct() -> None:
     import torch
 
     from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target
-    from service.tuning.tuners.ukernel.gpu_tuner import build_cuda_ukernel
+    from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel
 
     card = _card()
     tile = GemmTile(bm=8, bn=32, bk=32, tm=1, tn=1, stages=3, split_k=4)

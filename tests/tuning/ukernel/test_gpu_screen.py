@@ -10,8 +10,8 @@ from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.gemv import GemvTile
 from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target
 from service.tuning.tuners.ukernel import gpu_screen
+from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel
 from service.tuning.tuners.ukernel.gpu_kernels import rows_per_piece, tile_record
-from service.tuning.tuners.ukernel.gpu_tuner import build_cuda_ukernel
 
 N, K = 768, 768
 TARGET = cuda_target("sm_90a")

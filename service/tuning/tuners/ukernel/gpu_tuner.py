@@ -25,15 +25,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, require_cuda
-from service.tuning.cuda_toolchain import captured_device_code, device_code_sha256
+from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, load_cuda_ukernel, require_cuda
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.pipeline.gemv import GemvTile
 from service.tuning.tuners.pipeline.schedule import GemmTile, supports_async_copy
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
-from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, rows_per_piece, tile_record
+from service.tuning.tuners.ukernel.gpu_build import BuiltLibrary, build_libraries, time_library
+from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, rows_per_piece, tile_record
 from service.tuning.tuners.ukernel.gpu_routes import (
     GpuRouteDecision,
     GpuTimers,
@@ -46,19 +46,6 @@ from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
 from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
 from service.tuning.tuners.ukernel.tuner import NOISE_TIE, RangeOutcome, RangeSink, RangeTask
 from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes
-
-
-def build_cuda_ukernel(tile: UKernelTile, N: int, K: int, target: Mapping[str, Any]) -> CudaUKernel:
-    """Compile one uKernel (GEMM tile or GEMV) over a symbolic M. On a GPU host the spec records the sha256 of
-    the device code nvcc returned to TVM, which is what the exported library embeds; a host without a CUDA
-    runtime builds CUDA source only and records '' (no device code exists to hash)."""
-    with captured_device_code() as blobs:
-        module = build_module(tile, N, K, target)
-    digest = device_code_sha256(blobs)
-    spec = CudaUKernelSpec(
-        N=N, K=K, mt=rows_per_piece(tile), tile=tile_record(tile), target=dict(target), fatbin_sha256=digest
-    )
-    return CudaUKernel(module, spec)
 
 
 def depth_candidates(
@@ -156,6 +143,9 @@ class GPUUKernelTuner:
         # every candidate is built and timed in a child process: a hung kernel is killed after the timeout and a
         # faulting one takes only the child's CUDA context with it (service.tuning.isolation)
         runner = IsolatedRunner(job.measure_timeout_s)
+        # every variant to time (each proposal at each feasible depth) built at once, in parallel processes
+        variants = {c.tile.label(): self._variants(c.tile, N, K, arch, hw) for c in screened}
+        built = build_libraries([v for vs in variants.values() for v in vs], N, K, target, job.work_dir / "artifacts")
         for cand in screened:
             if sink.should_stop():
                 runner.close()
@@ -164,7 +154,7 @@ class GPUUKernelTuner:
             record = cand.to_record()
             candidates.append(record)
             try:
-                chosen, depths = self._best_depth(runner, cand.tile, N, K, target, arch, hw, cand.representative_m)
+                chosen, depths = self._best_depth(runner, variants[cand.tile.label()], built, hw, cand.representative_m)
                 record["depths_s"] = depths
                 uid = chosen.label()  # the label now names the chosen depth
                 record["id"] = uid
@@ -181,9 +171,11 @@ class GPUUKernelTuner:
                     ]
                 rows = rows_per_piece(chosen)
                 points = sample_ms(rows, job.s_max, job.measure_points)
-                seconds = runner.run(time_ukernel, chosen, N, K, dict(target), points, hw.l2_bytes)
+                library = _library(built[uid])
+                assert library.path is not None and library.spec is not None
+                seconds = runner.run(time_library, str(library.path), library.spec.to_dict(), points, hw.l2_bytes)
                 cost = TileCost.from_measurements(uid, rows, dict(zip(points, seconds, strict=True)))
-                kernel = build_cuda_ukernel(chosen, N, K, target)  # built here too: exported and dispatched
+                kernel = load_cuda_ukernel(library.path, library.spec, library.sha256)  # what is dispatched
             except Exception as exc:  # a tile the compiler or the GPU rejects is recorded, the others go on
                 errors += 1
                 record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -195,8 +187,7 @@ class GPUUKernelTuner:
                 continue
             kernels[uid] = kernel
             costs.append(cost)
-            path, digest = kernel.export(job.work_dir / "artifacts")
-            artifacts[uid] = _Artifact(path, digest, kernel.spec)
+            artifacts[uid] = _Artifact(library.path, library.sha256, kernel.spec)  # the file built and timed
         runner.close()
         candidates += [s.to_record() for s in gated]
         if not costs:
@@ -255,28 +246,38 @@ class GPUUKernelTuner:
         )
 
     @staticmethod
+    def _variants(tile: UKernelTile, N: int, K: int, arch: str, hw: HardwareModel) -> list[UKernelTile]:
+        """What ALCOP's depth question times for a proposal: every feasible depth of a GEMM tile; a GEMV kernel
+        (no shared-memory pipeline) as it is."""
+        return [tile] if isinstance(tile, GemvTile) else list(depth_candidates(tile, N, K, arch, hw))
+
+    @staticmethod
     def _best_depth(
         runner: IsolatedRunner,
-        tile: UKernelTile,
-        N: int,
-        K: int,
-        target: Mapping[str, Any],
-        arch: str,
+        variants: Sequence[UKernelTile],
+        built: Mapping[str, BuiltLibrary],
         hw: HardwareModel,
         m: int,
     ) -> tuple[UKernelTile, dict[str, float | str]]:
-        """ALCOP's question per uKernel: build every feasible depth and time it at the representative M, each in
-        the measuring child (a depth that hangs or faults is recorded and skipped). The depth is chosen on
-        repeated medians: each time is the median of 5 rounds of at least 50 ms, L2 flushed before each launch.
-        A GEMV kernel has no shared-memory pipeline: it is returned as it is."""
-        if isinstance(tile, GemvTile):
-            return tile, {}
-        best: tuple[float, GemmTile] | None = None
+        """ALCOP's question per uKernel: time every built depth at the representative M in the measuring child
+        (a depth that failed to build, hangs or faults is recorded and skipped). The depth is chosen on repeated
+        medians: each time is the median of 5 rounds of at least 50 ms, L2 flushed before each launch. A GEMV
+        kernel has one variant and is returned as it is, untimed here."""
+        if len(variants) == 1 and isinstance(variants[0], GemvTile):
+            return variants[0], {}
+        best: tuple[float, UKernelTile] | None = None
         timings: dict[str, float | str] = {}
-        for cand in depth_candidates(tile, N, K, arch, hw):
+        for cand in variants:
+            assert isinstance(cand, GemmTile)
             name = f"{cand.stages}{'a' if cand.async_copy else ''}"
+            library = built[cand.label()]
+            if library.error is not None or library.path is None or library.spec is None:
+                timings[name] = f"build: {library.error}"[:300]
+                continue
             try:
-                (seconds,) = runner.run(time_ukernel, cand, N, K, dict(target), [max(m, 1)], hw.l2_bytes)
+                (seconds,) = runner.run(
+                    time_library, str(library.path), library.spec.to_dict(), [max(m, 1)], hw.l2_bytes
+                )
             except Exception as exc:
                 timings[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 continue
@@ -284,7 +285,7 @@ class GPUUKernelTuner:
             if best is None or seconds < best[0]:
                 best = (seconds, cand)
         if best is None:
-            raise RuntimeError(f"every pipeline depth of {tile.label()} failed: {timings}")
+            raise RuntimeError(f"every pipeline depth of {variants[0].label()} failed: {timings}")
         return best[1], timings
 
     @staticmethod
@@ -330,16 +331,6 @@ class GPUUKernelTuner:
         return statistics.median(samples)
 
 
-def time_ukernel(
-    tile: UKernelTile, N: int, K: int, target: Mapping[str, Any], ms: Sequence[int], l2_bytes: int
-) -> list[float]:
-    """Build one uKernel and time it at each M (kernel only, L2 flushed before each launch): what the measuring
-    child process runs, on picklable values."""
-    spec = CudaUKernelSpec(N=N, K=K, mt=rows_per_piece(tile), tile=tile_record(tile), target=dict(target))
-    kernel = CudaUKernel(build_module(tile, N, K, target), spec)
-    return [kernel.time(m, l2_bytes=l2_bytes) for m in ms]
-
-
 @dataclasses.dataclass(frozen=True)
 class _Artifact:
     """What the ukernel job publishes per uKernel (same fields as kernel.UKernelArtifact)."""
@@ -353,3 +344,10 @@ def _single_table(kernel: CudaUKernel) -> Any:
     from kernelfleet.dispatch import DispatchTable, Interval, Shape
 
     return DispatchTable((Interval(1, kernel.spec.mt, Shape((), "k")),), {"k": kernel.spec.mt})
+
+
+def _library(built: BuiltLibrary) -> BuiltLibrary:
+    """The built library of a chosen variant, or its build error raised (the candidate is then recorded failed)."""
+    if built.error is not None:
+        raise RuntimeError(f"build failed: {built.error}")
+    return built

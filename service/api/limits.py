@@ -8,7 +8,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,41 +40,34 @@ class TokenBucket:
 
     def take(self, key: str, cost: float = 1.0) -> float:
         """Take `cost` tokens: 0 when admitted, else the seconds until they are there (nothing is taken)."""
-        return self._settle(key, cost, consume=True)
+        return self._settle(key, cost, "take")
 
     def charge(self, key: str, cost: float) -> None:
         """Take `cost` tokens whatever is left, into debt if need be: for work whose cost is known only once it
         is done (an export's rows), after a `take` admitted the request."""
-        now = self._clock()
-        with self._lock:
-            state = self._state.get(key)
-            if state is None:
-                self._make_room(now)
-            tokens = self.capacity if state is None else self._refilled(state, now)
-            self._state[key] = (tokens - cost, now)
-            self._state.move_to_end(key)
+        self._settle(key, cost, "charge")
 
     def wait(self, key: str, cost: float = 1.0) -> float:
         """The seconds until `cost` tokens are there (0: now), taking none."""
-        return self._settle(key, cost, consume=False)
+        return self._settle(key, cost, "wait")
 
     def __len__(self) -> int:
         return len(self._state)
 
-    def _settle(self, key: str, cost: float, consume: bool) -> float:
+    def _settle(self, key: str, cost: float, mode: Literal["take", "charge", "wait"]) -> float:
         now = self._clock()
         needed = min(cost, self.capacity)
         with self._lock:
             state = self._state.get(key)
             if state is None:
-                if not consume:  # an unknown key holds a full bucket, enough for any request: nothing to record
+                if mode == "wait":  # an unknown key holds a full bucket, enough for any request: nothing to record
                     return 0.0
                 self._make_room(now)
                 tokens = self.capacity
             else:
                 tokens = self._refilled(state, now)
-            if tokens >= needed:
-                if consume:
+            if tokens >= needed or mode == "charge":
+                if mode != "wait":
                     self._state[key] = (tokens - cost, now)
                     self._state.move_to_end(key)
                 return 0.0

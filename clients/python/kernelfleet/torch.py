@@ -198,7 +198,7 @@ class AcceleratedLinear(nn.Module):
         self._b: Any = None
         self._lock = threading.Lock()
         self.stats = LayerStats()
-        self._routes: dict[int, str] = {}  # S → _TABLE or _PYTORCH, once a call has seen which runs it
+        self._routes: dict[int, str] = {}  # S → _TABLE, _PYTORCH or _TRIAL, once a call has seen which runs it
         self.thread_scope: TorchThreadScope | None = None  # set by accelerate(thread_policy="managed")
         # accelerate(vendor_routes="pytorch"): the S the table gives to numpy run on PyTorch too
         self.numpy_routes_on_pytorch = False

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from service.tuning.tuners.gemmini.space import ACC_BANKS, DEFAULT_HW, SP_BANKS, HwConfig
-from service.tuning.tuners.gemmini.sram import SramCost, sram_cost
+from service.tuning.tuners.gemmini.sram import Ports, SramCost, sram_cost
 
 TECH_NM = 45
 REF_NM = 45  # the node of the logic figures below
@@ -93,9 +93,15 @@ def scratchpad_sram(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | Non
     return sram_cost(hw.sp_bytes, SP_BANKS, hw.dim * INPUT_BITS, tech_nm, cache_file)
 
 
+# The accumulator is two-ported in defaultConfig: it accumulates, reading a row while writing another in the same
+# cycle (one exclusive read and one exclusive write port per bank); a single-ported macro was priced before, and
+# CACTI gives the two-port one about 2.1x its area at 4-8 KiB (issue 36, re-checked against GemminiConfigs.scala).
+ACC_PORTS: Ports = (0, 1, 1)
+
+
 def accumulator_sram(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None = None) -> SramCost:
-    """acc_banks banks, each row DIM × accType bits."""
-    return sram_cost(hw.acc_bytes, ACC_BANKS, hw.dim * ACC_BITS, tech_nm, cache_file)
+    """acc_banks banks, each row DIM × accType bits, each macro with a read and a write port (ACC_PORTS)."""
+    return sram_cost(hw.acc_bytes, ACC_BANKS, hw.dim * ACC_BITS, tech_nm, cache_file, ACC_PORTS)
 
 
 def area_breakdown(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None = None) -> dict[str, float]:

@@ -115,9 +115,14 @@ def _save_disk(path: Path, entries: dict[str, dict[str, float]]) -> None:
         pass  # a read-only home only costs recomputation
 
 
-def run_cacti(size_bytes: int, row_bits: int, tech_nm: int) -> dict[str, float]:
-    """One CACTI 7 run for a single-bank SRAM macro: area (mm²), read/write energy (pJ), access time (ns),
-    standby leakage (mW). Raises CactiError when CACTI finds no organisation."""
+Ports = tuple[int, int, int]  # CACTI's read-write, exclusive read and exclusive write ports of one macro
+ONE_RW_PORT: Ports = (1, 0, 0)  # a single-ported SyncReadMem (the scratchpad's banks)
+
+
+def run_cacti(size_bytes: int, row_bits: int, tech_nm: int, ports: Ports = ONE_RW_PORT) -> dict[str, float]:
+    """One CACTI 7 run for a single-bank SRAM macro with `ports` (read-write, read, write): area (mm²),
+    read/write energy (pJ), access time (ns), standby leakage (mW). Raises CactiError when CACTI finds no
+    organisation."""
     from zigzag.hardware.architecture.get_cacti_cost import CactiConfig
 
     if tech_nm not in CACTI_NODES_NM:
@@ -133,6 +138,9 @@ def run_cacti(size_bytes: int, row_bits: int, tech_nm: int) -> dict[str, float]:
         "IO_bus_width": row_bits,
         "mem_type": '"ram"',
         "bank_count": 1,
+        "rd_wr_port": ports[0],
+        "ex_rd_port": ports[1],
+        "ex_wr_port": ports[2],
     }
     user = [opt["string"] + str(values.get(name, opt["default"])) + "\n" for name, opt in cfg.config_options.items()]
     with tempfile.TemporaryDirectory(prefix="cacti-") as td:
@@ -163,9 +171,11 @@ def run_cacti(size_bytes: int, row_bits: int, tech_nm: int) -> dict[str, float]:
     }
 
 
-def macro_cost(size_bytes: int, row_bits: int, tech_nm: int, cache_file: Path | None = None) -> dict[str, float]:
+def macro_cost(
+    size_bytes: int, row_bits: int, tech_nm: int, cache_file: Path | None = None, ports: Ports = ONE_RW_PORT
+) -> dict[str, float]:
     """`run_cacti`, memoised in memory and on disk."""
-    key = f"{tech_nm}nm/{size_bytes}B/{row_bits}b"
+    key = f"{tech_nm}nm/{size_bytes}B/{row_bits}b" + ("" if ports == ONE_RW_PORT else "/ports{}-{}-{}".format(*ports))
     with _lock:
         hit = _memo.get(key)
     if hit is not None:
@@ -176,7 +186,7 @@ def macro_cost(size_bytes: int, row_bits: int, tech_nm: int, cache_file: Path | 
         with _lock:
             _memo[key] = disk
         return disk
-    val = run_cacti(size_bytes, row_bits, tech_nm)
+    val = run_cacti(size_bytes, row_bits, tech_nm, ports)
     with _lock:
         _memo[key] = val
         _save_disk(path, {key: val})
@@ -189,9 +199,15 @@ def clear_memory_cache() -> None:
 
 
 def sram_cost(
-    size_bytes: int, bank_count: int, row_width_bits: int, tech_nm: int = 45, cache_file: Path | None = None
+    size_bytes: int,
+    bank_count: int,
+    row_width_bits: int,
+    tech_nm: int = 45,
+    cache_file: Path | None = None,
+    ports: Ports = ONE_RW_PORT,
 ) -> SramCost:
-    """Area of a banked SRAM and the energy of one row access to one bank, from CACTI 7 (see the module doc)."""
+    """Area of a banked SRAM and the energy of one row access to one bank, from CACTI 7 (see the module doc);
+    each bank's macros have `ports` (read-write, read, write)."""
     if size_bytes <= 0 or bank_count <= 0 or row_width_bits <= 0:
         raise ValueError("size, bank count and row width must be positive")
     if size_bytes % bank_count:
@@ -204,7 +220,7 @@ def sram_cost(
     rows = bank_bytes * 8 // row_width_bits
     clamped = rows < MIN_ROWS
     macro_bytes = max(rows, MIN_ROWS) * width // 8
-    m = macro_cost(macro_bytes, width, tech_nm, cache_file)
+    m = macro_cost(macro_bytes, width, tech_nm, cache_file, ports)
     return SramCost(
         size_bytes=size_bytes,
         bank_count=bank_count,

@@ -1,25 +1,28 @@
-"""Half-precision BERT dense layers on one NVIDIA GPU: our fp16 uKernels against cuBLAS fp16, kernel-only.
+"""BERT dense layers on one NVIDIA GPU: our uKernels alone against cuBLAS in the same dtype, kernel-only.
 
-Issue 32 item 4's measurement. The uKernels are the two half-precision families the static model predicts
-(`bench/gpu_model_report.py` §3) but the GPU tuner does not yet propose: the tensor-core tiles
-(`service.tuning.tuners.pipeline.tensorcore`: ldmatrix, mma.sync m16n8k16, cp.async pipeline) and the fp16 GEMV
-family (`pipeline.gemv`, W streamed into registers). Every kernel serves any M (symbolic M).
+Issue 32's measurement of the kernels themselves (no tuner, no routing), per `--dtype`:
+- float32: what the GPU tuner would measure, the static model's passing proposals (SIMT GEMM tiles and the GEMV
+  family, `service.tuning.tuners.ukernel.gpu_screen`);
+- float16 / bfloat16 (item 4): the tensor-core tiles (`service.tuning.tuners.pipeline.tensorcore`: ldmatrix,
+  mma.sync m16n8k16, cp.async pipeline), not yet in the tuner, and the fp16 GEMV family (`pipeline.gemv`, W
+  streamed into registers; no bf16 GEMV yet).
+Every kernel serves any M (symbolic M).
 
 Per layer and T, on the same tensors:
-- correctness first: each kernel's Y against `F.linear` in fp32 on the same fp16 inputs (relative error ≤ 1e-2);
-  a wrong kernel is reported and never timed;
-- kernel-only time of each kernel and of cuBLAS fp16 (`F.linear` on fp16 tensors, torch's default, fp16 out),
+- correctness first: each kernel's Y against `F.linear` in fp32 on the same inputs (relative error ≤ 1e-2 in half
+  precision, 1e-3 in fp32); a wrong kernel is reported and never timed;
+- kernel-only time of each kernel and of cuBLAS (`F.linear` on tensors of the dtype, torch's defaults),
   each captured 50× into one CUDA graph and replayed (`kernelfleet.cuda_ukernel.graph_seconds`), both sides
   cycling through copies of W twice the L2, so neither reads a W left in the L2 by the previous call;
 - the two sides interleaved (ours, cuBLAS, ours, cuBLAS, ... `--rounds` times); the row keeps every round's
   sample and reports the medians and their spread.
-Our side is the best correct kernel at that T (what a dispatch table routes to). Our Y is fp32 (the fp32
-accumulators written out) while cuBLAS writes fp16: our side writes twice the output bytes.
+Our side is the best correct kernel at that T (what a dispatch table routes to). In half precision our Y is
+fp32 (the fp32 accumulators written out) while cuBLAS writes fp16: our side writes twice the output bytes.
 
 Summary: geomean over T of cuBLAS / ours and the worst T, per layer. Goal (issue 32): ≥ 1.0× with no T below 0.9×.
 
-    python bench/gpu_fp16.py --out fp16.json                       # qkv and ffn_down, T = 1..128 (8 points)
-    python bench/gpu_fp16.py --dry-run                             # CPU host: builds and compiles every kernel
+    python bench/gpu_ukernels.py --dtype float16 --out fp16.json   # qkv and ffn_down, T = 1..128 (8 points)
+    python bench/gpu_ukernels.py --dry-run                         # CPU host: builds and compiles every kernel
 
 Importable without torch; the dry run needs TVM and nvcc only.
 """
@@ -29,7 +32,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import statistics
 import sys
@@ -39,12 +41,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from gpu_dynamic_bert import LAYERS, geomean, int_list  # the same BERT layers and argument parsing (no torch/TVM)
+
 ROOT = Path(__file__).resolve().parents[1]
 for extra in (ROOT, ROOT / "clients" / "python"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-LAYERS = {"qkv": (2304, 768), "attn_out": (768, 768), "ffn_up": (3072, 768), "ffn_down": (768, 3072)}
 TS = (1, 2, 4, 8, 16, 32, 64, 128)
 # the report's three tiles (gpu_model_report.TENSOR_CORE_TILES) and neighbours: narrower blocks for small T
 # (more CTAs over N), wider ones for T = 64..128
@@ -62,10 +65,6 @@ GEMV_MAX_T = 16  # the GEMV family's range (pipeline/gemv.py: T <= 16)
 MAX_REL_ERR = 1e-2
 
 
-def int_list(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", default="qkv,ffn_down", help="comma-separated of " + ", ".join(LAYERS))
@@ -74,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per T (ours, cuBLAS, ...)")
     parser.add_argument("--arch", default=None, help="sm_XX (default: the GPU's; the dry run: sm_90a)")
     parser.add_argument("--dry-run", action="store_true", help="build and compile every kernel, no GPU")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "gpu_fp16.json")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "gpu_ukernels.json")
     args = parser.parse_args(argv)
     args.layers = [name.strip() for name in args.layers.split(",") if name.strip()]
     unknown = [name for name in args.layers if name not in LAYERS]
@@ -83,10 +82,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.ts or min(args.ts) < 1:
         parser.error("--ts: give T >= 1")
     return args
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

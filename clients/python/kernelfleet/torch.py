@@ -305,13 +305,7 @@ class AcceleratedLinear(nn.Module):
             except RuntimeError:  # an inference tensor has no version counter (and cannot change in place)
                 w_key = (w.data_ptr(), -1)
             if (
-                w_key == self._w_key
-                and x.dtype is _F32
-                and x.is_cpu
-                and not (
-                    torch.is_grad_enabled()
-                    and (x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))
-                )
+                w_key == self._w_key and x.dtype is _F32 and x.is_cpu and not _tracks_grad(x, w, bias)
             ):
                 x2 = x if len(shape) == 2 else x.reshape(S, K)
                 if not x2.is_contiguous():
@@ -319,9 +313,7 @@ class AcceleratedLinear(nn.Module):
                 xa = (x2.detach() if x2.requires_grad else x2).numpy()
                 d = self._cpu_dispatcher  # _TABLE routes are CPU dispatchers' only
                 assert d is not None
-                scope = self.thread_scope
-                if scope is not None and not scope.narrowed:
-                    scope.narrow()
+                self._narrow_threads()
                 if self.fused_bias:
                     y = torch.from_numpy(d(xa, self._w, bias=self._bias_view(bias)))
                 else:
@@ -347,9 +339,7 @@ class AcceleratedLinear(nn.Module):
             return self._fallback(x, "dtype", S)
         if not ((x.is_cuda and w.is_cuda) if self._cuda else (x.is_cpu and w.is_cpu)):
             return self._fallback(x, "device", S)
-        if torch.is_grad_enabled() and (
-            x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad)
-        ):
+        if _tracks_grad(x, w, bias):
             return self._fallback(x, "autograd", S)
         if S == 0:  # empty, or not [..., K]: PyTorch gives the empty result or the error
             return self._fallback(x, "empty", S)
@@ -373,9 +363,7 @@ class AcceleratedLinear(nn.Module):
             self._routed(S, _now() - start)
             return y
         if isinstance(d, Dispatcher):
-            scope = self.thread_scope
-            if scope is not None and not scope.narrowed:
-                scope.narrow()
+            self._narrow_threads()
             xa = (x2.detach() if x2.requires_grad else x2).numpy()
             fused = self.fused_bias
             y = torch.from_numpy(d(xa, self._weight_view(w), bias=self._bias_view(bias) if fused else None))
@@ -397,6 +385,12 @@ class AcceleratedLinear(nn.Module):
         self.dispatcher.record_route(S, seconds)  # type: ignore[union-attr]  # only Dispatchers have PyTorch routes
         self._count(S)
 
+    def _narrow_threads(self) -> None:
+        """A uKernel is about to run: the thread scope (thread_policy="managed") narrows PyTorch for the forward."""
+        scope = self.thread_scope
+        if scope is not None and not scope.narrowed:
+            scope.narrow()
+
     def _in_model_check(self, x: torch.Tensor, S: int) -> torch.Tensor:
         """The table runs S on uKernels, timed against the job's libraries in isolation; inside a model the other
         libraries' thread pools (and PyTorch's between layers) change that. After the first call at S (checks,
@@ -405,14 +399,7 @@ class AcceleratedLinear(nn.Module):
         is IN_MODEL_MARGIN faster, else it goes to PyTorch. The medians and the choice are in `stats.in_model`."""
         w, bias = self._parameters["weight"], self._parameters["bias"]
         assert w is not None
-        if (
-            x.dtype is not _F32
-            or not x.is_cpu
-            or (
-                torch.is_grad_enabled()
-                and (x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))
-            )
-        ):
+        if x.dtype is not _F32 or not x.is_cpu or _tracks_grad(x, w, bias):
             return self._checked(x, S)  # a call the table would not run (its fallback), not a sample
         table_s, torch_s = self._trials.setdefault(S, ([], []))
         if len(table_s) <= len(torch_s):
@@ -596,6 +583,11 @@ def _fits(table_epilogue: Epilogue, site: _Site) -> bool:
     if table_epilogue.activation == "none":
         return True
     return table_epilogue.activation == site.activation and table_epilogue.bias == site.dense.bias
+
+
+def _tracks_grad(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Autograd must see this call (PyTorch runs it): grad mode is on and an operand requires grad."""
+    return torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))
 
 
 class TorchThreadScope:

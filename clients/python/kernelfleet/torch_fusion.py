@@ -118,7 +118,7 @@ class GatedPair:
 
 
 # Whether gated pairs are stacked (import and runtime read it on each call): False only to measure what stacking
-# gains (bench/accelerate_stacking.py), the gates then fusing their activation as any other layer.
+# gains (bench/accelerate_ab.py --compare stacking), the gates then fusing their activation as any other layer.
 STACK_GATED_PAIRS = True
 
 

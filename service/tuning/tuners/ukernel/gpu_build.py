@@ -13,7 +13,6 @@ A variant that TVM or nvcc refuses is returned with its error, and the others go
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 from kernelfleet.cuda_ukernel import CudaUKernel, CudaUKernelSpec, load_cuda_ukernel
 from service.tuning.cuda_toolchain import captured_device_code, device_code_sha256
+from service.tuning.hardware import usable_cores
 from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, rows_per_piece, tile_record
 
 
@@ -48,6 +48,12 @@ class BuiltLibrary:
     spec: CudaUKernelSpec | None = None
     error: str | None = None
 
+    def require(self) -> tuple[Path, CudaUKernelSpec]:
+        """(path, spec) of the library, or its build error raised."""
+        if self.path is None or self.spec is None:
+            raise RuntimeError(f"build failed: {self.error}")
+        return self.path, self.spec
+
 
 def _build_and_export(tile: UKernelTile, n: int, k: int, target: dict[str, Any], directory: str) -> dict[str, Any]:
     """In a pool process: build one variant and export it; plain values back (picklable)."""
@@ -70,8 +76,7 @@ def build_libraries(
     if not unique:
         return {}
     directory.mkdir(parents=True, exist_ok=True)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    count = max(1, min(workers or cores, len(unique)))
+    count = max(1, min(workers or usable_cores(), len(unique)))
     # spawn: a forked child would inherit the parent's CUDA context and TVM state
     context = multiprocessing.get_context("spawn")
     out: dict[str, BuiltLibrary] = {}

@@ -171,11 +171,10 @@ class GPUUKernelTuner:
                     ]
                 rows = rows_per_piece(chosen)
                 points = sample_ms(rows, job.s_max, job.measure_points)
-                library = _library(built[uid])
-                assert library.path is not None and library.spec is not None
-                seconds = runner.run(time_library, str(library.path), library.spec.to_dict(), points, hw.l2_bytes)
+                path, spec = built[uid].require()
+                seconds = runner.run(time_library, str(path), spec.to_dict(), points, hw.l2_bytes)
                 cost = TileCost.from_measurements(uid, rows, dict(zip(points, seconds, strict=True)))
-                kernel = load_cuda_ukernel(library.path, library.spec, library.sha256)  # what is dispatched
+                kernel = load_cuda_ukernel(path, spec, built[uid].sha256)  # what is dispatched
             except Exception as exc:  # a tile the compiler or the GPU rejects is recorded, the others go on
                 errors += 1
                 record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -187,7 +186,7 @@ class GPUUKernelTuner:
                 continue
             kernels[uid] = kernel
             costs.append(cost)
-            artifacts[uid] = _Artifact(library.path, library.sha256, kernel.spec)  # the file built and timed
+            artifacts[uid] = _Artifact(path, built[uid].sha256, kernel.spec)  # the file built and timed
         runner.close()
         candidates += [s.to_record() for s in gated]
         if not costs:
@@ -270,14 +269,9 @@ class GPUUKernelTuner:
         for cand in variants:
             assert isinstance(cand, GemmTile)
             name = f"{cand.stages}{'a' if cand.async_copy else ''}"
-            library = built[cand.label()]
-            if library.error is not None or library.path is None or library.spec is None:
-                timings[name] = f"build: {library.error}"[:300]
-                continue
             try:
-                (seconds,) = runner.run(
-                    time_library, str(library.path), library.spec.to_dict(), [max(m, 1)], hw.l2_bytes
-                )
+                path, spec = built[cand.label()].require()
+                (seconds,) = runner.run(time_library, str(path), spec.to_dict(), [max(m, 1)], hw.l2_bytes)
             except Exception as exc:
                 timings[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 continue
@@ -344,10 +338,3 @@ def _single_table(kernel: CudaUKernel) -> Any:
     from kernelfleet.dispatch import DispatchTable, Interval, Shape
 
     return DispatchTable((Interval(1, kernel.spec.mt, Shape((), "k")),), {"k": kernel.spec.mt})
-
-
-def _library(built: BuiltLibrary) -> BuiltLibrary:
-    """The built library of a chosen variant, or its build error raised (the candidate is then recorded failed)."""
-    if built.error is not None:
-        raise RuntimeError(f"build failed: {built.error}")
-    return built

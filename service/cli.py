@@ -155,14 +155,17 @@ def fleet_simulate(
     ] = 1_000_000,
     layers: Annotated[int, typer.Option(min=1, help="distinct dense layers served, the largest FLOP shares")] = 5,
     quick: Annotated[bool, typer.Option(help="40 requests/day, the top 2 layers, one tuning job per day")] = False,
+    runs: Annotated[int, typer.Option(min=1, max=10, help="independent runs (fresh store, other traffic seed)")] = 1,
+    holdout: Annotated[int, typer.Option(min=2, help="hosts run 1 call in this many on their baseline")] = 2,
     port: int = 8766,
 ) -> None:
-    """Run the fleet loop for N simulated days on BERT-base and GPT-2 small's dense layers: measured fleet time,
-    savings and tuning cost."""
+    """Run the fleet loop for N simulated days on BERT-base and GPT-2 small's dense layers: savings measured by the
+    hosts' A/B holdout with their interval, tables rolled back, tuning cost; with --runs, the spread across runs."""
     from service.fleet_sim import main as simulate
 
     with refusal_in_one_line():
-        simulate(days=days, requests=requests, fleet_calls=fleet_calls, layers=layers, quick=quick, port=port)
+        simulate(days=days, requests=requests, fleet_calls=fleet_calls, layers=layers, quick=quick, port=port,
+                 runs=runs, holdout=holdout)  # fmt: skip
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys (needs an admin key).")

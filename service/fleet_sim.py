@@ -9,24 +9,26 @@ forward pass. Traffic is a histogram of (batch, seq) per model and day, M = batc
   day 2  GPT-2 is added (40 % of requests: decode M = 1..8, some prefill up to 128), BERT's sequences shift
          longer (16..256), past the range day 1 tuned;
   day 3+ GPT-2 takes 60 % of requests.
-Each day this process serves a sample of requests: for every served workload of the request's model one call
-really runs at its M (the SDK dispatcher: the published uKernel table, or numpy with the same bias/activation
-when there is none) and is timed; one call stands for (occurrences × scale) production calls. Telemetry for
-day d goes to the real API; the daily run for day d+1 ranks, budgets and submits ordinary jobs to the real
-worker (the Supervisor), and the next day's traffic uses what they published.
+Each day this process serves a sample of requests as a host does: for every served workload of the request's model
+one call runs at its M through the SDK dispatcher (the published uKernel table, or with none the host's baseline),
+and the dispatcher holds calls out for the baseline (kernelfleet.holdout): one in `--holdout` per shape runs PyTorch's
+linear with the same bias and activation, what hosts of these models run without KernelFleet. Served and held-out
+calls interleave in time, in this one process, with default thread settings. The day's telemetry (the SDK's own
+records: volume scaled to `--fleet-calls`, holdout sums as sampled) goes to the real API; the saving is the service's
+measurement (GET /v1/fleet/savings: served volume × the difference of the sides' means, with a 95 % interval), not
+this script's. The daily run for day d+1 then rolls back tables its telemetry shows slower, ranks, budgets and
+submits ordinary jobs to the real worker (the Supervisor), and the next day's traffic uses what they published.
 
-Savings are measured, not modelled: every day the same sample also runs on an untuned host (numpy with the
-same epilogue, as a block of its own, the way an untuned host runs back to back), so saving = (untuned −
-served) seconds per call × calls × scale. Tuning cost = the workers' wall seconds for the fleet's jobs
-(finished − started, from the store) plus the daily runs' own wall time. scale = the fleet's production calls of
-the served layers per day (default 10^6) ÷ the day's sampled calls; savings ÷ cost grows with it, so the table
-prints the break-even traffic too.
+Tuning cost = the worker's wall seconds for the fleet's jobs (finished − started, from the store) plus the daily
+runs' own wall time. Day 1 has no tables, so both sides run the baseline: its saving is the noise floor. `--runs N`
+repeats the whole simulation on fresh stores with other traffic seeds and prints the spread.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import subprocess
 import sys
@@ -42,16 +44,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelfleet import Client
+from kernelfleet import Client, vendor
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
+from kernelfleet.telemetry import usage_records
 from service.demo import _wait_ready
 from service.launch import Supervisor
 from service.settings import Settings
 
 MODELS = ("bert", "gpt2")
 FLEET_CALLS_PER_DAY = 1_000_000  # production calls of the served layers per day the sample stands for
-MIN_TIMINGS = 5  # paired timings per (layer, M) and day at least
+MIN_SIDE = 4  # holdout samples per (layer, M), day and side at least
+HOLDOUT_EVERY = 2  # the sample is small: one call in 2 is held out (production hosts: 1 in 100)
 WEIGHT_COPIES = 3  # weights rotate through copies, so calls do not all find one W hot in cache
 BERT_SHORT = {(1, 8): 0.30, (1, 16): 0.25, (1, 32): 0.20, (1, 64): 0.15, (1, 128): 0.10}
 BERT_LONG = {(1, 16): 0.15, (1, 32): 0.20, (1, 64): 0.25, (1, 128): 0.25, (1, 256): 0.15}
@@ -162,10 +166,11 @@ def time_shares(layers: list[Layer], days: int) -> list[float]:
 # -- serving ------------------------------------------------------------------------------------------------------
 @dataclass
 class DayStats:
-    """Per (layer, M): calls run, served seconds, untuned seconds, fallbacks; per model: the same sums."""
+    """What the sample ran: per (layer, M) the production calls it stands for (occurrences per forward pass
+    included); per model the requests."""
 
-    shapes: dict[tuple[str, int], list[float]] = field(default_factory=dict)
-    models: dict[str, list[float]] = field(default_factory=dict)  # model → [requests, served s, untuned s]
+    volume: dict[tuple[str, int], int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
 
 
 def _sample_requests(rng: np.random.Generator, day: int, n: int) -> list[tuple[str, int, int]]:
@@ -184,82 +189,93 @@ def _sample_requests(rng: np.random.Generator, day: int, n: int) -> list[tuple[s
 def serve_day(
     layers: list[Layer], dispatchers: dict[str, Dispatcher], requests: list[tuple[str, int, int]]
 ) -> DayStats:
-    """Run the sample as served (the dispatchers) and as an untuned host (numpy with the same epilogue), paired.
-
-    Every sampled call runs on both paths back to back, which path first alternating, on like operands; a
-    (layer, M) timed fewer than MIN_TIMINGS times is run again until it has that many. A shape's seconds per
-    call on each path is the median of its timings (the machine is shared: a mean would count the neighbours'
-    bursts), times its calls (occurrences per forward pass included)."""
+    """Serve the sample as a host does: one call per served layer use per request, through the dispatchers, which
+    hold calls out for the hosts' baseline (kernelfleet.holdout, set up by the caller); a (layer, M) with fewer
+    than MIN_SIDE samples on either side is called again until it has them. Weights rotate through copies, so
+    calls do not all find one W hot in cache."""
     stats = DayStats()
-    untuned = {layer.key: Dispatcher(None, {}, N=None, K=None, epilogue=layer.epilogue) for layer in layers}
     by_key = {layer.key: layer for layer in layers}
-    inputs: dict[tuple[int, int], list[np.ndarray]] = {}  # one X per path, so neither finds the other's hot
-    calls: list[tuple[str, str, int, int]] = []  # (model, layer key, M, occurrences)
+    inputs: dict[tuple[int, int], np.ndarray] = {}
+    calls: list[tuple[str, int]] = []  # (layer key, M), in the order the requests make them
     for model, b, s in requests:
+        stats.requests[model] = stats.requests.get(model, 0) + 1
         for layer in layers:
             for expr, occ in layer.uses.get(model, []):
                 m, k = _m_of(expr, b, s), layer.body["dims"]["K"]
                 if (m, k) not in inputs:
-                    gen = np.random.default_rng(m * 7919 + k)
-                    inputs[(m, k)] = [gen.standard_normal((m, k), dtype=np.float32) for _ in range(2)]
-                calls.append((model, layer.key, m, occ))
-    for layer in layers:  # pack weights and touch the program once, off the clock
-        for w, bias in layer.weights:
+                    inputs[(m, k)] = np.random.default_rng(m * 7919 + k).standard_normal((m, k), dtype=np.float32)
+                calls.append((layer.key, m))
+                stats.volume[(layer.key, m)] = stats.volume.get((layer.key, m), 0) + occ
+    for layer in layers:  # pack weights off the clock (each S's first call is not a holdout sample either)
+        for w, _ in layer.weights:
             dispatchers[layer.key].prepare(w)
-            dispatchers[layer.key](np.ones((1, w.shape[1]), np.float32), w, bias=bias)
-    timings: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-    turn = [0]
+    turn = 0
 
     def run(key: str, m: int) -> None:
-        # which path runs first alternates per (layer, M); each path takes its own X and the next weight copy,
-        # so the second never finds the first's operands hot in cache (the uKernels read packed copies anyway)
-        served, base = timings.setdefault((key, m), ([], []))
-        order = (0, 1) if len(served) % 2 == 0 else (1, 0)
-        for path in order:
-            turn[0] += 1
-            w, bias = by_key[key].weights[turn[0] % WEIGHT_COPIES]
-            x = inputs[(m, w.shape[1])][path]
-            d, into = (dispatchers[key], served) if path == 0 else (untuned[key], base)
-            t0 = time.perf_counter()
-            d(x, w, bias=bias)
-            into.append(time.perf_counter() - t0)
+        nonlocal turn
+        turn += 1
+        w, bias = by_key[key].weights[turn % WEIGHT_COPIES]
+        dispatchers[key](inputs[(m, w.shape[1])], w, bias=bias)
 
-    for _, key, m, _ in calls:
+    for key, m in calls:
         run(key, m)
-    for (key, m), (served, _) in list(timings.items()):
-        for _ in range(len(served), MIN_TIMINGS):
+    for key, m in dict.fromkeys(calls):
+        holdout = dispatchers[key].holdout
+        assert holdout is not None, "the simulated hosts hold calls out"
+        while True:
+            sample = holdout.samples().get(m)
+            if sample is not None and min(sample.served_calls, sample.baseline_calls) >= MIN_SIDE:
+                break
             run(key, m)
-    per_call = {shape: (float(np.median(a)), float(np.median(b))) for shape, (a, b) in timings.items()}
-    for model, key, m, occ in calls:
-        served_s, untuned_s = per_call[(key, m)]
-        acc = stats.shapes.setdefault((key, m), [0, 0.0, 0.0, 0])
-        acc[0] += occ
-        acc[1] += served_s * occ
-        acc[2] += untuned_s * occ
-        acc[3] += occ if dispatchers[key].table is None else 0
-        per_model = stats.models.setdefault(model, [0, 0.0, 0.0])
-        per_model[1] += served_s * occ
-        per_model[2] += untuned_s * occ
-    for model, _, _ in requests:
-        stats.models.setdefault(model, [0, 0.0, 0.0])[0] += 1
-    for d in dispatchers.values():
-        d.usage(reset=True)  # telemetry is built from the medians above, one record per (layer, M)
     return stats
+
+
+def day_records(
+    layers: list[Layer], dispatchers: dict[str, Dispatcher], stats: DayStats, scale: float, day: dt.date
+) -> list[dict[str, Any]]:
+    """The day's telemetry as the SDK builds it (kernelfleet.telemetry.usage_records), each record's calls and
+    kernel seconds scaled to the production volume its sampled calls stand for; the holdout sums stay the
+    sample's (they are timings, not volume)."""
+    records = []
+    for layer in layers:
+        for record in usage_records(dispatchers[layer.key], day):
+            ran = record["calls"]
+            volume = max(ran, round(stats.volume.get((layer.key, record["shape"]["M"]), 0) * scale))
+            record["kernel_seconds"] *= volume / ran
+            record["fallbacks"] = round(record["fallbacks"] * volume / ran)
+            record["calls"] = volume
+            records.append(record)
+    return records
 
 
 # -- the loop -----------------------------------------------------------------------------------------------------
 @dataclass
 class DayRow:
     day: dt.date
-    models: dict[str, list[float]]
-    served_s: float  # fleet kernel seconds per day (scaled)
-    untuned_s: float  # the same traffic on an untuned host (scaled)
-    fallbacks: float
-    tables: int
-    scale: float  # production calls per sampled call that day  # served layers with a published table
-    cost_s: float = 0.0  # tuning wall seconds spent by the run after this day (jobs + the run itself)
+    requests: dict[str, float]  # model → requests per day (scaled)
+    measured: dict[str, Any]  # the service's MeasuredSaving for the day (GET /v1/fleet/savings)
+    tables: int  # served layers with a published table
+    scale: float  # production calls per sampled call that day
+    cost_s: float = 0.0  # worker seconds the run after this day spent (its jobs + the run itself)
     jobs: list[str] = field(default_factory=list)
-    run_estimate: dict[str, Any] = field(default_factory=dict)  # the daily run's own `realized` (modelled)
+    rollbacks: list[dict[str, Any]] = field(default_factory=list)  # tables the run after this day rolled back
+    modelled: dict[str, Any] = field(default_factory=dict)  # the run's modelled estimate, shown as such
+
+    @property
+    def served_s(self) -> float:
+        return float(sum(t["served_s_per_day"] for t in self.measured["tasks"]))
+
+    @property
+    def baseline_s(self) -> float:
+        return float(sum(t["baseline_s_per_day"] for t in self.measured["tasks"]))
+
+    @property
+    def saved_s(self) -> float:
+        return float(self.measured["saved_s_per_day"])
+
+    @property
+    def ci95_s(self) -> float:
+        return float(self.measured["ci95_s_per_day"])
 
 
 @dataclass
@@ -268,14 +284,18 @@ class SimResult:
     layers: list[tuple[str, float, bool]]  # (description, time share, served)
     requests: int
     fleet_calls: int
+    holdout: int
+    machine: str = ""
 
-    def cumulative(self) -> list[tuple[float, float]]:
-        """(savings, cost) summed up to each day: the cost of the runs whose jobs that day could use."""
-        out, saved, cost = [], 0.0, 0.0
+    def cumulative(self) -> list[tuple[float, float, float]]:
+        """(savings, their 95 % half-width, cost) summed up to each day: the cost of the runs whose jobs that day
+        could use; days are independent samples, so variances add."""
+        out, saved, var, cost = [], 0.0, 0.0, 0.0
         for i, row in enumerate(self.rows):
-            saved += row.untuned_s - row.served_s
+            saved += row.saved_s
+            var += row.ci95_s**2
             cost += self.rows[i - 1].cost_s if i > 0 else 0.0
-            out.append((saved, cost))
+            out.append((saved, math.sqrt(var), cost))
         return out
 
 
@@ -284,6 +304,13 @@ def _job_seconds(client: Client, job_id: str) -> float:
     if job.started_at is None or job.finished_at is None:
         return 0.0
     return float((job.finished_at - job.started_at).total_seconds())
+
+
+def _run_seconds(report: dict[str, Any]) -> float:
+    if not report.get("finished_at"):
+        return 0.0
+    finished, created = (dt.datetime.fromisoformat(report[k]) for k in ("finished_at", "created_at"))
+    return (finished - created).total_seconds()
 
 
 def main(
@@ -296,13 +323,15 @@ def main(
     port: int = 8766,
     data_dir: Path | None = None,
     console: Console | None = None,
-) -> SimResult:
+    runs: int = 1,
+    holdout: int = HOLDOUT_EVERY,
+) -> list[SimResult]:
+    """`runs` independent runs (each a fresh service and store, its own traffic seed), each printed, then their
+    spread."""
     console = console or Console(width=None if sys.stdout.isatty() else 200)
     if quick:
         requests, layers = min(requests, 40), min(layers, 2)
         os.environ.setdefault("KERNELFLEET_FLEET_DAILY_TRIALS", "16")  # one unit: one ukernel job per day
-    data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kernelfleet-fleet-sim-"))
-    os.environ["KERNELFLEET_DATA_DIR"] = str(data_dir)
     for var in ("KERNELFLEET_DATABASE_URL", "KERNELFLEET_BROKER_URL"):
         os.environ.pop(var, None)  # always the embedded default
     os.environ.setdefault("KERNELFLEET_FLEET_DAILY_TRIALS", "64")
@@ -315,9 +344,10 @@ def main(
     order = sorted(range(len(all_layers)), key=lambda i: -shares[i])
     served = [all_layers[i] for i in order[:layers]]
     console.print(
-        f"[bold]fleet simulation[/]: {days} days; BERT-base and GPT-2 small ({n_layers} layers, random weights) "
-        f"read in {time.monotonic() - t0:.0f} s; {requests} sampled requests per day standing for "
-        f"{fleet_calls:,} calls/day of the served layers"
+        f"[bold]fleet simulation[/]: {days} days, {runs} run(s) on {machine_name()}; BERT-base and GPT-2 small "
+        f"({n_layers} layers, random weights) read in {time.monotonic() - t0:.0f} s; {requests} sampled requests "
+        f"per day standing for {fleet_calls:,} calls/day of the served layers; hosts hold 1 call in {holdout} out "
+        "for their baseline (PyTorch, what these models run without KernelFleet)"
     )
     for i in order:
         layer = all_layers[i]
@@ -334,7 +364,40 @@ def main(
             )
             for _ in range(WEIGHT_COPIES)
         ]
+    results = []
+    for run in range(runs):
+        run_dir = Path(tempfile.mkdtemp(prefix="kernelfleet-fleet-sim-")) if data_dir is None or runs > 1 else data_dir
+        rows = _simulate(served, days, requests, fleet_calls, holdout, port, run_dir, run, console)
+        result = SimResult(
+            rows=rows,
+            layers=[(all_layers[i].describe(), shares[i], all_layers[i] in served) for i in order],
+            requests=requests,
+            fleet_calls=fleet_calls,
+            holdout=holdout,
+            machine=machine_name(),
+        )
+        print_result(result, console, title=f"run {run + 1} of {runs}")
+        results.append(result)
+    if runs > 1:
+        print_spread(results, console)
+    return results
 
+
+def _simulate(
+    served: list[Layer],
+    days: int,
+    requests: int,
+    fleet_calls: int,
+    holdout: int,
+    port: int,
+    data_dir: Path,
+    seed: int,
+    console: Console,
+) -> list[DayRow]:
+    """One run: a fresh service on `data_dir`, `days` days of traffic (seeded by `seed`), the daily run after each
+    day, and after the last day too (its rollbacks are the last day's; its jobs serve no simulated day)."""
+    os.environ["KERNELFLEET_DATA_DIR"] = str(data_dir)
+    rng = np.random.default_rng(1000 + seed)
     supervisor = Supervisor(Settings(data_dir=data_dir), port=port, workers=1)
     admin_key = supervisor.start()
     rows: list[DayRow] = []
@@ -354,53 +417,40 @@ def main(
                     layer.workload_hash, fp, cache_dir=data_dir / "host-cache", epilogue=layer.epilogue
                 )
                 assert isinstance(d, Dispatcher), "the simulated fleet serves an llvm target"
-                dispatchers[layer.key] = d
-            sample = _sample_requests(rng, i, requests)
-            stats = serve_day(served, dispatchers, sample)
-            calls = sum(v[0] for v in stats.shapes.values())
-            scale = fleet_calls / max(1, calls)
-            hashes = {layer.key: layer.workload_hash for layer in served}
-            records: list[dict[str, Any]] = [
-                {
-                    "workload_hash": hashes[key],
-                    "target_fingerprint": fp,
-                    "shape": {"M": m},
-                    "calls": round(c * scale),
-                    "kernel_seconds": s * scale,
-                    "fallbacks": round(f * scale),
-                    "day": day.isoformat(),
-                }
-                for (key, m), (c, s, _, f) in stats.shapes.items()
-            ]
+                dispatchers[layer.key] = d.hold_out(holdout, vendor.TORCH)
+            stats = serve_day(served, dispatchers, _sample_requests(rng, i, requests))
+            scale = fleet_calls / max(1, sum(stats.volume.values()))
+            records = day_records(served, dispatchers, stats, scale, day)
             client.send_telemetry({"batch_id": str(uuid.uuid4()), "host": "simulated", "records": records})
             row = DayRow(
                 day=day,
-                models={m: [v[0] * scale, v[1] * scale, v[2] * scale] for m, v in stats.models.items()},
-                served_s=sum(v[1] for v in stats.shapes.values()) * scale,
-                untuned_s=sum(v[2] for v in stats.shapes.values()) * scale,
-                fallbacks=sum(v[3] for v in stats.shapes.values()) / max(1, calls),
+                requests={m: n * scale for m, n in stats.requests.items()},
+                measured=client.fleet_savings(since=day.isoformat(), until=day.isoformat()),
                 tables=sum(1 for d in dispatchers.values() if d.table is not None),
                 scale=scale,
             )
             rows.append(row)
             console.print(
-                f"day {i + 1} ({day}): models {', '.join(sorted(row.models))}; fleet time {row.served_s:,.0f} s/day "
-                f"served vs {row.untuned_s:,.0f} untuned; {row.tables}/{len(served)} layers on uKernel tables"
+                f"day {i + 1} ({day}): models {', '.join(sorted(row.requests))}; {row.tables}/{len(served)} layers on "
+                f"tables; saved {row.saved_s:,.0f} ± {row.ci95_s:,.0f} s/day (served {row.served_s:,.0f} vs "
+                f"baseline {row.baseline_s:,.0f}, {row.measured['measured_share']:.0%} of fleet time measured)"
             )
-            if i == days - 1:
-                break  # the run after the last day would only tune for a day that is not simulated
             run_day = day + dt.timedelta(days=1)
             client.run_fleet(run_day.isoformat())
             report = _wait_report(client, run_day)
+            row.rollbacks = report.get("rollbacks") or []
+            row.modelled = report.get("modelled") or {}
+            for b in row.rollbacks:
+                console.print(
+                    f"  rolled back by the run for {run_day}: {b['label']} ({b['served_s'] / b['other_s']:.2f}× "
+                    f"the {b['against']}; now serving {b['now_serving'] or 'no table'})"
+                )
+            if i == days - 1:
+                break  # the last run's jobs would only tune for a day that is not simulated
             row.jobs = [c["job_id"] for c in report["candidates"] if c.get("job_id")]
             for job_id in row.jobs:
                 client.wait(job_id, raise_on_failure=False, poll_s=1.0)
-            run_s = 0.0
-            if report.get("finished_at"):
-                run_s = (dt.datetime.fromisoformat(report["finished_at"]) - dt.datetime.fromisoformat(
-                    report["created_at"])).total_seconds()  # fmt: skip
-            row.cost_s = run_s + sum(_job_seconds(client, j) for j in row.jobs)
-            row.run_estimate = report.get("realized") or {}
+            row.cost_s = _run_seconds(report) + sum(_job_seconds(client, j) for j in row.jobs)
             states = [client.job(j).state for j in row.jobs]
             console.print(
                 f"  run for {run_day}: {len(report['candidates'])} candidates, {len(row.jobs)} jobs "
@@ -408,59 +458,77 @@ def main(
             )
     finally:
         supervisor.stop()
-    result = SimResult(
-        rows=rows,
-        layers=[(all_layers[i].describe(), shares[i], all_layers[i] in served) for i in order],
-        requests=requests,
-        fleet_calls=fleet_calls,
+    return rows
+
+
+def machine_name() -> str:
+    """The CPU model and core count, from /proc/cpuinfo (trusted over LLVM's name for it)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    return f"{model or 'unknown CPU'}, {os.cpu_count()} cores"
+
+
+def _ratio(saved: float, ci: float, cost: float) -> str:
+    return f"{saved / cost:,.1f}× [{(saved - ci) / cost:,.1f}, {(saved + ci) / cost:,.1f}]" if cost else "-"
+
+
+def print_result(result: SimResult, console: Console, title: str = "") -> None:
+    table = Table(
+        title=f"Fleet kernel time per day, {title}: measured by the hosts' A/B holdout on {result.machine} (scaled)"
     )
-    print_result(result, console)
-    return result
-
-
-def print_result(result: SimResult, console: Console) -> None:
-    table = Table(title="Fleet kernel time per day (measured on this machine, scaled; real models' dense layers)")
-    for col in ("day", "models (req/day)", "fleet time s/day", "untuned s/day", "vs untuned same day",
-                "vs day-1 untuned",
-                "fallbacks", "saved s/day", "cum. saved", "cum. tuning s", "saved ÷ cost"):  # fmt: skip
+    for col in ("day", "models (req/day)", "tables", "served s/day", "baseline s/day", "speedup", "measured",
+                "saved s/day (95 %)", "cum. saved", "cum. tuning s", "saved ÷ cost [95 %]"):  # fmt: skip
         table.add_column(col, justify="right")
-    day1 = result.rows[0].untuned_s if result.rows else 1.0
-    for row, (saved, cost) in zip(result.rows, result.cumulative(), strict=True):
+    for row, (saved, ci, cost) in zip(result.rows, result.cumulative(), strict=True):
+        speedup = row.measured.get("speedup")
         table.add_row(
             str(row.day),
-            " ".join(f"{m} {v[0]:,.0f}" for m, v in sorted(row.models.items())),
+            " ".join(f"{m} {n:,.0f}" for m, n in sorted(row.requests.items())),
+            str(row.tables),
             f"{row.served_s:,.0f}",
-            f"{row.untuned_s:,.0f}",
-            f"{row.served_s / row.untuned_s:.2f}×" if row.untuned_s else "-",
-            f"{row.served_s / day1:.2f}×",
-            f"{row.fallbacks:.0%}",
-            f"{row.untuned_s - row.served_s:,.0f}",
+            f"{row.baseline_s:,.0f}",
+            f"{speedup:.2f}×" if speedup else "-",
+            f"{row.measured['measured_share']:.0%}",
+            f"{row.saved_s:,.0f} ± {row.ci95_s:,.0f}",
             f"{saved:,.0f}",
             f"{cost:,.0f}",
-            f"{saved / cost:,.1f}×" if cost else "-",
+            _ratio(saved, ci, cost),
         )
     console.print(table)
-    saved, cost = result.cumulative()[-1] if result.rows else (0.0, 0.0)
     console.print(
         f"scale: each day's sampled calls stand for {result.fleet_calls:,} production calls of the served layers "
-        f"(e.g. day 1: each call × {result.rows[0].scale:,.0f}); savings scale with it, the tuning cost does not."
+        f"(day 1: each call × {result.rows[0].scale:,.0f}); savings scale with it, the tuning cost does not. Day 1 "
+        "has no tables: its saving is the noise floor."
     )
-    if saved > 0 and cost > 0:
-        per_call = saved / result.fleet_calls  # seconds saved per daily production call, over the run
-        console.print(
-            f"cumulative savings ÷ tuning cost by day {len(result.rows)}: {saved / cost:,.1f}× at "
-            f"{result.fleet_calls:,} calls/day; break-even at {cost / per_call:,.0f} calls/day, "
-            f"10× at {10 * cost / per_call:,.0f} calls/day"
-        )
-    else:
-        console.print(f"cumulative savings {saved:,.0f} s, tuning cost {cost:,.0f} s: no break-even to report")
     for row in result.rows:
-        if row.run_estimate.get("jobs"):
+        if row.modelled.get("jobs"):
             console.print(
-                f"  (the daily run's own modelled estimate on {row.day}: "
-                f"{row.run_estimate.get('saved_s_per_day', 0):,.0f} s/day saved by "
-                f"{row.run_estimate['jobs']} earlier jobs; the table above is measured)"
+                f"  (the run after {row.day} modelled {row.modelled.get('saved_s_per_day', 0):,.0f} s/day saved by "
+                f"{row.modelled['jobs']} earlier jobs; a model, not the measurement above)"
             )
+
+
+def print_spread(results: list[SimResult], console: Console) -> None:
+    """Per day across runs: the median and the range of the measured saving and of cumulative saved ÷ cost."""
+    table = Table(title=f"Across {len(results)} runs on {results[0].machine}: median [min, max]")
+    for col in ("day", "saved s/day", "speedup", "cum. saved ÷ cost", "lower 95 % end of saved ÷ cost"):
+        table.add_column(col, justify="right")
+
+    def spread(values: list[float], fmt: str) -> str:
+        return f"{np.median(values):{fmt}} [{min(values):{fmt}}, {max(values):{fmt}}]" if values else "-"
+
+    for i in range(len(results[0].rows)):
+        saved = [r.rows[i].saved_s for r in results]
+        speed = [float(r.rows[i].measured["speedup"]) for r in results if r.rows[i].measured.get("speedup")]
+        cum = [r.cumulative()[i] for r in results]
+        ratio = [s / c for s, _, c in cum if c]
+        low = [(s - ci) / c for s, ci, c in cum if c]
+        table.add_row(f"day {i + 1}", spread(saved, ",.0f"), spread(speed, ".2f"), spread(ratio, ",.1f"),
+                      spread(low, ",.1f"))  # fmt: skip
+    console.print(table)
 
 
 def _wait_report(client: Client, day: dt.date, timeout_s: float = 900) -> dict[str, Any]:

@@ -85,11 +85,23 @@ class Settings(BaseSettings):
     )
     fleet_daily_trials: int = Field(default=512, ge=0, description="trials per hardware class per day")
     fleet_unit_trials: int = Field(default=32, ge=1, description="trials per scheduler unit")
+    fleet_daily_worker_s: float = Field(
+        default=3600, ge=0, description="worker seconds per hardware class per day the daily run may plan (with "
+        "fleet_daily_trials, whichever gives fewer units), at the seconds a unit took in earlier fleet jobs",
+    )  # fmt: skip
+    fleet_prior_unit_s: float = Field(
+        default=60, gt=0, description="worker seconds a unit is assumed to take before a fleet job has run"
+    )
     fleet_max_tasks: int = Field(default=20, ge=1, description="tasks considered per day, best first")
     fleet_prior_speedup: float = Field(default=1.5, ge=1.0, description="assumed speedup before any is measured")
     fleet_remeasure_sample: int = Field(default=2, ge=0, description="published configs re-timed per day")
     fleet_run_stale_s: float = Field(default=3600, gt=0, description="a daily run 'running' longer is taken over")
     fleet_regression_ratio: float = Field(default=1.25, gt=1.0, description="re-timed / stored above this: flagged")
+    fleet_rollback_margin: float = Field(
+        default=0.03, ge=0.0, le=1.0,
+        description="a table slower than its hosts' baseline or the table it replaced by more than this share, "
+        "beyond the 95 % interval of the A/B telemetry, is rolled back",
+    )  # fmt: skip
     signing_key: str | None = Field(
         default=None, description="base64 Ed25519 seed that signs artifacts; default: $DATA_DIR/signing.key"
     )

@@ -1,8 +1,8 @@
 """`kernelfleet fleet simulate --quick` on the real loop: API, worker, daily run and jobs through the Supervisor.
 
 Two simulated days on one-layer BERT and GPT-2 (the same distinct dense workloads as the 12-layer models, with
-occurrences per layer): GPT-2 appears on day 2, savings are measured on both paths and the tuning cost comes
-from the store's job times, not from constants.
+occurrences per layer): GPT-2 appears on day 2, savings are the service's measurement of the hosts' A/B holdout
+(with an interval), and the tuning cost comes from the store's job times, not from constants.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_sav
     for var in ("KERNELFLEET_DATABASE_URL", "KERNELFLEET_BROKER_URL"):
         monkeypatch.delenv(var, raising=False)
     out = io.StringIO()
-    result = fleet_sim.main(
+    [result] = fleet_sim.main(
         days=2,
         requests=12,
         quick=True,
@@ -54,14 +54,16 @@ def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_sav
     assert sum(share for _, share, _ in result.layers) == pytest.approx(1.0)
 
     day1, day2 = result.rows
-    assert set(day1.models) == {"bert"} and set(day2.models) == {"bert", "gpt2"}  # GPT-2 added mid-run
-    assert day1.tables == 0 and day1.fallbacks == 1.0  # nothing tuned yet: numpy everywhere
-    for row in result.rows:  # measured, both paths, scaled to the fleet's calls per day
-        assert row.served_s > 0 and row.untuned_s > 0 and row.scale > 0
+    assert set(day1.requests) == {"bert"} and set(day2.requests) == {"bert", "gpt2"}  # GPT-2 added mid-run
+    assert day1.tables == 0  # nothing tuned yet: both sides run the baseline, the noise floor
+    for row in result.rows:  # the service's measurement of the hosts' holdout, every served shape sampled
+        m = row.measured
+        assert m["holdout_calls"] > 0 and m["measured_share"] > 0.9 and row.served_s > 0 and row.baseline_s > 0
+        assert m["ci95_s_per_day"] > 0 and row.scale > 0
     assert len(day1.jobs) == 1  # the run after day 1 tuned the top task with its one unit
     assert day1.cost_s > 0  # from the job's started/finished times in the store and the run's own time
-    assert day2.cost_s == 0 and not day2.jobs  # no run after the last day
-    saved, cost = result.cumulative()[-1]
-    assert saved == pytest.approx(sum(r.untuned_s - r.served_s for r in result.rows))
+    assert day2.cost_s == 0 and not day2.jobs  # the run after the last day tunes nothing that is served
+    saved, ci, cost = result.cumulative()[-1]
+    assert saved == pytest.approx(day1.saved_s + day2.saved_s) and ci > 0
     assert cost == day1.cost_s
-    assert "Fleet kernel time per day" in text and "calls/day" in text
+    assert "Fleet kernel time per day" in text and "calls/day" in text and "noise floor" in text

@@ -16,7 +16,11 @@ def get_session() -> Iterator[Session]:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": the transaction commits when the route returns, before the response is sent. FastAPI's default
+# ("request") commits after sending, so a client could be told 200 for a write whose commit then failed, and a read
+# right after an acknowledged write could miss it (a race the fleet simulation hit: telemetry acknowledged, then
+# half-visible to the next GET).
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def unprocessable(loc: list[str | int], msg: str) -> NoReturn:

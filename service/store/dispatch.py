@@ -8,6 +8,7 @@ jobs are merged in at read time where they were measured faster than the table's
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -76,16 +77,39 @@ def publish(
 
 
 def latest(session: Session, workload_hash: str, target_fingerprint: str) -> DispatchTableRow | None:
-    stmt = (
-        select(DispatchTableRow)
-        .where(
-            DispatchTableRow.workload_hash == workload_hash,
-            DispatchTableRow.target_fingerprint == target_fingerprint,
-        )
-        .order_by(DispatchTableRow.id.desc())
-        .limit(1)
+    """The table served for (workload, target): the newest one not rolled back."""
+    return served_before(session, workload_hash, target_fingerprint, None)
+
+
+def served_before(
+    session: Session, workload_hash: str, target_fingerprint: str, before_id: int | None
+) -> DispatchTableRow | None:
+    """The newest table not rolled back for (workload, target), older than table `before_id` when given: what a
+    rollback of that table serves instead."""
+    stmt = select(DispatchTableRow).where(
+        DispatchTableRow.workload_hash == workload_hash,
+        DispatchTableRow.target_fingerprint == target_fingerprint,
+        DispatchTableRow.retired_at.is_(None),
     )
-    return session.scalars(stmt).first()
+    if before_id is not None:
+        stmt = stmt.where(DispatchTableRow.id < before_id)
+    return session.scalars(stmt.order_by(DispatchTableRow.id.desc()).limit(1)).first()
+
+
+def retired_since(session: Session, workload_hash: str, target_fingerprint: str, since: dt.datetime) -> bool:
+    """Whether a table for (workload, target) was rolled back at or after `since`."""
+    stmt = select(DispatchTableRow.id).where(
+        DispatchTableRow.workload_hash == workload_hash,
+        DispatchTableRow.target_fingerprint == target_fingerprint,
+        DispatchTableRow.retired_at >= since,
+    )
+    return session.scalars(stmt.limit(1)).first() is not None
+
+
+def retire(session: Session, row: DispatchTableRow, reason: str) -> None:
+    """Roll a table back: never served again (hosts get the one before it, or none), kept with why."""
+    row.retired_at = utcnow()
+    row.retired_reason = reason[:500]
 
 
 def published_by(session: Session, job_id: str) -> DispatchTableRow | None:
@@ -97,7 +121,7 @@ def published_by(session: Session, job_id: str) -> DispatchTableRow | None:
 def latest_per_key(session: Session, workload_hash: str | None, fingerprint: str | None, limit: int) -> list[Any]:
     """(workload, target, id, dim, s_max, job_id, created_at) of the newest table per (workload, target)."""
     t = DispatchTableRow
-    newest = select(func.max(t.id)).group_by(t.workload_hash, t.target_fingerprint)
+    newest = select(func.max(t.id)).where(t.retired_at.is_(None)).group_by(t.workload_hash, t.target_fingerprint)
     q = select(t.workload_hash, t.target_fingerprint, t.id, t.dim, t.s_max, t.job_id, t.created_at).where(
         t.id.in_(newest)
     )

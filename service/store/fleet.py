@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from service.models import shape_key
 from service.models.fleet import FleetReport, TelemetryBatch
 from service.store.db import dialect_insert
-from service.store.tables import FleetRunRow, TelemetryBatchRow, UsageDayRow, utcnow
+from service.store.tables import FleetRunRow, HoldoutDayRow, TelemetryBatchRow, UsageDayRow, utcnow
 
 
 def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: dt.date) -> bool:
@@ -64,7 +64,80 @@ def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: d
             },
         )
         session.execute(stmt)
+    _ingest_holdout(session, batch, today)
     return True
+
+
+HOLDOUT_SUMS = ("served_calls", "served_s", "served_s2", "baseline_calls", "baseline_s", "baseline_s2")
+
+
+def _ingest_holdout(session: Session, batch: TelemetryBatch, today: dt.date) -> None:
+    """Add the batch's A/B holdout sums per (day, workload, target, table, shape)."""
+    sums: dict[tuple[dt.date, str, str, str, str], list[float]] = defaultdict(lambda: [0.0] * len(HOLDOUT_SUMS))
+    for r in batch.records:
+        if r.holdout is None:
+            continue
+        acc = sums[(r.day or today, r.workload_hash, r.target_fingerprint, r.table_job_id or "", shape_key(r.shape))]
+        for i, name in enumerate(HOLDOUT_SUMS):
+            acc[i] += getattr(r.holdout, name)
+    table = cast(Table, HoldoutDayRow.__table__)
+    for (day, wh, fp, job, key), values in sorted(sums.items()):
+        row = {name: int(v) if name.endswith("calls") else v for name, v in zip(HOLDOUT_SUMS, values, strict=True)}
+        stmt = dialect_insert(session)(table).values(
+            day=day, workload_hash=wh, target_fingerprint=fp, table_job_id=job, shape_key=key, **row
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["day", "workload_hash", "target_fingerprint", "table_job_id", "shape_key"],
+            set_={name: table.c[name] + stmt.excluded[name] for name in HOLDOUT_SUMS},
+        )
+        session.execute(stmt)
+
+
+@dataclass(frozen=True)
+class HoldoutSums:
+    """One (workload, target, table, shape)'s A/B sums over some days (service.workers.fleet.savings reads them)."""
+
+    workload_hash: str
+    target_fingerprint: str
+    table_job_id: str
+    shape_key: str
+    served_calls: int
+    served_s: float
+    served_s2: float
+    baseline_calls: int
+    baseline_s: float
+    baseline_s2: float
+
+
+def holdout(
+    session: Session,
+    since: dt.date,
+    until: dt.date,
+    *,
+    workload_hash: str | None = None,
+    target_fingerprint: str | None = None,
+    table_job_id: str | None = None,
+    by_table: bool = False,
+) -> list[HoldoutSums]:
+    """A/B sums for days in [since, until] per (workload, target, shape), and per table too when `by_table` (else
+    every table's sums together, table_job_id "")."""
+    h = HoldoutDayRow
+    keys = [h.workload_hash, h.target_fingerprint, h.shape_key] + ([h.table_job_id] if by_table else [])
+    q = select(*keys, *(func.sum(h.__table__.c[name]) for name in HOLDOUT_SUMS)).where(h.day >= since, h.day <= until)
+    if workload_hash:
+        q = q.where(h.workload_hash == workload_hash)
+    if target_fingerprint:
+        q = q.where(h.target_fingerprint == target_fingerprint)
+    if table_job_id is not None:
+        q = q.where(h.table_job_id == table_job_id)
+    out = []
+    for row in session.execute(q.group_by(*keys).order_by(*keys)):
+        wh, fp, key = row[0], row[1], row[2]
+        job = row[3] if by_table else ""
+        values = row[len(keys) :]
+        out.append(HoldoutSums(wh, fp, job, key, int(values[0] or 0), float(values[1] or 0), float(values[2] or 0),
+                               int(values[3] or 0), float(values[4] or 0), float(values[5] or 0)))  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,15 @@ def heartbeat(session: Session, job_id: str, lease: str) -> bool:
     return _count(result) == 1
 
 
+def add_cpu_seconds(session: Session, job_id: str, seconds: float) -> None:
+    """Count an attempt's CPU seconds on the job, whatever became of the attempt (its lease may be gone)."""
+    session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id)
+        .values(cpu_seconds=func.coalesce(JobRow.cpu_seconds, 0.0) + max(0.0, seconds))
+    )
+
+
 def finish(session: Session, job_id: str, lease: str, state: JobState, error: str | None = None) -> bool:
     values: dict[str, object] = {"state": state.value, "finished_at": utcnow(), "lease": None}
     if error is not None:
@@ -344,6 +353,7 @@ def view(session: Session, row: JobRow, live_queues: Collection[str] | None = No
         started_at=row.started_at,
         finished_at=row.finished_at,
         heartbeat_at=row.heartbeat_at,
+        cpu_seconds=row.cpu_seconds,
         published=row.published,
         publish_reason=row.publish_reason,
         waiting_for_worker=(

@@ -94,6 +94,8 @@ class JobRow(Base):
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
     heartbeat_at: Mapped[dt.datetime | None]
+    # CPU seconds (user + system) of every attempt that ended in its worker, its child processes included
+    cpu_seconds: Mapped[float | None] = mapped_column(Float)
 
 
 class ModelRow(Base):
@@ -194,6 +196,10 @@ class DispatchTableRow(Base):
     validation: Mapped[dict[str, Any]]
     job_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # set when the fleet run rolled the table back (slower than what it replaced, on production telemetry): never
+    # served again; the newest table not retired is
+    retired_at: Mapped[dt.datetime | None]
+    retired_reason: Mapped[str | None] = mapped_column(String(500))
 
     __table_args__ = (Index("ix_dispatch_tables_key", "workload_hash", "target_fingerprint", "id"),)
 
@@ -234,6 +240,24 @@ class UsageDayRow(Base):
     calls: Mapped[int] = mapped_column(BigInteger, default=0)
     kernel_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     fallbacks: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class HoldoutDayRow(Base):
+    """The hosts' A/B holdout per UTC day, (workload, target), the table that served and shape: both sides' calls,
+    seconds and squared seconds, summed over telemetry batches (kernelfleet.holdout)."""
+
+    __tablename__ = "fleet_holdout"
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    workload_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target_fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    table_job_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # "" where no table served
+    shape_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    served_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    served_s: Mapped[float] = mapped_column(Float, default=0.0)
+    served_s2: Mapped[float] = mapped_column(Float, default=0.0)
+    baseline_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    baseline_s: Mapped[float] = mapped_column(Float, default=0.0)
+    baseline_s2: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class FleetRunRow(Base):

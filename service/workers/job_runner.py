@@ -11,12 +11,15 @@ own (service.workers.scratch) that the next attempt removes if this one was kill
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import resource
 import shutil
 import tempfile
 import threading
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import TypeAdapter
@@ -115,7 +118,8 @@ def run_job(job_id: str, worker: str, settings: Settings) -> str:
             # 'busy': a live worker owns it; the caller keeps a message around in case that worker dies
             return "busy" if row is not None and row.state == JobState.running.value else "skipped"
     work_dir = scratch.attempt_dir(settings, worker, job_id, lease)
-    with Heartbeat(job_id, lease, settings.heartbeat_interval_s) as hb:
+    cpu_at_start = _cpu_seconds()
+    with Heartbeat(job_id, lease, settings.heartbeat_interval_s) as hb, _counting_cpu(job_id, cpu_at_start):
         try:
             # A killed attempt's files are still on disk (SIGKILL runs no cleanup): this attempt removes them,
             # and its own when it ends, however it ends short of being killed itself.
@@ -130,6 +134,27 @@ def run_job(job_id: str, worker: str, settings: Settings) -> str:
             return _fail(job_id, lease, f"{type(exc).__name__}: {detail}")
         finally:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have been waited for (TVM's builders)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@contextlib.contextmanager
+def _counting_cpu(job_id: str, start: float) -> Iterator[None]:
+    """On the way out of an attempt, however it ends short of a kill, add its CPU seconds to the job (issue 35
+    item 2: the fleet's cost in CPU seconds as well as worker seconds). A worker runs one job per process at a
+    time (Celery's prefork pool), so the process's CPU time over the attempt is the attempt's."""
+    try:
+        yield
+    finally:
+        try:
+            with session_scope() as s:
+                jobs.add_cpu_seconds(s, job_id, _cpu_seconds() - start)
+        except Exception:  # the store may be down: the attempt's outcome matters more than its bill
+            log.exception("could not record the CPU seconds of job %s", job_id)
 
 
 def _stopped(job_id: str) -> str:

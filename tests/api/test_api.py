@@ -326,3 +326,63 @@ def test_telemetry_is_idempotent_and_validated(api: TestClient) -> None:
     bad = {"batch_id": str(uuid.uuid4()), "records": [{**record, "shape": {"M": 0}}]}
     assert api.post("/v1/telemetry", json=bad).status_code == 422
     assert api.get("/v1/fleet/reports").json() == []
+
+
+def test_a_hosts_holdout_is_measured_with_its_interval_and_nothing_else_is(api: TestClient) -> None:
+    import uuid
+
+    def side(times: list[float]) -> tuple[int, float, float]:
+        return len(times), sum(times), sum(t * t for t in times)
+
+    n_s, s_s, s2_s = side([1e-5, 1.2e-5, 0.8e-5, 1e-5])
+    n_b, s_b, s2_b = side([2e-5, 2.2e-5, 1.8e-5])
+    held = {"baseline": "torch", "served_calls": n_s, "served_s": s_s, "served_s2": s2_s, "baseline_calls": n_b,
+            "baseline_s": s_b, "baseline_s2": s2_b}  # fmt: skip
+    record = {"workload_hash": "ef" * 16, "target_fingerprint": "cd" * 16, "shape": {"M": 4}, "calls": 1003,
+              "kernel_seconds": 0.01, "fallbacks": 0, "table_job_id": "job-1", "holdout": held}  # fmt: skip
+    other = {**record, "shape": {"M": 5}, "holdout": None}  # no A/B at M = 5: counted unmeasured, saving nothing
+    assert api.post("/v1/telemetry", json={"batch_id": str(uuid.uuid4()), "records": [record, other]}).is_success
+    m = api.get("/v1/fleet/savings", params={"days": 1}).json()
+    assert m["days"] == 1 and m["holdout_calls"] == 3 and m["served_calls"] == 1000
+    assert abs(m["saved_s_per_day"] - 1000 * (2e-5 - 1e-5)) < 1e-9 and 0 < m["ci95_s_per_day"] < m["saved_s_per_day"]
+    assert 0 < m["measured_share"] < 1 and [t["shapes"] for t in m["tasks"]] == [1]
+    too_many = {**record, "calls": 5}  # more calls on the two sides than the record ran
+    response = api.post("/v1/telemetry", json={"batch_id": str(uuid.uuid4()), "records": [too_many]})
+    assert response.status_code == 422 and "holdout" in response.text
+    response = api.get("/v1/fleet/savings", params={"since": "2026-11-20", "until": "2026-11-19"})
+    assert _loc(response) == [["query", "since"]]
+
+
+def test_a_write_commits_before_its_response_is_sent(use_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route's transaction commits before the response starts (SessionDep's scope="function"): a client is never
+    told 200 for a write whose commit then fails, and a read right after an acknowledged write sees it."""
+    import uuid
+
+    from sqlalchemy.orm import Session
+
+    events: list[str] = []
+    commit = Session.commit
+
+    def recorded_commit(self: Session) -> None:
+        commit(self)
+        events.append("commit")
+
+    monkeypatch.setattr(Session, "commit", recorded_commit)
+    app = create_app(run_migrations=False)
+
+    async def watched(scope: Any, receive: Any, send: Any) -> None:
+        async def send_and_note(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                events.append("response")
+            await send(message)
+
+        await app(scope, receive, send_and_note)
+
+    record = {"workload_hash": "ab" * 16, "target_fingerprint": "cd" * 16, "shape": {"M": 3}, "calls": 1,
+              "kernel_seconds": 0.5}  # fmt: skip
+    with TestClient(watched, headers=_key("admin")) as client:  # type: ignore[arg-type]
+        events.clear()
+        assert client.post("/v1/telemetry", json={"batch_id": str(uuid.uuid4()), "records": [record]}).is_success
+    # the route's commit is the last one (authentication commits its own lookup first)
+    last_commit = max(i for i, event in enumerate(events) if event == "commit")
+    assert last_commit < events.index("response"), events

@@ -108,8 +108,10 @@ def _models(_: TestClient) -> list[Body]:
 
 def _telemetry(_: TestClient) -> list[Body]:
     record = {"workload_hash": "ab" * 16, "target_fingerprint": "cd" * 16, "shape": {"M": 3}, "calls": 10,
-              "kernel_seconds": 0.5, "fallbacks": 1, "day": _today()}  # fmt: skip
-    return [{"batch_id": str(uuid.uuid4()), "host": "inference-1", "records": [record, {**record, "calls": 5}]}]
+              "kernel_seconds": 0.5, "fallbacks": 1, "day": _today(), "table_job_id": "job-1",
+              "holdout": {"baseline": "torch", "served_calls": 6, "served_s": 0.3, "served_s2": 0.02,
+                          "baseline_calls": 2, "baseline_s": 0.1, "baseline_s2": 0.006}}  # fmt: skip
+    return [{"batch_id": str(uuid.uuid4()), "host": "inference-1", "records": [record, {**record, "calls": 9}]}]
 
 
 def _lookups(api: TestClient) -> list[Body]:

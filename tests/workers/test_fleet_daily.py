@@ -108,6 +108,10 @@ def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet, monke
     queue = cands[0]["queue"]
     assert report["budget"] == {queue: 32} and 0 < report["spent"][queue] <= 32
     assert cands[0]["trials"] == 8 and cands[1]["trials"] % 8 == 0 and cands[1]["trials"] > 0
+    assert report["spent"][queue] == cands[0]["trials"] + cands[1]["trials"]  # what the jobs were given
+    # no fleet job has run yet: a unit is priced at the prior, and the plan's worker seconds follow from the units
+    assert report["unit_s"] == {queue: 60.0} and report["budget_s"] == {queue: 3600.0}
+    assert report["planned_s"][queue] == 60.0 * (cands[0]["units"] + cands[1]["units"])
     submitted = [c for c in cands if c["job_id"]]
     assert math.isclose(report["expected_saving_s_per_day"], sum(c["expected_saving_s_per_day"] for c in submitted))
 
@@ -121,10 +125,13 @@ def test_daily_run_ranks_budgets_submits_and_runs_once_a_day(fleet: Fleet, monke
     assert len([r for r in client.fleet_reports() if r["day"] == day1.isoformat()]) == 1
     assert len(client.jobs(limit=100)) == len(jobs)
 
-    # the next day: both tasks are tuned now, so nothing is left to rank; yesterday's jobs count as realized
+    # the next day: both tasks are tuned now, so nothing is left to rank; yesterday's jobs count in the cost
     client.run_fleet(day2.isoformat())
     second = wait_for(lambda: _report(client, day2), 120, "the next day's report")
     assert second["state"] == "done" and second["candidates"] == [] and second["expected_saving_s_per_day"] == 0
-    realized = second["realized"]
-    assert realized["jobs"] == 2 and realized["tuning_s"] > 0
+    assert second["modelled"]["jobs"] == 2 and second["cost"]["tuning_s"] > 0
+    assert second["cost"]["jobs_by_state"] == {"succeeded": 2}
+    assert second["cost"]["cpu_s"] > 0  # each attempt's CPU seconds, recorded by the worker as the attempt ended
+    # no host held calls out this week: nothing is measured, so nothing is claimed
+    assert second["measured"]["saved_s_per_day"] == 0 and second["measured"]["measured_share"] == 0
     assert second["remeasured"] == 1  # SMALL's sketch configs are on this worker's hardware

@@ -347,16 +347,30 @@ def fleet_report(url: UrlOpt = None) -> None:
         )
     console.print(table)
     console.print(
-        f"budget {r['budget']}, spent {r['spent']}; expected saving {r['expected_saving_s_per_day']:,.1f} s/day"
+        f"budget {r['budget']} trials, spent {r['spent']}; expected saving {r['expected_saving_s_per_day']:,.1f} s/day"
     )
-    realized = r["realized"]
-    if realized.get("jobs"):
-        merit = realized.get("savings_per_tuning_s")
+    for queue, seconds in (r.get("budget_s") or {}).items():
         console.print(
-            f"earlier runs: {realized['jobs']} jobs saved {realized['saved_s_per_day']:,.1f} s/day for "
-            f"{realized['tuning_s']:,.0f} s of tuning (savings ÷ cost = {merit:.3g} per day)"
-            if merit is not None
-            else f"earlier runs: {realized['jobs']} jobs, no measured saving yet"
+            f"  {queue}: {seconds:,.0f} worker s/day at {r['unit_s'].get(queue, 0):,.0f} s a unit (from earlier "
+            f"fleet jobs); planned {r['planned_s'].get(queue, 0):,.0f} s"
+        )
+    measured, cost = r.get("measured"), r.get("cost") or {}
+    if measured:
+        console.print(
+            f"measured by the hosts' holdout ({measured['since']}..{measured['until']}, {measured['days']} days): "
+            f"{measured['saved_s_per_day']:,.1f} ± {measured['ci95_s_per_day']:,.1f} s/day saved (95 %) over "
+            f"{measured['measured_share']:.0%} of the fleet's time; {measured['holdout_calls']:,} calls held out"
+        )
+    merit = r.get("savings_per_tuning_s")
+    if cost.get("tuning_s"):
+        said = f"; saved ÷ cost {merit[1]:.3g} per day [{merit[0]:.3g}, {merit[2]:.3g}]" if merit else ""
+        console.print(f"tuning cost of earlier runs' jobs: {cost['tuning_s']:,.0f} worker seconds{said}")
+    for b in r.get("rollbacks", []):
+        back = f"now serving job {b['now_serving'][:8]}'s table" if b["now_serving"] else "no table now (baseline)"
+        console.print(
+            f"rolled back {_workload_name(b)} (job {b['table_job_id'][:8]}): {b['served_s']:,.3g} s/day vs "
+            f"{b['other_s']:,.3g} for the {b['against']} over {b['shapes']} shapes; {back}",
+            style="red",
         )
     for t in r.get("silent", []):
         served = "its tables stay served" if t["published"] else "nothing published"

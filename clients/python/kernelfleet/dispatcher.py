@@ -17,6 +17,8 @@ kernelfleet.vendor) the dispatcher calls that library, as the table chose: not a
 fleet can see what it missed.
 
 `usage()` returns what ran per S (calls, kernel seconds, fallbacks): the raw material for telemetry.
+`hold_out(every, baseline)` runs one call in `every` per S on the baseline library (kernelfleet.holdout), so the
+fleet measures what the table saves against what the host would run without it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 from kernelfleet import vendor
 from kernelfleet.dispatch import DispatchTable, Piece
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, check_bias
+from kernelfleet.holdout import Holdout
 from kernelfleet.tvm_runtime import ALIGN, aligned_empty, as_aligned, is_aligned
 from kernelfleet.ukernel import UKernel
 
@@ -114,6 +117,8 @@ class Dispatcher:
         self._packed: dict[int, _Packed] = {}
         self._usage: dict[int, ShapeUsage] = {}
         self._lock = threading.Lock()
+        self.baseline = vendor.NUMPY  # what the host runs without KernelFleet: calls with no table, held-out calls
+        self.holdout: Holdout | None = None
         self.dtype = np.dtype(next(iter(self.kernels.values())).spec.dtype if self.kernels else "float32")
         row_bytes = [(d or 0) * self.dtype.itemsize for d in (K, N)]
         self._rows_aligned = all(b % ALIGN == 0 for b in row_bytes)
@@ -148,13 +153,29 @@ class Dispatcher:
         return call
 
     def library(self, S: int) -> str:
-        """The vendor library that runs S when no uKernel does: the table's choice, numpy without a table."""
+        """The vendor library that runs S when no uKernel does: the table's choice; the baseline without a table."""
         library = self._libraries.get(S)
         if library is None:
-            library = (self.table.vendor_library(S) if self.table is not None else None) or vendor.NUMPY
+            library = (self.table.vendor_library(S) if self.table is not None else self.baseline) or vendor.NUMPY
             if len(self._libraries) < MAX_TRACKED_SHAPES:
                 self._libraries[S] = library
         return library
+
+    def hold_out(self, every: int, baseline: str | None = None) -> Dispatcher:
+        """From now on one call in `every` per S runs `baseline` (a vendor library: numpy, torch; default the
+        current `self.baseline`), timed against the served calls (kernelfleet.holdout); telemetry reports both.
+        Calls with no table run the baseline too. Returns self."""
+        library = self.baseline if baseline is None else baseline
+        if library not in vendor.LIBRARIES:
+            raise ValueError(f"baseline must be one of {', '.join(vendor.LIBRARIES)}, got {library!r}")
+        with self._lock:
+            self.baseline = library
+            self.holdout = Holdout(every, library)
+            self._libraries.clear()  # a table-less S resolved to the old baseline resolves again
+            self._vendor_calls.clear()
+        # the class changes instead of a test on every call: a dispatcher that holds nothing out keeps its hot path
+        self.__class__ = _HeldOutDispatcher
+        return self
 
     def vendor_route(self, S: int) -> str | None:
         """The vendor library the table routes S to; None where a uKernel program or an exact kernel runs S, or
@@ -312,6 +333,34 @@ class Dispatcher:
             if reset:
                 self._usage = {}
         return snapshot
+
+
+class _HeldOutDispatcher(Dispatcher):
+    """A Dispatcher after `hold_out`: each call goes through its Holdout, which serves it or runs the baseline."""
+
+    holdout: Holdout
+
+    def __call__(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, *, bias: np.ndarray | None = None
+    ) -> np.ndarray:
+        serve = super().__call__
+        if x.ndim != 2 or x.shape[0] < 1:
+            return serve(x, w, out, bias=bias)  # refused as the dispatcher refuses it
+        S = x.shape[0]
+        return self.holdout.run(
+            S, lambda: serve(x, w, out, bias=bias), lambda: self._baseline_call(S, x, w, out, bias), _now
+        )
+
+    def _baseline_call(
+        self, S: int, x: np.ndarray, w: np.ndarray, out: np.ndarray | None, bias: np.ndarray | None
+    ) -> np.ndarray:
+        if self._takes_bias or bias is not None:
+            check_bias(self.epilogue, bias, self.N if self.N is not None else w.shape[0])
+        start = _now()
+        y = self._library_call(self.baseline)(x, w, bias)
+        y = y if out is None else _copy_into(out, y)
+        self._count(S, _now() - start, self.table is None)  # a call the host ran: fleet time, as every other
+        return y
 
 
 def _copy_into(out: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -110,6 +110,9 @@ class JobView(_Wire):
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     heartbeat_at: dt.datetime | None = None
+    cpu_seconds: float | None = Field(
+        default=None, description="CPU seconds of its attempts that ended in a worker (builders included once reaped)"
+    )
     waiting_for_worker: str | None = Field(
         default=None,
         description="set while the job is queued on a queue no live worker consumes: the queue's name",

@@ -28,6 +28,35 @@ log = logging.getLogger(__name__)
 MAX_RECORDS_PER_BATCH = 2_000
 
 
+def usage_records(dispatcher: Dispatcher, day: dt.date | None = None) -> list[dict[str, Any]]:
+    """The dispatcher's usage since the last call as telemetry records (its counts are reset): per S, calls, kernel
+    seconds and fallbacks; the table served (`table_job_id`: the job that published it); and where the dispatcher
+    holds calls out (kernelfleet.holdout), both sides' sums (`holdout`)."""
+    held = dispatcher.holdout.samples(reset=True) if dispatcher.holdout is not None else {}
+    table_job = dispatcher.meta.get("job_id") if dispatcher.table is not None else None
+    records = []
+    for S, use in dispatcher.usage(reset=True).items():
+        if S < 1 or use.calls == 0:
+            continue  # S = -1 lumps shapes beyond the dispatcher's memory bound: no single shape to tune
+        record: dict[str, Any] = {
+            "workload_hash": dispatcher.meta["workload_hash"],
+            "target_fingerprint": dispatcher.meta["target_fingerprint"],
+            "shape": {dispatcher.meta.get("dim", "M"): S},
+            "calls": use.calls,
+            "kernel_seconds": use.seconds,
+            "fallbacks": use.fallbacks,
+        }
+        if table_job:
+            record["table_job_id"] = str(table_job)
+        sample = held.get(S)
+        if sample is not None and sample.served_calls + sample.baseline_calls <= use.calls:
+            record["holdout"] = {"baseline": dispatcher.holdout.baseline, **sample.to_json()}  # type: ignore[union-attr]
+        if day is not None:
+            record["day"] = day.isoformat()
+        records.append(record)
+    return records
+
+
 class TelemetrySink(Protocol):
     """Where a reporter sends its batches (kernelfleet.client.Client is one): the reporter is used by the
     client, never the reverse."""
@@ -72,20 +101,7 @@ class TelemetryReporter:
         """Move the watched dispatchers' usage into a queued batch; returns the records queued."""
         records = []
         for d in list(self._dispatchers):
-            for S, use in d.usage(reset=True).items():
-                if S < 1 or use.calls == 0:
-                    continue  # S = -1 lumps shapes beyond the dispatcher's memory bound: no single shape to tune
-                record: dict[str, Any] = {
-                    "workload_hash": d.meta["workload_hash"],
-                    "target_fingerprint": d.meta["target_fingerprint"],
-                    "shape": {d.meta.get("dim", "M"): S},
-                    "calls": use.calls,
-                    "kernel_seconds": use.seconds,
-                    "fallbacks": use.fallbacks,
-                }
-                if self.day is not None:
-                    record["day"] = self.day.isoformat()
-                records.append(record)
+            records += usage_records(d, self.day)
         for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
             batch = {
                 "batch_id": str(uuid.uuid4()),

@@ -67,6 +67,7 @@ from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_ca
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.errors import KernelFleetError, ServiceUnavailable
+from kernelfleet.holdout import Holdout
 from kernelfleet.torch_fusion import (
     DenseLayer,
     GatedPair,
@@ -157,6 +158,7 @@ class AcceleratedLinear(nn.Module):
     weight: torch.Tensor
     bias: torch.Tensor | None
     activation: nn.Module | None
+    _holdout: Holdout  # set by hold_out
 
     def __init__(
         self,
@@ -304,9 +306,7 @@ class AcceleratedLinear(nn.Module):
                 w_key = (w.data_ptr(), w._version)  # the packed weight is this one: float32, on the CPU, unchanged
             except RuntimeError:  # an inference tensor has no version counter (and cannot change in place)
                 w_key = (w.data_ptr(), -1)
-            if (
-                w_key == self._w_key and x.dtype is _F32 and x.is_cpu and not _tracks_grad(x, w, bias)
-            ):
+            if w_key == self._w_key and x.dtype is _F32 and x.is_cpu and not _tracks_grad(x, w, bias):
                 x2 = x if len(shape) == 2 else x.reshape(S, K)
                 if not x2.is_contiguous():
                     x2 = x2.contiguous()
@@ -417,6 +417,28 @@ class AcceleratedLinear(nn.Module):
             self._routes[S] = route
             self.stats.in_model[S] = (ours, theirs, route)
             del self._trials[S]
+        return y
+
+    def hold_out(self, holdout: Holdout) -> None:
+        """From now on one call in `holdout.every` per S that the table serves (on uKernels or routed to PyTorch)
+        runs the layer's PyTorch computation instead, both sides timed whole (kernelfleet.holdout)."""
+        self._holdout = holdout
+        # an instance attribute nn.Module.__call__ finds first: a layer that holds nothing out keeps its hot path
+        self.forward = self._held_out_forward  # type: ignore[method-assign]
+
+    def _held_out_forward(self, x: torch.Tensor) -> torch.Tensor:
+        K, shape = self.K, x.shape
+        S = x.numel() // K if shape and shape[-1] == K else 0
+        route = self._routes.get(S)
+        serve = type(self).forward
+        if route is not _TABLE and route is not _PYTORCH:  # a fallback, a first call or an in-model check: not a sample
+            return serve(self, x)
+        return self._holdout.run(S, lambda: serve(self, x), lambda: self._baseline(x, S), _now)
+
+    def _baseline(self, x: torch.Tensor, S: int) -> torch.Tensor:
+        start = _now()
+        y = self._torch(x)
+        self._routed(S, _now() - start)  # a call the host ran: the fleet's time, not a miss
         return y
 
     def _count(self, S: int) -> None:
@@ -719,6 +741,7 @@ def accelerate(
     thread_policy: str = "managed",
     vendor_routes: str = "pytorch",
     check_in_model: bool = True,
+    holdout: int = 100,
 ) -> AcceleratedModule:
     """`module` with its nn.Linear / Conv1D layers running on the fleet's dispatchers (see the module docstring).
 
@@ -736,7 +759,10 @@ def accelerate(
     layer's own computation), so a forward uses one BLAS and its thread pool besides the uKernels; "table" runs
     the library the table names (numpy where it timed numpy faster in isolation). `check_in_model`: each S a CPU
     table runs on uKernels is first timed against the layer's PyTorch computation inside the model (a few
-    alternating calls) and kept on the uKernels only where they are faster there (`stats()[layer]["in_model"]`)."""
+    alternating calls) and kept on the uKernels only where they are faster there (`stats()[layer]["in_model"]`).
+    `holdout`: with telemetry, one call in `holdout` per shape a table serves runs the layer's PyTorch computation
+    instead, both timed, so the fleet measures what the tables save against what this host runs without them
+    (kernelfleet.holdout; 0: none)."""
     if thread_policy not in ("managed", "host"):
         raise ValueError(f"thread_policy must be 'managed' or 'host', got {thread_policy!r}")
     if vendor_routes not in ("pytorch", "table"):
@@ -871,6 +897,11 @@ def accelerate(
             reporter = client.telemetry_reporter(interval_s=telemetry_interval_s)
             for d in watched.values():
                 reporter.watch(d)
+                if holdout and d.table is not None:  # the layers run the baseline themselves: the class stays
+                    d.holdout = Holdout(holdout, vendor.TORCH)
+            for layer in layers.values():
+                if layer._on and isinstance(layer.dispatcher, Dispatcher) and layer.dispatcher.holdout is not None:
+                    layer.hold_out(layer.dispatcher.holdout)
             reporter.start()
     hooks: list[Any] = []
     threads = ""

@@ -310,8 +310,10 @@ def fleet_view(session: Session, days: int) -> dict[str, Any]:
         daily.setdefault(labels.workload(wh), []).append((_epoch_day(day), seconds))
     reports = fleet.reports(session, limit=60)
     chronological = sorted(reports, key=lambda r: r.day)
-    saved = [(_epoch_day(r.day), float(r.realized.get("saved_s_per_day") or 0.0)) for r in chronological]
-    cost = [(_epoch_day(r.day), float(r.realized.get("tuning_s") or 0.0)) for r in chronological]
+    measured = [r for r in chronological if r.measured is not None]
+    saved = [(_epoch_day(r.day), r.measured.saved_s_per_day) for r in measured]  # type: ignore[union-attr]
+    low = [(_epoch_day(r.day), r.measured.saved_s_per_day - r.measured.ci95_s_per_day) for r in measured]  # type: ignore[union-attr]
+    cost = [(_epoch_day(r.day), float(r.cost.get("tuning_s") or 0.0)) for r in chronological]
     expected = [(_epoch_day(r.day), r.expected_saving_s_per_day) for r in chronological]
     day_axis = ui.Axis("day", "day")
     panels = [
@@ -329,11 +331,12 @@ def fleet_view(session: Session, days: int) -> dict[str, Any]:
             day_axis,
             ui.Axis("seconds", "seconds"),
             [
-                ui.Series("fleet seconds saved per day (realized)", saved, "line"),
-                ui.Series("tuning seconds spent (jobs counted)", cost, "line"),
+                ui.Series("fleet seconds saved per day (measured: hosts' A/B holdout)", saved, "line"),
+                ui.Series("lower end of its 95 % interval", low, "line"),
+                ui.Series("tuning worker seconds (every fleet job)", cost, "line"),
                 ui.Series("expected saving per day (planned)", expected, "line"),
             ],
-            "realized: earlier runs' finished jobs, their measured speedup applied to today's fleet time",
+            "measured: the window's served calls against the calls hosts held out to run their own baseline",
             empty="no daily fleet run yet",
         ),
     ]

@@ -41,7 +41,7 @@ WORKERS = Gauge(
 )
 FLEET_SAVINGS = Gauge(
     "kernelfleet_fleet_savings_seconds_per_day",
-    "Fleet kernel time per day saved by tuning: expected (latest run's jobs) and realized (earlier runs' jobs)",
+    "Fleet kernel time per day saved by tuning: expected (latest run's jobs) and measured (the hosts' A/B holdout)",
     ["kind"],
     registry=REGISTRY,
 )
@@ -105,7 +105,7 @@ def metrics(session: SessionDep, _: ReadKey) -> Response:
     if latest is not None:
         FLEET_SECONDS.set(latest.fleet_seconds_per_day)
         FLEET_SAVINGS.labels("expected").set(latest.expected_saving_s_per_day)
-        FLEET_SAVINGS.labels("realized").set(float(latest.realized.get("saved_s_per_day") or 0.0))
+        FLEET_SAVINGS.labels("measured").set(latest.measured.saved_s_per_day if latest.measured else 0.0)
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 

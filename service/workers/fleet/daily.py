@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 import math
 import random
+import statistics
 import traceback
 from collections.abc import Iterable
 
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.models import Budget, JobSpec, JobState, TargetSpec, Workload, normalized_support, shape_key
 from service.models.distribution import Explicit, ShapeDistribution, ShapePoint
-from service.models.fleet import FleetCandidate, FleetReport, Regression, SilentTask
+from service.models.fleet import FleetCandidate, FleetReport, MeasuredSaving, Regression, SilentTask
 from service.models.shape import parse_shape_key
 from service.settings import Settings
 from service.store import catalog, configs
@@ -32,6 +33,8 @@ from service.tuning.admission import fleet_kind
 from service.tuning.kinds import KINDS, JobKind
 from service.tuning.platforms import queue_for
 from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, group_usage, rank
+from service.workers.fleet.rollback import check_tables
+from service.workers.fleet.savings import measure
 from service.workers.fleet.scheduler import Task, allocate
 from service.workers.submission import submit
 
@@ -67,7 +70,13 @@ def _support_keys(distribution: dict[str, object]) -> dict[str, float]:
 
 
 def _knowledge(
-    session: Session, workload: Workload, target: TargetSpec, fp: str, settings: Settings, kind: JobKind
+    session: Session,
+    workload: Workload,
+    target: TargetSpec,
+    fp: str,
+    settings: Settings,
+    kind: JobKind,
+    window_start: dt.date,
 ) -> TaskKnowledge:
     wh = workload.workload_hash
     tuned = frozenset(
@@ -117,6 +126,9 @@ def _knowledge(
         speedup_prior=_speedup_prior(session, fp, settings.fleet_prior_speedup),
         in_flight=in_flight,
         last_fleet_shapes=frozenset(_support_keys(last_fleet.distribution)) if last_fleet is not None else None,
+        rolled_back=dispatch_store.retired_since(
+            session, wh, fp, dt.datetime.combine(window_start, dt.time(), tzinfo=dt.UTC)
+        ),
     )
 
 
@@ -151,36 +163,51 @@ def _job_spec(
         target=target,
         distribution=Explicit(points=points),
         budget=Budget(trials=trials, max_shapes=min(MAX_JOB_SHAPES, len(c.shapes))),
-        tags={"fleet_run": day.isoformat(), "fleet_target": c.target_fingerprint},
+        tags={"fleet_run": day.isoformat(), "fleet_target": c.target_fingerprint, "fleet_units": str(c.units)},
     )
 
 
-def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str], float]) -> dict[str, object]:
-    """Earlier fleet runs' jobs: fleet seconds saved per day now vs the worker seconds they all cost.
-
-    The saving comes from each task's newest succeeded job (what runs now); the cost counts every fleet job that
-    ran: failed, cancelled and superseded ones too, a retried job from its first attempt's start, and a job still
-    running up to now (issue 35 item 2). `cost_by_state` splits the cost that way."""
-    saved, cost, jobs_counted = 0.0, 0.0, 0
-    latest: dict[tuple[str, str], JobRow] = {}  # one job per task: its newest tuning is what runs now
-    cost_by_state: dict[str, float] = {}
-    jobs_by_state: dict[str, int] = {}
+def _fleet_jobs(session: Session, day: dt.date) -> list[JobRow]:
+    """Jobs earlier days' fleet runs submitted (90 days back) that started, oldest first."""
     since = dt.datetime.combine(day - dt.timedelta(days=90), dt.time(), tzinfo=dt.UTC)
-    now = utcnow()
     ran = select(JobRow).where(JobRow.created_at >= since, JobRow.started_at.is_not(None))
-    rows = [r for r in session.scalars(ran.order_by(JobRow.created_at)) if _fleet_day(r, day)]
+    return [r for r in session.scalars(ran.order_by(JobRow.created_at)) if _fleet_day(r, day)]
+
+
+def _newest_succeeded(rows: list[JobRow]) -> dict[tuple[str, str], JobRow]:
+    """Each task's newest succeeded job: its tuning is what runs now."""
+    latest: dict[tuple[str, str], JobRow] = {}
     for row in rows:
         if row.state == JobState.succeeded.value and row.finished_at is not None:
             latest[(row.workload_hash, row.tags.get("fleet_target", ""))] = row
-    newest = {row.id for row in latest.values()}
+    return latest
+
+
+def _cost(rows: list[JobRow]) -> dict[str, object]:
+    """The worker seconds every fleet job cost: failed, cancelled and superseded ones too, a retried job from its first
+    attempt's start, and a job still running up to now (issue 35 item 2), split by state; and their CPU seconds
+    (`cpu_s`: every attempt that ended in a worker, the vendor timings inside the jobs included)."""
+    newest = {row.id for row in _newest_succeeded(rows).values()}
+    now = utcnow()
+    cost = cpu = 0.0
+    cost_by_state: dict[str, float] = {}
+    jobs_by_state: dict[str, int] = {}
     for row in rows:
         assert row.started_at is not None
         seconds = max(0.0, ((row.finished_at or now) - row.started_at).total_seconds())
         state = "superseded" if row.state == JobState.succeeded.value and row.id not in newest else row.state
         cost += seconds
+        cpu += row.cpu_seconds or 0.0
         cost_by_state[state] = cost_by_state.get(state, 0.0) + seconds
         jobs_by_state[state] = jobs_by_state.get(state, 0) + 1
-    for row in latest.values():
+    return {"tuning_s": cost, "cpu_s": cpu, "cost_by_state": cost_by_state, "jobs_by_state": jobs_by_state}
+
+
+def _modelled(session: Session, rows: list[JobRow], usage_per_day: dict[tuple[str, str], float]) -> dict[str, object]:
+    """A model, never called a measurement: each task's newest succeeded job's geomean speedup (timed in the worker
+    against its own baseline) applied to the task's fleet time now. The measured saving is `measure`'s."""
+    saved, jobs = 0.0, 0
+    for row in _newest_succeeded(rows).values():
         shapes = session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == row.id)).all()
         logs = [
             math.log(s.baseline_latency_s / s.best_latency_s)
@@ -192,16 +219,40 @@ def _realized(session: Session, day: dt.date, usage_per_day: dict[tuple[str, str
         speedup = math.exp(sum(logs) / len(logs))
         usage = usage_per_day.get((row.workload_hash, row.tags.get("fleet_target", "")), 0.0)
         saved += usage * max(0.0, speedup - 1.0)  # time the baseline would take now, minus the time it takes
-        jobs_counted += 1
-    return {
-        "jobs": jobs_counted,
-        "saved_s_per_day": saved,
-        "tuning_s": cost,
-        "cost_by_state": cost_by_state,
-        "jobs_by_state": jobs_by_state,
-        "savings_per_tuning_s": saved / cost if cost else None,  # XTAT's figure of merit, per day
-        "payback_days": cost / saved if saved else None,
-    }
+        jobs += 1
+    return {"jobs": jobs, "saved_s_per_day": saved}
+
+
+def _seconds_per_unit(rows: list[JobRow], prior: float) -> dict[str, float]:
+    """Queue → the median worker seconds per scheduler unit of its finished fleet jobs (tag fleet_units), the
+    prior where none finished: what turns the day's worker-second budget into units."""
+    per_queue: dict[str, list[float]] = {}
+    for row in rows:
+        units = row.tags.get("fleet_units")
+        if row.finished_at is None or row.started_at is None or not units or not str(units).isdigit():
+            continue
+        seconds = (row.finished_at - row.started_at).total_seconds()
+        per_queue.setdefault(row.queue, []).append(max(0.0, seconds) / max(1, int(units)))
+    return {q: statistics.median(v) if v else prior for q, v in per_queue.items()}
+
+
+def measured_saving(session: Session, since: dt.date, until: dt.date) -> MeasuredSaving:
+    """The fleet's saving over [since, until] from the hosts' A/B holdout (service.workers.fleet.savings)."""
+    usage = fleet_store.usage(session, since, until, limit=1_000_000)
+    days = fleet_store.observed_days(session, since, until)
+    labels = {}
+    for wh in {u.workload_hash for u in usage}:
+        workload = catalog.get_workload(session, wh)
+        labels[wh] = workload.label() if workload else ""
+    return measure(usage, fleet_store.holdout(session, since, until), since, until, days, labels)
+
+
+def _merit(measured: MeasuredSaving, tuning_s: float) -> list[float] | None:
+    """[low, estimate, high] of the measured saving per day ÷ the tuning seconds (XTAT's figure of merit)."""
+    if tuning_s <= 0:
+        return None
+    saved, ci = measured.saved_s_per_day, measured.ci95_s_per_day
+    return [(saved - ci) / tuning_s, saved / tuning_s, (saved + ci) / tuning_s]
 
 
 MAX_LAYER_NAMES = 8
@@ -297,6 +348,9 @@ def run_daily(day: dt.date, settings: Settings, host_fingerprint: str | None) ->
 
 def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, report: FleetReport) -> None:
     since, until = day - dt.timedelta(days=settings.fleet_window_days), day - dt.timedelta(days=1)
+    with session_scope() as s:  # first: what is retired here is neither served nor counted as tuned below
+        days = max(1, fleet_store.observed_days(s, since, until))
+        report.rollbacks = check_tables(s, since, until, days, settings.fleet_rollback_margin)
     with session_scope() as s:
         rows = fleet_store.usage(s, since, until)
         days = max(1, fleet_store.observed_days(s, since, until))
@@ -326,14 +380,17 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
                 continue  # no registered kind tunes this workload on this target
             targets[(wh, fp)], workloads[(wh, fp)] = spec, workload
             usable[(wh, fp)] = {k: shapes[k] for k in valid}
-            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings, kind)
+            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings, kind, since)
         candidates = rank(usable, knowledge, days)
         for c in candidates:  # named as people read them: the workload, and the models' layers that run it
             c.label = workloads[(c.workload_hash, c.target_fingerprint)].label()
             c.layers = _layers(s, c.workload_hash)
         report.observed_days = days
-        realized = _realized(s, day, {k: sum(u.seconds for u in v.values()) / days for k, v in grouped.items()})
-    report.realized = realized
+        jobs = _fleet_jobs(s, day)
+        report.cost = _cost(jobs)
+        report.modelled = _modelled(s, jobs, {k: sum(u.seconds for u in v.values()) / days for k, v in grouped.items()})
+        report.measured = measured_saving(s, since, until)
+        report.savings_per_tuning_s = _merit(report.measured, float(report.cost["tuning_s"]))  # type: ignore[arg-type]
 
     # budget per hardware class, in units; a kind that covers everything in one job saturates after a unit
     unit = settings.fleet_unit_trials
@@ -341,9 +398,13 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
     for c in candidates[: settings.fleet_max_tasks]:
         by_queue.setdefault(c.queue, []).append(c)
     submitted: list[FleetCandidate] = []
+    unit_s = _seconds_per_unit(jobs, settings.fleet_prior_unit_s)
     for queue, group in sorted(by_queue.items()):
-        budget_units = settings.fleet_daily_trials // unit
+        seconds = unit_s.get(queue, settings.fleet_prior_unit_s)
+        budget_units = min(settings.fleet_daily_trials // unit, int(settings.fleet_daily_worker_s // seconds))
         report.budget[queue] = budget_units * unit
+        report.budget_s[queue] = settings.fleet_daily_worker_s
+        report.unit_s[queue] = seconds
         tasks = [
             Task(
                 key=f"{c.workload_hash}/{c.target_fingerprint}",
@@ -360,7 +421,8 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             if n == 0:
                 continue
             c.trials = KINDS.get(c.kind).fleet_trials(n, unit)
-            spent += n * unit
+            c.units = n
+            spent += c.trials  # what the job was given (a ukernel job builds its uKernels whatever its units)
             key = (c.workload_hash, c.target_fingerprint)
             all_shapes = {k: u.seconds for k, u in usable[key].items()}
             job_spec = _job_spec(c, workloads[key], targets[key], all_shapes, c.trials, day)
@@ -368,6 +430,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
                 c.job_id = submit(s, job_spec, c.workload_hash).id
             submitted.append(c)
         report.spent[queue] = spent
+        report.planned_s[queue] = sum(c.units for c in group) * seconds
     report.candidates = candidates
     report.expected_saving_s_per_day = sum(c.expected_saving_s_per_day for c in submitted)
 

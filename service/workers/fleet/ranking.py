@@ -46,6 +46,9 @@ class TaskKnowledge:
     speedup_prior: float = 1.5  # expected tuned-vs-default speedup on this target
     in_flight: bool = False  # a job for this task is still queued or running
     last_fleet_shapes: frozenset[str] | None = None  # shapes the last finished fleet job for it targeted
+    # a table of it was rolled back within the window (production measured it slower): tuning it again the same way
+    # would publish the same loss, so it waits until the window has moved past the rollback
+    rolled_back: bool = False
 
 
 def total_variation(p: Mapping[str, float], q: Mapping[str, float]) -> float:
@@ -114,7 +117,7 @@ def rank(
                 observed_s_per_day=observed_s,
                 predicted_gain=saving / observed_s if observed_s else 0.0,
                 expected_saving_s_per_day=saving,
-                stalled=stalled or know.in_flight,
+                stalled=stalled or know.in_flight or know.rolled_back,
             )
         )
     out.sort(key=lambda c: (-c.expected_saving_s_per_day, c.workload_hash, c.target_fingerprint))

@@ -52,3 +52,5 @@ def test_drift_in_the_distribution_and_stalls() -> None:
     assert rank(usage, {("w", "f"): again}, days=7)[0].stalled
     busy = _know(in_flight=True)
     assert rank(usage, {("w", "f"): busy}, days=7)[0].stalled
+    rolled_back = _know(rolled_back=True)  # production measured its last table slower: not tuned again this window
+    assert rank(usage, {("w", "f"): rolled_back}, days=7)[0].stalled

@@ -1,0 +1,86 @@
+"""Rolling back tables that serve slower than what they replaced, on production telemetry (issue 35 item 3).
+
+The daily run reads the hosts' A/B holdout of the window for every served table (kernelfleet.holdout: the calls
+served by that table, the calls its hosts held out to run their baseline). A table is retired when, over the
+shapes with samples on both sides and weighted by its own traffic there, its served time exceeds
+  - the baseline's (what the hosts run without KernelFleet), or
+  - the table it replaced (that table's served time at the same shapes, from its own days of telemetry)
+beyond the 95 % interval and by more than `fleet_rollback_margin`. Hosts then get the newest table not retired,
+or none (their baseline). The decision rests on every sample of the window, never on one timing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy.orm import Session
+
+from service.models.fleet import Rollback
+from service.store import catalog
+from service.store import dispatch as dispatch_store
+from service.store import fleet as fleet_store
+from service.store.fleet import HoldoutSums
+from service.workers.fleet.savings import Difference, Side, difference, sides
+
+PREVIOUS_LOOKBACK_DAYS = 90  # how far back the replaced table's own telemetry is read
+
+
+def _served(rows: list[HoldoutSums]) -> dict[str, tuple[int, Side]]:
+    """shape → (served calls, served side) where the side has enough samples."""
+    out = {}
+    for r in rows:
+        side = Side.of(r.served_calls, r.served_s, r.served_s2)
+        if side is not None:
+            out[r.shape_key] = (r.served_calls, side)
+    return out
+
+
+def _against_baseline(rows: list[HoldoutSums], days: int) -> Difference:
+    pairs = []
+    for r in rows:
+        pair = sides(r)
+        if pair is not None:
+            pairs.append((r.served_calls / days, pair[0], pair[1]))  # served − baseline, the table's mix
+    return difference(pairs)
+
+
+def _against_previous(rows: list[HoldoutSums], previous: list[HoldoutSums], days: int) -> Difference:
+    ours, theirs = _served(rows), _served(previous)
+    return difference((calls / days, side, theirs[key][1]) for key, (calls, side) in ours.items() if key in theirs)
+
+
+def check_tables(session: Session, since: dt.date, until: dt.date, days: int, margin: float) -> list[Rollback]:
+    """Retire every served table its window's telemetry shows slower (see the module docstring); what was done."""
+    days = max(1, days)
+    by_table: dict[tuple[str, str, str], list[HoldoutSums]] = {}
+    for r in fleet_store.holdout(session, since, until, by_table=True):
+        if r.table_job_id:
+            by_table.setdefault((r.workload_hash, r.target_fingerprint, r.table_job_id), []).append(r)
+    out = []
+    for (wh, fp, job), rows in sorted(by_table.items()):
+        table = dispatch_store.latest(session, wh, fp)
+        if table is None or table.job_id != job:
+            continue  # telemetry of a table no longer served: nothing to roll back
+        previous = dispatch_store.served_before(session, wh, fp, table.id)
+        against, other_job, diff = "baseline", None, _against_baseline(rows, days)
+        if not diff.significantly_above(margin) and previous is not None and previous.job_id:
+            lookback = until - dt.timedelta(days=PREVIOUS_LOOKBACK_DAYS)
+            old = fleet_store.holdout(
+                session, lookback, until, workload_hash=wh, target_fingerprint=fp, table_job_id=previous.job_id
+            )
+            against, other_job, diff = "previous table", previous.job_id, _against_previous(rows, old, days)
+        if not diff.significantly_above(margin):
+            continue
+        ratio = diff.ratio or 0.0
+        reason = (
+            f"rolled back on {until + dt.timedelta(days=1)}: {ratio:.2f}x the {against}'s time over {diff.shapes} "
+            f"shapes of production telemetry ({diff.delta:+.3g} s/day ± {diff.ci95:.2g})"
+        )
+        dispatch_store.retire(session, table, reason)
+        now = dispatch_store.latest(session, wh, fp)
+        workload = catalog.get_workload(session, wh)
+        out.append(Rollback(workload_hash=wh, target_fingerprint=fp, label=workload.label() if workload else "",
+                            table_job_id=job, against=against, other_job_id=other_job,
+                            served_s=diff.a, other_s=diff.b, slowdown_s=diff.delta, ci95_s=diff.ci95,
+                            shapes=diff.shapes, now_serving=now.job_id if now is not None else None))  # fmt: skip
+    return out

@@ -190,9 +190,11 @@ class Rollback(BaseModel):
     table_job_id: str = Field(description="the job that published the table rolled back")
     against: Literal["baseline", "previous table"]
     other_job_id: str | None = Field(None, description="the previous table's job, when compared against it")
-    served_s: float = Field(description="the table's seconds per day at the compared shapes (its traffic mix)")
-    other_s: float = Field(description="the baseline's or the previous table's seconds for the same calls")
-    slowdown_s: float = Field(description="served − other, per day; ± ci95_s")
+    served_s: float = Field(
+        description="the table's mean seconds a call over the compared shapes, weighted by its own served calls there"
+    )
+    other_s: float = Field(description="the baseline's or the previous table's mean seconds for the same mix")
+    slowdown_s: float = Field(description="served_s − other_s, seconds a call; ± ci95_s")
     ci95_s: float
     shapes: int
     now_serving: str | None = Field(description="the job whose table hosts get now; None: no table (the baseline)")
@@ -206,8 +208,11 @@ class FleetReport(BaseModel):
     window_days: int = 0
     observed_days: int = Field(0, description="days of the window with telemetry: the per-day figures divide by it")
     fleet_seconds_per_day: float = 0.0
-    budget: dict[str, int] = Field(default_factory=dict, description="trials per hardware class (the smaller of "
-                                   "the trial budget and the worker-second budget's units, in trials)")
+    budget: dict[str, int] = Field(
+        default_factory=dict,
+        description="trials per hardware class (the smaller of "
+        "the trial budget and the worker-second budget's units, in trials)",
+    )
     spent: dict[str, int] = Field(default_factory=dict, description="trials the submitted jobs were given")
     budget_s: dict[str, float] = Field(default_factory=dict, description="worker seconds per hardware class")
     unit_s: dict[str, float] = Field(default_factory=dict, description="worker seconds per unit, from earlier jobs")

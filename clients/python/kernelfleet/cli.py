@@ -368,8 +368,8 @@ def fleet_report(url: UrlOpt = None) -> None:
     for b in r.get("rollbacks", []):
         back = f"now serving job {b['now_serving'][:8]}'s table" if b["now_serving"] else "no table now (baseline)"
         console.print(
-            f"rolled back {_workload_name(b)} (job {b['table_job_id'][:8]}): {b['served_s']:,.3g} s/day vs "
-            f"{b['other_s']:,.3g} for the {b['against']} over {b['shapes']} shapes; {back}",
+            f"rolled back {_workload_name(b)} (job {b['table_job_id'][:8]}): {b['served_s']:.3g} s a call vs "
+            f"{b['other_s']:.3g} for the {b['against']} over {b['shapes']} shapes; {back}",
             style="red",
         )
     for t in r.get("silent", []):

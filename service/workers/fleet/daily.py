@@ -349,8 +349,7 @@ def run_daily(day: dt.date, settings: Settings, host_fingerprint: str | None) ->
 def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, report: FleetReport) -> None:
     since, until = day - dt.timedelta(days=settings.fleet_window_days), day - dt.timedelta(days=1)
     with session_scope() as s:  # first: what is retired here is neither served nor counted as tuned below
-        days = max(1, fleet_store.observed_days(s, since, until))
-        report.rollbacks = check_tables(s, since, until, days, settings.fleet_rollback_margin)
+        report.rollbacks = check_tables(s, since, until, settings.fleet_rollback_margin)
     with session_scope() as s:
         rows = fleet_store.usage(s, since, until)
         days = max(1, fleet_store.observed_days(s, since, until))

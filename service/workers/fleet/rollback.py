@@ -35,23 +35,28 @@ def _served(rows: list[HoldoutSums]) -> dict[str, tuple[int, Side]]:
     return out
 
 
-def _against_baseline(rows: list[HoldoutSums], days: int) -> Difference:
+def _mix(pairs: list[tuple[float, Side, Side]]) -> Difference:
+    """Weighted by the table's own served calls at each shape, normalised: seconds per call of its traffic mix."""
+    total = sum(weight for weight, _, _ in pairs)
+    return difference((weight / total, a, b) for weight, a, b in pairs) if total > 0 else difference([])
+
+
+def _against_baseline(rows: list[HoldoutSums]) -> Difference:
     pairs = []
     for r in rows:
         pair = sides(r)
         if pair is not None:
-            pairs.append((r.served_calls / days, pair[0], pair[1]))  # served − baseline, the table's mix
-    return difference(pairs)
+            pairs.append((float(r.served_calls), pair[0], pair[1]))  # served − baseline
+    return _mix(pairs)
 
 
-def _against_previous(rows: list[HoldoutSums], previous: list[HoldoutSums], days: int) -> Difference:
+def _against_previous(rows: list[HoldoutSums], previous: list[HoldoutSums]) -> Difference:
     ours, theirs = _served(rows), _served(previous)
-    return difference((calls / days, side, theirs[key][1]) for key, (calls, side) in ours.items() if key in theirs)
+    return _mix([(float(calls), side, theirs[key][1]) for key, (calls, side) in ours.items() if key in theirs])
 
 
-def check_tables(session: Session, since: dt.date, until: dt.date, days: int, margin: float) -> list[Rollback]:
+def check_tables(session: Session, since: dt.date, until: dt.date, margin: float) -> list[Rollback]:
     """Retire every served table its window's telemetry shows slower (see the module docstring); what was done."""
-    days = max(1, days)
     by_table: dict[tuple[str, str, str], list[HoldoutSums]] = {}
     for r in fleet_store.holdout(session, since, until, by_table=True):
         if r.table_job_id:
@@ -62,19 +67,19 @@ def check_tables(session: Session, since: dt.date, until: dt.date, days: int, ma
         if table is None or table.job_id != job:
             continue  # telemetry of a table no longer served: nothing to roll back
         previous = dispatch_store.served_before(session, wh, fp, table.id)
-        against, other_job, diff = "baseline", None, _against_baseline(rows, days)
+        against, other_job, diff = "baseline", None, _against_baseline(rows)
         if not diff.significantly_above(margin) and previous is not None and previous.job_id:
             lookback = until - dt.timedelta(days=PREVIOUS_LOOKBACK_DAYS)
             old = fleet_store.holdout(
                 session, lookback, until, workload_hash=wh, target_fingerprint=fp, table_job_id=previous.job_id
             )
-            against, other_job, diff = "previous table", previous.job_id, _against_previous(rows, old, days)
+            against, other_job, diff = "previous table", previous.job_id, _against_previous(rows, old)
         if not diff.significantly_above(margin):
             continue
         ratio = diff.ratio or 0.0
         reason = (
             f"rolled back on {until + dt.timedelta(days=1)}: {ratio:.2f}x the {against}'s time over {diff.shapes} "
-            f"shapes of production telemetry ({diff.delta:+.3g} s/day ± {diff.ci95:.2g})"
+            f"shapes of production telemetry ({diff.delta:+.3g} s a call ± {diff.ci95:.2g})"
         )
         dispatch_store.retire(session, table, reason)
         now = dispatch_store.latest(session, wh, fp)

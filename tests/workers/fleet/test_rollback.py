@@ -50,7 +50,7 @@ def _report(job: str, served_mean: float, baseline_mean: float, day: dt.date = D
 
 def _check() -> list:  # type: ignore[type-arg]
     with session_scope() as s:
-        return check_tables(s, DAY, DAY, 1, MARGIN)
+        return check_tables(s, DAY, DAY, MARGIN)
 
 
 def _served_job() -> str | None:

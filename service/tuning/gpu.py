@@ -6,7 +6,7 @@ A100 and a T4 (sm_75) without a GPU:
     (identity, name, arch, memory, driver), and the banner of plain `nvidia-smi` (the driver's CUDA version);
   - the device attributes TVM's CUDA runtime reads (SM count, shared memory and threads per block, warp
     size, L2), when TVM can open the GPU;
-  - the published per-arch table (service.tuning.hardware_model.GPU_TABLE) for what
+  - the per-arch part (service.tuning.gpu_parts) for what
     neither reports: registers per block and shared memory per SM.
 `nvcc --version` gives the CUDA toolkit that compiles the kernels (part of the toolchain).
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 SMI_QUERY = ("uuid", "name", "compute_cap", "memory.total", "driver_version")
 # Registers per thread block is 64 K 32-bit registers on every arch from sm_50 on (CUDA C programming
-# guide, compute-capability table); shared memory per SM differs per arch (hardware_model.GPU_TABLE).
+# guide, compute-capability table); shared memory per SM differs per arch (service.tuning.gpu_parts).
 REGISTERS_PER_BLOCK = 65536
 STATIC_SMEM_PER_BLOCK = 49152  # without the opt-in attribute a kernel's static __shared__ is capped at 48 KiB
 
@@ -169,10 +169,10 @@ def describe(
 
     `attrs` keys: sm_count, smem_per_block, max_threads_per_block, warp_size, l2_bytes. Missing ones come
     from the arch's published table, so a description never silently says 0 SMs."""
-    from service.tuning.hardware_model import GPU_TABLE, base_arch
+    from service.tuning.gpu_parts import GPU_PARTS, base_arch
 
     arch = parse_compute_cap(smi_row["compute_cap"])
-    table = GPU_TABLE.get(base_arch(arch))
+    table = GPU_PARTS.get(base_arch(arch))
     got = dict(attrs or {})
 
     def pick(key: str, fallback: int | None) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from service.tuning.gpu_parts import GPU_PARTS, GPUPart, base_arch
 from service.tuning.hardware import parse_cpuinfo, usable_cores
 
 _DTYPE_BITS = {"float64": 64, "float32": 32, "float16": 16, "bfloat16": 16, "int8": 8}
@@ -129,59 +130,30 @@ def _caches(cache_dir: Path) -> dict[int, int]:
     return out
 
 
-def _gpu(
-    arch: str,
-    name: str,
-    sms: int,
-    smem_kib: int,
-    l1_kib: int,
-    l2_mib: float,
-    threads_per_sm: int = 2048,
-    blocks_per_sm: int = 32,
-    regs: int = 65536,
-) -> HardwareModel:
+def _of_part(part: GPUPart) -> HardwareModel:
     return HardwareModel(
         kind="gpu",
-        name=f"{name} ({arch})",
+        name=f"{part.name} ({part.arch})",
         vector_bits=128,
         vector_registers=255,
-        l1_bytes=l1_kib << 10,
-        l2_bytes=int(l2_mib * (1 << 20)),
+        l1_bytes=part.l1_bytes,
+        l2_bytes=part.l2_bytes,
         l3_bytes=0,
-        cores=sms,
-        sm_count=sms,
+        cores=part.sm_count,
+        sm_count=part.sm_count,
         warp_size=32,
-        smem_per_sm=smem_kib << 10,
-        regs_per_sm=regs,
+        smem_per_sm=part.smem_per_sm,
+        regs_per_sm=part.regs_per_sm,
         max_threads_per_block=1024,
         smem_per_block=48 << 10,
-        max_threads_per_sm=threads_per_sm,
-        max_blocks_per_sm=blocks_per_sm,
+        max_threads_per_sm=part.max_threads_per_sm,
+        max_blocks_per_sm=part.max_blocks_per_sm,
         regs_per_block=65536,
-        async_copy=int(arch[3:]) >= 80,
+        async_copy=part.async_copy,
     )
 
 
-# Published properties of one representative part per arch (NVIDIA architecture whitepapers and the
-# CUDA programming guide's compute-capability tables): smem = max shared memory per SM, l1 = the
-# combined L1/shared-memory array, threads and blocks = resident per SM. Other parts of the same arch
-# differ in SM count and L2 only: override those with `overridden(sm_count=..., cores=..., l2_bytes=...)`
-# or build the model from a detected GPU (`service.tuning.gpu.GPUDescription.hardware_model`).
-GPU_TABLE: dict[str, HardwareModel] = {
-    "sm_70": _gpu("sm_70", "V100", sms=80, smem_kib=96, l1_kib=128, l2_mib=6),
-    "sm_75": _gpu("sm_75", "T4", sms=40, smem_kib=64, l1_kib=96, l2_mib=4, threads_per_sm=1024, blocks_per_sm=16),
-    "sm_80": _gpu("sm_80", "A100", sms=108, smem_kib=164, l1_kib=192, l2_mib=40),
-    "sm_86": _gpu(
-        "sm_86", "RTX 3090", sms=82, smem_kib=100, l1_kib=128, l2_mib=6, threads_per_sm=1536, blocks_per_sm=16
-    ),
-    "sm_89": _gpu(
-        "sm_89", "RTX 4090", sms=128, smem_kib=100, l1_kib=128, l2_mib=72, threads_per_sm=1536, blocks_per_sm=24
-    ),
-    "sm_90": _gpu("sm_90", "H100 SXM5", sms=132, smem_kib=228, l1_kib=256, l2_mib=50),
-}
-
-
-def base_arch(arch: str) -> str:
-    """'sm_90a' -> 'sm_90': the arch-specific feature suffix (wgmma, setmaxnreg, ...) names what a kernel may
-    use, not other hardware; an sm_90a kernel runs on every sm_90 GPU, so tables and queues use the base."""
-    return re.sub(r"(?<=\d)[af]$", "", arch)
+# The uKernel search's view of each arch's part (service.tuning.gpu_parts). Other parts of the same arch differ in
+# SM count and L2 only: override those with `overridden(sm_count=..., cores=..., l2_bytes=...)` or build the model
+# from a detected GPU (`service.tuning.gpu.GPUDescription.hardware_model`).
+GPU_TABLE: dict[str, HardwareModel] = {arch: _of_part(part) for arch, part in GPU_PARTS.items()}

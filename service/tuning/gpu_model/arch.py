@@ -2,13 +2,15 @@
 
 Clock bounds bracket the time: the SM clock under load sits between the base (`clock_min_hz`) and boost
 (`clock_max_hz`) clocks; the slow end pairs with the phase model of shared memory, the fast end with the
-warp model (banks.py). Figures are NVIDIA's data-sheet numbers; the H100's DRAM term uses the ~3.0 TB/s a
-streaming read reaches on it (gpu-first-light.md §2), not the 3.35 TB/s peak.
+warp model (banks.py). The figures come from service.tuning.gpu_parts; the DRAM term is the rate a streaming read
+reaches (the H100's ~3.0 TB/s, gpu-first-light.md §2), not the peak.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from service.tuning.gpu_parts import GPU_PARTS, GPUPart, base_arch
 
 
 @dataclass(frozen=True)
@@ -19,10 +21,7 @@ class SMSpec:
     clock_max_hz: float
     fp32_lanes: int  # FFMA issued per SM per clock
     dram_bytes_per_s: float
-    # fp16/bf16 tensor-core FMAs per SM per clock through mma.sync (dense, fp32 accumulate). A100: its data sheet
-    # (312 TFLOP/s). H100: an assumption — wgmma reaches 2048, the warp-level mma.sync the uKernels use is
-    # reported well below that; 1024 (A100's rate) until a lent GPU measures it.
-    mma_fma_per_clock: int = 1024
+    mma_fma_per_clock: int = 1024  # fp16/bf16 tensor-core FMAs per SM per clock (gpu_parts says whose figure)
     regs_per_sm: int = 65536
     smem_per_sm: int = 233472  # bytes a kernel's blocks may share (the carve-out's maximum)
     max_threads_per_sm: int = 2048
@@ -47,25 +46,32 @@ class SMSpec:
         return max(0, min(limits))
 
 
-SM_SPECS: dict[str, SMSpec] = {
-    "sm_90": SMSpec(
-        "H100 SXM5", sm_count=132, clock_min_hz=1.755e9, clock_max_hz=1.98e9, fp32_lanes=128, dram_bytes_per_s=3.0e12
-    ),
-    "sm_80": SMSpec(
-        "A100 SXM4",
-        sm_count=108,
-        clock_min_hz=1.275e9,
-        clock_max_hz=1.41e9,
-        fp32_lanes=64,
-        dram_bytes_per_s=1.8e12,
-        smem_per_sm=167936,
-    ),
-}
+def _of_part(part: GPUPart) -> SMSpec | None:
+    """The bound's view of a part (service.tuning.gpu_parts); None when it lacks the clock range, lanes or the
+    streaming DRAM rate."""
+    if not (part.clock_base_hz and part.clock_boost_hz and part.fp32_lanes_per_sm and part.dram_stream_bw):
+        return None
+    return SMSpec(
+        part.name,
+        sm_count=part.sm_count,
+        clock_min_hz=part.clock_base_hz,
+        clock_max_hz=part.clock_boost_hz,
+        fp32_lanes=part.fp32_lanes_per_sm,
+        dram_bytes_per_s=part.dram_stream_bw,
+        mma_fma_per_clock=part.mma_fma_per_clock,
+        regs_per_sm=part.regs_per_sm,
+        smem_per_sm=part.smem_per_sm,
+        max_threads_per_sm=part.max_threads_per_sm,
+        max_blocks_per_sm=part.max_blocks_per_sm,
+    )
+
+
+SM_SPECS: dict[str, SMSpec] = {arch: spec for arch, part in GPU_PARTS.items() if (spec := _of_part(part)) is not None}
 
 
 def sm_spec(arch: str, sm_count: int | None = None) -> SMSpec:
     """The spec for `arch` ('sm_90a' reads as 'sm_90'), with the SM count a worker detected if given."""
-    base = arch[:-1] if arch.endswith("a") else arch
+    base = base_arch(arch)
     if base not in SM_SPECS:
         raise ValueError(f"the static GPU model has no figures for {arch}; known: {sorted(SM_SPECS)}")
     spec = SM_SPECS[base]

@@ -18,7 +18,7 @@ import numpy as np
 
 from service.models import TargetSpec, Toolchain, WorkloadSpec
 from service.tuning import cublas, cuda_toolchain, gpu, hardware
-from service.tuning.hardware_model import base_arch
+from service.tuning.gpu_parts import base_arch
 from service.tuning.platforms.base import TVMPlatform, VendorTiming, check_result
 
 log = logging.getLogger(__name__)

@@ -110,7 +110,8 @@ def test_detect_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_sm_90a_is_an_sm_90_part() -> None:
-    from service.tuning.hardware_model import HardwareModel, base_arch
+    from service.tuning.gpu_parts import base_arch
+    from service.tuning.hardware_model import HardwareModel
 
     assert base_arch("sm_90a") == "sm_90" and base_arch("sm_100a") == "sm_100" and base_arch("sm_90") == "sm_90"
     assert HardwareModel.for_gpu("sm_90a") == HardwareModel.for_gpu("sm_90")

@@ -78,3 +78,28 @@ def test_gpu_table_and_overrides() -> None:
     with pytest.raises(ValueError):
         a100.lanes("complex64")
     assert a100.to_dict()["sm_count"] == 108
+
+
+def test_the_three_gpu_models_read_one_part_per_arch() -> None:
+    """The uKernel rules, ALCOP's pipeline model and the static per-SM bound agree on every figure they share,
+    because each is built from service.tuning.gpu_parts (issue 37 item 4)."""
+    from service.tuning.gpu_model.arch import SM_SPECS
+    from service.tuning.gpu_parts import GPU_PARTS, gpu_part
+    from service.tuning.tuners.pipeline.model import GPU_CONSTANTS
+
+    for arch, part in GPU_PARTS.items():
+        hw = GPU_TABLE[arch]
+        assert (hw.sm_count, hw.smem_per_sm, hw.l2_bytes) == (part.sm_count, part.smem_per_sm, part.l2_bytes)
+        if arch in GPU_CONSTANTS:
+            pipe = GPU_CONSTANTS[arch]
+            assert (pipe.sm_count, pipe.smem_per_sm, pipe.max_threads_per_sm) == (
+                hw.sm_count, hw.smem_per_sm, hw.max_threads_per_sm)  # fmt: skip
+        if arch in SM_SPECS:
+            spec = SM_SPECS[arch]
+            assert (spec.sm_count, spec.smem_per_sm, spec.max_blocks_per_sm) == (
+                hw.sm_count, hw.smem_per_sm, hw.max_blocks_per_sm)  # fmt: skip
+            assert spec.clock_max_hz == GPU_CONSTANTS[arch].clock_hz
+    assert set(SM_SPECS) == {"sm_80", "sm_90"} and "sm_70" not in GPU_CONSTANTS  # only where every figure is known
+    assert gpu_part("sm_90a") is GPU_PARTS["sm_90"]
+    with pytest.raises(ValueError, match="known"):
+        gpu_part("sm_52")

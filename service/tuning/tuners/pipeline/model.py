@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from service.tuning.gpu_parts import GPU_PARTS, GPUPart
 from service.tuning.tuners.pipeline.space import WARP, GemmShape, PipelineConfig
 from service.tuning.tuners.ranking import spearman
 
@@ -103,6 +104,25 @@ class GPUConstants:
         except KeyError:
             raise ValueError(f"no pipeline model constants for {arch!r}; known: {', '.join(GPU_CONSTANTS)}") from None
 
+    @classmethod
+    def of_part(cls, part: GPUPart) -> GPUConstants | None:
+        """The model's view of a part (service.tuning.gpu_parts); None when the part lacks a figure it needs."""
+        needed = (part.clock_boost_hz, part.fp32_lanes_per_sm, part.fp16_lanes_per_sm, part.dram_bw, part.llc_bw,
+                  part.smem_bytes_per_clock, part.lat_dram_s, part.lat_llc_s, part.lat_smem_s)  # fmt: skip
+        if any(v is None for v in needed):
+            return None
+        assert part.clock_boost_hz and part.fp32_lanes_per_sm and part.fp16_lanes_per_sm and part.dram_bw
+        assert part.llc_bw and part.smem_bytes_per_clock and part.lat_dram_s and part.lat_llc_s and part.lat_smem_s
+        return cls(
+            arch=part.arch, name=part.name, sm_count=part.sm_count, clock_hz=part.clock_boost_hz,
+            fp32_lanes_per_sm=part.fp32_lanes_per_sm, fp16_lanes_per_sm=part.fp16_lanes_per_sm,
+            smem_per_sm=part.smem_per_sm, regs_per_sm=part.regs_per_sm, max_threads_per_sm=part.max_threads_per_sm,
+            max_blocks_per_sm=part.max_blocks_per_sm, l2_bytes=part.l2_bytes, dram_bw=part.dram_bw,
+            dram_write_bw=part.dram_bw, llc_bw=part.llc_bw, smem_bytes_per_clock=part.smem_bytes_per_clock,
+            lat_dram_s=part.lat_dram_s, lat_llc_s=part.lat_llc_s, lat_smem_s=part.lat_smem_s,
+            lat_dram_write_s=part.lat_dram_s,
+        )  # fmt: skip
+
     def with_hardware(self, sm_count: int | None = None, l2_bytes: int | None = None) -> GPUConstants:
         """The same arch with a detected part's SM count and L2 (an A100 PCIe, an H100 PCIe with 114 SMs)."""
         return dataclasses.replace(
@@ -110,34 +130,10 @@ class GPUConstants:
         )
 
 
-# One representative part per arch (NVIDIA whitepapers: SMs, boost clock, FP32/FP16 lanes, shared
-# memory, registers, L2, DRAM bandwidth; CUDA guide: threads and blocks per SM). L2 bandwidth and the
-# latencies are microbenchmark-scale estimates; `calibrate` replaces them with fitted values.
+# The model's view of each arch's part that has every figure it needs (service.tuning.gpu_parts: boost clock, lanes,
+# bandwidths, latency estimates that `calibrate` replaces with fitted values).
 GPU_CONSTANTS: dict[str, GPUConstants] = {
-    "sm_80": GPUConstants(
-        arch="sm_80", name="A100 SXM4 40GB", sm_count=108, clock_hz=1.41e9, fp32_lanes_per_sm=64,
-        fp16_lanes_per_sm=256, smem_per_sm=164 << 10, regs_per_sm=65536, max_threads_per_sm=2048,
-        max_blocks_per_sm=32, l2_bytes=40 << 20, dram_bw=1.555e12, dram_write_bw=1.555e12, llc_bw=4.8e12,
-        smem_bytes_per_clock=128, lat_dram_s=4.0e-7, lat_llc_s=1.5e-7, lat_smem_s=2.0e-8, lat_dram_write_s=4.0e-7,
-    ),
-    "sm_86": GPUConstants(
-        arch="sm_86", name="RTX 3090", sm_count=82, clock_hz=1.695e9, fp32_lanes_per_sm=128,
-        fp16_lanes_per_sm=128, smem_per_sm=100 << 10, regs_per_sm=65536, max_threads_per_sm=1536,
-        max_blocks_per_sm=16, l2_bytes=6 << 20, dram_bw=9.36e11, dram_write_bw=9.36e11, llc_bw=2.5e12,
-        smem_bytes_per_clock=128, lat_dram_s=4.5e-7, lat_llc_s=1.5e-7, lat_smem_s=2.0e-8, lat_dram_write_s=4.5e-7,
-    ),
-    "sm_89": GPUConstants(
-        arch="sm_89", name="RTX 4090", sm_count=128, clock_hz=2.52e9, fp32_lanes_per_sm=128,
-        fp16_lanes_per_sm=128, smem_per_sm=100 << 10, regs_per_sm=65536, max_threads_per_sm=1536,
-        max_blocks_per_sm=24, l2_bytes=72 << 20, dram_bw=1.008e12, dram_write_bw=1.008e12, llc_bw=5.0e12,
-        smem_bytes_per_clock=128, lat_dram_s=4.5e-7, lat_llc_s=1.2e-7, lat_smem_s=1.5e-8, lat_dram_write_s=4.5e-7,
-    ),
-    "sm_90": GPUConstants(
-        arch="sm_90", name="H100 SXM5", sm_count=132, clock_hz=1.98e9, fp32_lanes_per_sm=128,
-        fp16_lanes_per_sm=256, smem_per_sm=228 << 10, regs_per_sm=65536, max_threads_per_sm=2048,
-        max_blocks_per_sm=32, l2_bytes=50 << 20, dram_bw=3.35e12, dram_write_bw=3.35e12, llc_bw=7.5e12,
-        smem_bytes_per_clock=128, lat_dram_s=4.5e-7, lat_llc_s=1.3e-7, lat_smem_s=1.5e-8, lat_dram_write_s=4.5e-7,
-    ),
+    arch: constants for arch, part in GPU_PARTS.items() if (constants := GPUConstants.of_part(part)) is not None
 }
 
 Bound = Literal["compute", "load"]

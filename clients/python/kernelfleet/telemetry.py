@@ -32,8 +32,9 @@ def usage_records(dispatcher: Dispatcher, day: dt.date | None = None) -> list[di
     """The dispatcher's usage since the last call as telemetry records (its counts are reset): per S, calls, kernel
     seconds and fallbacks; the table served (`table_job_id`: the job that published it); and where the dispatcher
     holds calls out (kernelfleet.holdout), both sides' sums (`holdout`)."""
-    held = dispatcher.holdout.samples(reset=True) if dispatcher.holdout is not None else {}
-    table_job = dispatcher.meta.get("job_id") if dispatcher.table is not None else None
+    holdout = getattr(dispatcher, "holdout", None)  # (a conv or batch_matmul dispatcher holds nothing out)
+    held = holdout.samples(reset=True) if holdout is not None else {}
+    table_job = dispatcher.meta.get("job_id") if getattr(dispatcher, "table", None) is not None else None
     records = []
     for S, use in dispatcher.usage(reset=True).items():
         if S < 1 or use.calls == 0:
@@ -50,7 +51,7 @@ def usage_records(dispatcher: Dispatcher, day: dt.date | None = None) -> list[di
             record["table_job_id"] = str(table_job)
         sample = held.get(S)
         if sample is not None and sample.served_calls + sample.baseline_calls <= use.calls:
-            record["holdout"] = {"baseline": dispatcher.holdout.baseline, **sample.to_json()}  # type: ignore[union-attr]
+            record["holdout"] = {"baseline": holdout.baseline, **sample.to_json()}  # type: ignore[union-attr]
         if day is not None:
             record["day"] = day.isoformat()
         records.append(record)

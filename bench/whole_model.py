@@ -334,7 +334,7 @@ def tune_workload(w: Workload, args: argparse.Namespace, target: Any, work: Path
 
 def tune_all(workloads: Sequence[Workload], args: argparse.Namespace, signed: SignedCache) -> dict[str, Any]:
     """Tune every workload (or keep the cached table with --reuse-tables); the whole phase's wall time."""
-    from service.tuning.tuners.ukernel.limits import MAX_S
+    from service.tuning.tuners.ukernel.bounds import MAX_S
 
     fingerprint, target = host_fingerprint(args.device)
     began = time.perf_counter()

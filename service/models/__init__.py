@@ -8,7 +8,7 @@ the service and the SDK share one definition of what goes over the wire.
 from kernelfleet.models import ConfigRecord, JobList, JobView, ShapeResult
 from service.models.config import ConfigMiss, Fallback, LookupKey
 from service.models.distribution import ShapeDistribution, normalized_support
-from service.models.job import Budget, JobKind, JobSpec, JobState
+from service.models.job import Budget, JobSpec, JobState
 from service.models.operators import OPERATORS, OperatorDef
 from service.models.shape import parse_shape_key, shape_key
 from service.models.target import TUNER_ABI, Target, TargetSpec, Toolchain
@@ -21,7 +21,6 @@ __all__ = [
     "ConfigMiss",
     "ConfigRecord",
     "Fallback",
-    "JobKind",
     "JobList",
     "JobSpec",
     "JobState",

@@ -13,8 +13,6 @@ from service.models.fields import HexId, Int, RegistryName, Tags
 from service.models.target import TargetSpec
 from service.models.workload import WorkloadSpec
 
-JobKind = str  # a name from the job-kind registry (service.tuning.kinds), checked at submission
-
 
 class JobState(enum.StrEnum):
     queued = "queued"

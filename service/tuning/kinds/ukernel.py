@@ -49,7 +49,7 @@ from service.tuning.kinds.ukernel_range import (
     verification_shapes,
     verify,
 )
-from service.tuning.tuners.ukernel.limits import MAX_CONV_M, MAX_S, MAX_UKERNELS
+from service.tuning.tuners.ukernel.bounds import MAX_CONV_M, MAX_S, MAX_UKERNELS
 
 # what tests, benches and the other ukernel paths have always imported from here
 __all__ = ["DIM", "UKernelKind", "artifacts_of", "validation_record", "verification_shapes", "verify"]

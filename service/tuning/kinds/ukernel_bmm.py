@@ -32,7 +32,7 @@ from service.tuning.kinds.base import (
     UnitResult,
     WorkUnit,
 )
-from service.tuning.tuners.ukernel.limits import MAX_S
+from service.tuning.tuners.ukernel.bounds import MAX_S
 
 MAX_SYMBOLIC = 3
 MAX_CELLS = 256  # planned classes per job: each is timed at up to 4 tuples with every uKernel and numpy

@@ -24,7 +24,7 @@ from service.models.distribution import ShapeDistribution
 from service.models.plan import PlannedShape
 from service.tuning import planning
 from service.tuning.kinds.base import Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
-from service.tuning.tuners.ukernel.limits import MAX_CONV_M
+from service.tuning.tuners.ukernel.bounds import MAX_CONV_M
 
 
 def validate_conv(workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec) -> Problem | None:

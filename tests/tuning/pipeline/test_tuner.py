@@ -24,7 +24,7 @@ from service.tuning.tuners.pipeline.tuner import (
     legal_space,
     pipelines_for_tile,
 )
-from service.tuning.tuners.ranking import spearman
+from service.tuning.tuners.rank_stats import spearman
 
 PRIOR = GPUConstants.for_arch("sm_80")
 SYNTHETIC_GPU = PRIOR.replaced(

@@ -20,6 +20,7 @@ from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.dispatcher import Dispatcher
 from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
+from service.tuning.tuners.ukernel.bounds import MAX_S
 from service.tuning.tuners.ukernel.conv import (
     check_tuples,
     gemm_workload,
@@ -29,7 +30,6 @@ from service.tuning.tuners.ukernel.conv import (
     tune_conv_range,
     verify_conv,
 )
-from service.tuning.tuners.ukernel.limits import MAX_S
 from service.tuning.tuners.ukernel.tuner import RangeOutcome
 
 CI, CO = 3, 8

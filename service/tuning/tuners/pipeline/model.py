@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from service.tuning.gpu_parts import GPU_PARTS, GPUPart
 from service.tuning.tuners.pipeline.space import WARP, GemmShape, PipelineConfig
-from service.tuning.tuners.ranking import spearman
+from service.tuning.tuners.rank_stats import spearman
 
 _ISSUE_SLOTS = 4 * 4  # 4 warp schedulers per SM × ~4-cycle dependent FMA latency
 _REG_GRANULE = 8  # registers are allocated per thread in units of 8

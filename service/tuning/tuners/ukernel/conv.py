@@ -27,8 +27,8 @@ from kernelfleet import vendor
 from kernelfleet.conv_dispatcher import CONV_DIMS, ConvDispatcher, ConvGeometry
 from kernelfleet.dispatcher import Dispatcher
 from service.models import TargetSpec, WorkloadSpec
+from service.tuning.tuners.ukernel.bounds import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.combine import overlay_routes
-from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.route_stats import (
     MIN_ROUNDS,
     UKERNEL,

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.tuning.tuners.ranking import spearman as spearman  # re-exported: ukernel callers import it here
+from service.tuning.tuners.rank_stats import spearman as spearman  # re-exported: ukernel callers import it here
 from service.tuning.tuners.ukernel.rules import padding_efficiency, wave_efficiency
 
 

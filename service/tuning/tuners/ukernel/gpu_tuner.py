@@ -31,6 +31,7 @@ from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.pipeline.gemv import GemvTile
 from service.tuning.tuners.pipeline.schedule import GemmTile, supports_async_copy
+from service.tuning.tuners.ukernel.bounds import MAX_UKERNELS
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.tuning.tuners.ukernel.gpu_build import BuiltLibrary, build_libraries, time_library
 from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, rows_per_piece, tile_record
@@ -43,7 +44,6 @@ from service.tuning.tuners.ukernel.gpu_routes import (
 )
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
 from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
-from service.tuning.tuners.ukernel.limits import MAX_UKERNELS
 from service.tuning.tuners.ukernel.tuner import NOISE_TIE, RangeOutcome, RangeSink, RangeTask
 from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes
 

@@ -37,10 +37,10 @@ from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.base import TuningStopped
+from service.tuning.tuners.ukernel.bounds import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
 from service.tuning.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
-from service.tuning.tuners.ukernel.limits import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.route_stats import CONFIRM_ROUNDS, MIN_ROUNDS, PointTiming, describe_rule
 from service.tuning.tuners.ukernel.rules import dense_candidates
 from service.tuning.tuners.ukernel.vendor_routes import decide, fastest_libraries

@@ -1,6 +1,6 @@
 """The Celery application: broker, queues, reliability settings and the beat schedule.
 
-Importing this module loads no TVM, so the API can publish jobs with it. Queues are per hardware
+Importing this module loads no TVM, so the API can enqueue jobs with it. Queues are per hardware
 class (`cpu.<mcpu>`, `gpu.<arch>`, `firesim`) plus `control` for housekeeping every worker serves.
 """
 
@@ -61,6 +61,6 @@ def make_celery(settings: Settings) -> Celery:
 app = make_celery(get_settings())
 
 
-def dispatch(job_id: str, queue: str) -> None:
-    """Publish a job to the queue of the hardware it targets."""
+def enqueue(job_id: str, queue: str) -> None:
+    """Send a job's Celery message to the queue of the hardware it targets."""
     app.send_task(RUN_JOB, args=[job_id], queue=queue)

@@ -25,7 +25,7 @@ preload_cuda_runtime()  # GPU workers: the wheels' libcudart, without which TVM'
 
 from service.tuning.platforms import host_platform  # noqa: E402
 from service.workers import scratch  # noqa: E402
-from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, dispatch  # noqa: E402
+from service.workers.celery_app import CONTROL_QUEUE, FLEET_DAILY, REAP, RUN_JOB, app, enqueue  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def run_job(self: Any, job_id: str) -> str:
 
 @app.task(name=REAP)
 def reap() -> dict[str, list[str]]:
-    """Requeue jobs whose worker died (the SQLite broker never redelivers) and publish undispatched ones."""
+    """Requeue jobs whose worker died (the SQLite broker never redelivers) and enqueue undispatched ones."""
     settings = get_settings()
     with session_scope() as s:
         reaped = jobs.reap_stale(s, settings.stale_after_s, settings.max_attempts)
@@ -80,7 +80,7 @@ def _dispatch_queued() -> list[str]:
     with session_scope() as s:
         pending = jobs.undispatched(s)
     for job_id, queue in pending:
-        dispatch(job_id, queue)
+        enqueue(job_id, queue)
         with session_scope() as s:
             jobs.mark_dispatched(s, job_id)
     return [job_id for job_id, _ in pending]
@@ -125,7 +125,7 @@ def _announce(sender: Any = None, **_: Any) -> None:
         try:
             _dispatch_queued()
         except Exception:  # the broker may be down: the reaper publishes them later
-            log.exception("could not publish the requeued jobs now; the reaper will")
+            log.exception("could not enqueue the requeued jobs now; the reaper will")
     threading.Thread(target=_beat_presence, args=(name,), name="worker-presence", daemon=True).start()
 
 

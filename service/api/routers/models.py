@@ -29,7 +29,7 @@ from service.store import catalog, jobs
 from service.store import models as store
 from service.store.tables import ModelRow
 from service.tuning.admission import check_job, check_kind, check_target
-from service.workers.submission import create, publish
+from service.workers.submission import create, enqueue_jobs
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -158,7 +158,7 @@ def add_model(spec: ModelSpec, session: SessionDep, response: Response, who: Sub
         ops=op_rows,
     )
     session.commit()  # the model, its ops and every job are durable together before any message is sent
-    publish(session, rows)
+    enqueue_jobs(session, rows)
     response.headers["Location"] = f"/v1/models/{model.id}"
     return store.view(session, model)
 

@@ -27,7 +27,7 @@ GEMM_LIST = {
 
 def test_gemmini_job_is_routed_to_the_firesim_queue_only(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     sent: list[tuple[str, str]] = []
-    monkeypatch.setattr(submission, "dispatch", lambda job_id, queue: sent.append((job_id, queue)))
+    monkeypatch.setattr(submission, "enqueue", lambda job_id, queue: sent.append((job_id, queue)))
     resp = api.post("/v1/jobs", json=GEMM_LIST)
     assert resp.status_code == 202, resp.text
     assert sent == [(resp.json()["id"], "firesim")]

@@ -16,7 +16,6 @@ from typing import Any, cast
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
-from kernelfleet.models import DispatchDoc, ExactOverride, UKernelRef
 from service.models.artifact import Artifact
 from service.models.shape import parse_shape_key
 from service.store.db import dialect_insert
@@ -166,43 +165,22 @@ def etag(row: DispatchTableRow, overrides: Sequence[tuple[str, int, float, float
     return '"' + hashlib.sha256(blob.encode()).hexdigest()[:32] + '"'
 
 
-def _overrides(
+def override_configs(
     session: Session, row: DispatchTableRow, keys: Sequence[tuple[str, int, float, float | None]]
-) -> list[ExactOverride]:
+) -> dict[str, dict[str, Any]]:
+    """Shape key → config of the exact-shape overrides `keys` names (one query, not one per override)."""
+    if not keys:
+        return {}
     stmt = select(BestConfigRow.shape_key, BestConfigRow.config).where(
         BestConfigRow.workload_hash == row.workload_hash,
         BestConfigRow.target_fingerprint == row.target_fingerprint,
         BestConfigRow.shape_key.in_([k for k, _, _, _ in keys]),
     )
-    # one query, not one per override (dict() would take the Result for a mapping: it has .keys())
-    configs: dict[str, dict[str, Any]] = {key: config for key, config in session.execute(stmt)} if keys else {}
-    return [
-        ExactOverride(S=S, latency_s=latency, table_latency_s=ours, config=configs[key])
-        for key, S, latency, ours in keys
-        if key in configs
-    ]
+    # (dict() would take the Result for a mapping: it has .keys())
+    return {key: config for key, config in session.execute(stmt)}
 
 
-def document(
-    session: Session, row: DispatchTableRow, keys: Sequence[tuple[str, int, float, float | None]] | None = None
-) -> DispatchDoc:
+def table_artifacts(session: Session, row: DispatchTableRow) -> dict[str, ArtifactRow]:
+    """sha256 → the stored artifact of each uKernel the table names (published tables only name stored ones)."""
     shas = [u["sha256"] for u in row.ukernels]
-    arts = {a.sha256: a for a in session.scalars(select(ArtifactRow).where(ArtifactRow.sha256.in_(shas)))}
-    refs = []
-    for u in row.ukernels:
-        art = arts[u["sha256"]]  # published tables only name stored artifacts
-        refs.append(UKernelRef(id=u["id"], sha256=art.sha256, spec=art.spec, size_bytes=art.size_bytes))
-    return DispatchDoc(
-        workload_hash=row.workload_hash,
-        target_fingerprint=row.target_fingerprint,
-        dim=row.dim,
-        s_max=row.s_max,
-        table=row.table,
-        ukernels=refs,
-        predicted_latency_s=row.predicted,
-        measured_latency_s=row.measured,
-        overrides=_overrides(session, row, override_keys(session, row) if keys is None else keys),
-        validation=row.validation,
-        job_id=row.job_id,
-        created_at=row.created_at,
-    )
+    return {a.sha256: a for a in session.scalars(select(ArtifactRow).where(ArtifactRow.sha256.in_(shas)))}

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
-from service.models import JobState, JobView, ShapeResult, shape_key
+from service.models import JobState, shape_key
 from service.models.job import JobSpec
 from service.models.plan import PlannedShape
 from service.store.tables import CandidateRow, JobRow, JobShapeRow, utcnow
@@ -329,53 +329,9 @@ def get_row(session: Session, job_id: str) -> JobRow | None:
     return session.get(JobRow, job_id)
 
 
-def view(session: Session, row: JobRow, live_queues: Collection[str] | None = None) -> JobView:
-    """The job as users see it; with `live_queues`, a queued job says when no live worker serves its queue."""
-    shapes = session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == row.id).order_by(JobShapeRow.rank))
-    total = max(row.trials_total, 1)
-    return JobView(
-        id=row.id,
-        kind=row.kind,
-        state=JobState(row.state),
-        workload_hash=row.workload_hash,
-        target=row.target,
-        target_fingerprint=row.target_fingerprint,
-        distribution=row.distribution,
-        budget=row.budget,
-        tags=row.tags,
-        progress=1.0 if row.state == JobState.succeeded.value else min(1.0, row.trials_done / total),
-        trials_done=row.trials_done,
-        trials_total=row.trials_total,
-        error=row.error,
-        attempts=row.attempts,
-        worker=row.worker,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        heartbeat_at=row.heartbeat_at,
-        cpu_seconds=row.cpu_seconds,
-        published=row.published,
-        publish_reason=row.publish_reason,
-        waiting_for_worker=(
-            row.queue
-            if live_queues is not None and row.state == JobState.queued.value and row.queue not in live_queues
-            else None
-        ),
-        shapes=[
-            ShapeResult(
-                shape=s.shape,
-                weight=s.weight,
-                priority=s.priority,
-                trials=s.trials,
-                trials_done=s.trials_done,
-                state=JobState(s.state),
-                best_latency_s=s.best_latency_s,
-                baseline=s.baseline,
-                baseline_latency_s=s.baseline_latency_s,
-            )
-            for s in shapes
-        ],
-    )
+def shape_rows(session: Session, job_id: str) -> list[JobShapeRow]:
+    """A job's shapes in their planned order."""
+    return list(session.scalars(select(JobShapeRow).where(JobShapeRow.job_id == job_id).order_by(JobShapeRow.rank)))
 
 
 def list_rows(

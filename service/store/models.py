@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from kernelfleet.models import ModelOpView, ModelView
 from service.models import JobState
 from service.store.tables import JobRow, ModelOpRow, ModelRow, WorkloadRow, utcnow
 
@@ -82,60 +80,14 @@ def aggregate_state(states: Sequence[str]) -> str:
     return JobState.running.value
 
 
-def view(session: Session, row: ModelRow) -> ModelView:
-    """The model with its ops' jobs: states, done/total, trials, and each op's job id and progress."""
-    ops = op_rows(session, row.id)
+def op_jobs(session: Session, ops: Sequence[ModelOpRow]) -> dict[str, JobRow]:
+    """The jobs of a model's ops, by id."""
     ids = [o.job_id for o in ops if o.job_id]
-    job_rows = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
+    return {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
+
+
+def op_names(session: Session, ops: Sequence[ModelOpRow]) -> dict[str, str]:
+    """Workload hash → its operator ('dense', 'conv2d', ...) for a model's ops."""
     hashes = {o.workload_hash for o in ops}
-    names = session.execute(
-        select(WorkloadRow.workload_hash, WorkloadRow.op).where(WorkloadRow.workload_hash.in_(hashes))
-    )
-    op_names = {h: op for h, op in names}
-    shares = row.split.get("ops", [])
-    views, states, done, total = [], [], 0, 0
-    for o in ops:
-        job = job_rows.get(o.job_id) if o.job_id else None
-        share = next((s.get("share", 0.0) for s in shares if s.get("name") == o.name), 0.0)
-        op_view = ModelOpView(
-            name=o.name,
-            op=op_names.get(o.workload_hash, "?"),
-            workload_hash=o.workload_hash,
-            occurrences=o.occurrences,
-            dims=o.dims,
-            priority=o.priority,
-            share=share,
-            trials=o.trials,
-            skipped=o.skipped,
-            job_id=o.job_id,
-        )
-        if job is not None:
-            succeeded = job.state == JobState.succeeded.value
-            op_view.state = job.state
-            op_view.trials_done, op_view.trials_total = job.trials_done, job.trials_total
-            op_view.progress = 1.0 if succeeded else min(1.0, job.trials_done / max(job.trials_total, 1))
-            op_view.error = job.error
-            states.append(job.state)
-            # a finished job counts as all its planned trials (a sketch search can stop early)
-            done += job.trials_total if succeeded else min(job.trials_done, job.trials_total)
-            total += job.trials_total
-        views.append(op_view)
-    state = aggregate_state(states)
-    return ModelView(
-        id=row.id,
-        name=row.name,
-        kind=row.kind,
-        target=row.target,
-        state=state,
-        progress=1.0 if state == JobState.succeeded.value else (done / total if total else 0.0),
-        jobs_total=len(states),
-        jobs_done=sum(JobState(s).terminal for s in states),
-        states=dict(Counter(states)),
-        trials_done=done,
-        trials_total=total,
-        budget=row.budget,
-        budget_split=row.split,
-        tags=row.tags,
-        ops=views,
-        created_at=row.created_at,
-    )
+    query = select(WorkloadRow.workload_hash, WorkloadRow.op).where(WorkloadRow.workload_hash.in_(hashes))
+    return {h: op for h, op in session.execute(query)}

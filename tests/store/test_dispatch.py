@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+from service.api.documents import dispatch_document
 from service.models import ConfigRecord, TargetSpec, WorkloadSpec
 from service.store import catalog, configs
 from service.store import dispatch as dispatch_store
@@ -37,7 +38,7 @@ def test_newest_table_wins_and_faster_exact_configs_change_the_etag(use_store: s
         assert row is not None and row.id > second.id > first.id
         assert dispatch_store.get_artifact(s, hashlib.sha256(b"lib-1").hexdigest()) is not None  # nothing deleted
         before = dispatch_store.etag(row, dispatch_store.override_keys(s, row))
-        doc = dispatch_store.document(s, row)
+        doc = dispatch_document(s, row)
         assert doc.overrides == [] and doc.ukernels[0].size_bytes == len(b"lib-2")
         for m, latency in ((3, 5.0), (5, 0.5)):  # slower than the table at M=3, faster at M=5
             configs.upsert_best(
@@ -49,6 +50,6 @@ def test_newest_table_wins_and_faster_exact_configs_change_the_etag(use_store: s
         assert row is not None
         keys = dispatch_store.override_keys(s, row)
         assert [k[1] for k in keys] == [5] and dispatch_store.etag(row, keys) != before
-        (override,) = dispatch_store.document(s, row).overrides
+        (override,) = dispatch_document(s, row).overrides
         assert override.S == 5 and override.table_latency_s == 2.0 and override.config == {"format": "x"}
         assert dispatch_store.latest(s, wh, "0" * 32) is None

@@ -7,6 +7,7 @@ import datetime as dt
 from pydantic import TypeAdapter
 from sqlalchemy import update
 
+from service.api.documents import job_view
 from service.models import JobSpec, JobState, WorkloadSpec
 from service.store import catalog, jobs
 from service.store.db import session_scope
@@ -142,7 +143,7 @@ def test_plan_is_persisted_once(use_store: str) -> None:
         jobs.reset_unfinished_progress(s, job_id)
         row = jobs.get_row(s, job_id)
         assert row is not None
-        view = jobs.view(s, row)
+        view = job_view(s, row)
     assert first == again == ["M=8", "M=4"]
     assert view.trials_total == 8 and view.trials_done == 6
     assert TypeAdapter(JobState).validate_python(view.shapes[0].state) is JobState.succeeded
@@ -152,7 +153,7 @@ def _publication(job_id: str) -> tuple[bool | None, str | None]:
     with session_scope() as s:
         row = jobs.get_row(s, job_id)
         assert row is not None
-        view = jobs.view(s, row)
+        view = job_view(s, row)
         assert (view.published, view.publish_reason) == (row.published, row.publish_reason)
         return row.published, row.publish_reason
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from kernelfleet.models import ModelView
 from service.api.dashboard import job_pages
 from service.api.dashboard import panels as ui
+from service.api.documents import dispatch_document, job_view, model_view
 from service.models import JobState, JobView
 from service.settings import get_settings
 from service.store import catalog, configs, dispatch, fleet, jobs, models
@@ -105,7 +106,7 @@ def job_list(
     """A page of jobs, newest first: `offset` jobs skipped, at most PAGE_SIZE shown."""
     rows, total = jobs.list_rows(session, state, kind, None, PAGE_SIZE, offset, target_fingerprint=target)
     live, labels = _live(session), Labels(session)
-    shown = [job_summary(jobs.view(session, r, live), labels) for r in rows]
+    shown = [job_summary(job_view(session, r, live), labels) for r in rows]
     return {"jobs": shown, **_page(len(shown), total, offset, "jobs")}
 
 
@@ -154,14 +155,14 @@ def model_summary(view: ModelView) -> dict[str, Any]:
 def model_list(session: Session, offset: int = 0) -> dict[str, Any]:
     """A page of models, newest first (as `job_list`)."""
     rows, total = models.list_rows(session, None, PAGE_SIZE, offset)
-    shown = [model_summary(models.view(session, r)) for r in rows]
+    shown = [model_summary(model_view(session, r)) for r in rows]
     return {"models": shown, **_page(len(shown), total, offset, "models")}
 
 
 def model_page(session: Session, row: ModelRow) -> dict[str, Any]:
     """A model: its progress, states and tags, and per op the workload, where it occurs (sources), occurrences,
     budget share and job."""
-    view = models.view(session, row)
+    view = model_view(session, row)
     labels = Labels(session)
     # where in the model each op occurs: kept with the op's row (the API's model view does not carry it)
     sources = [list(o.sources or []) for o in models.op_rows(session, row.id)]
@@ -191,10 +192,10 @@ def _point(row: CandidateRow) -> ui.CandidatePoint:
 def job_data(session: Session, row: JobRow) -> ui.JobData:
     published = dispatch.published_by(session, row.id)
     return ui.JobData(
-        job=jobs.view(session, row, _live(session)),
+        job=job_view(session, row, _live(session)),
         candidates=[_point(c) for c in jobs.candidates(session, row.id, MAX_CANDIDATES, 0)],
         candidates_total=jobs.count_candidates(session, row.id),
-        dispatch=dispatch.document(session, published, keys=[]) if published else None,
+        dispatch=dispatch_document(session, published, keys=[]) if published else None,
     )
 
 
@@ -206,7 +207,7 @@ def job_panels(data: ui.JobData) -> list[dict[str, Any]]:
 def job_feed(session: Session, row: JobRow, known: str | None = None) -> dict[str, Any]:
     """The job's summary, and its panels unless the page already shows this version of them (`known`): a
     page polls each second, and building panels loads the candidates, so an unchanged job costs two queries."""
-    view = jobs.view(session, row, _live(session))
+    view = job_view(session, row, _live(session))
     total = jobs.count_candidates(session, row.id)
     version = f"{view.state}|{view.trials_done}|{total}"
     changed = known != version
@@ -357,7 +358,7 @@ def gemmini_view(session: Session, job_id: str | None) -> dict[str, Any]:
     """Explored hardware configs of Gemmini jobs: a job's candidates that carry a latency and an energy."""
     labels = Labels(session)
     recent = jobs.rows_on_target_kind(session, GemminiPlatform.target_kind, limit=50)
-    choices = [job_summary(jobs.view(session, r), labels) for r in recent]
+    choices = [job_summary(job_view(session, r), labels) for r in recent]
     chosen = next((r for r in recent if r.id == job_id), None) if job_id else None
     if job_id and chosen is None:
         raise LookupError(f"job {job_id} is not a Gemmini job")
@@ -382,7 +383,7 @@ def gemmini_view(session: Session, job_id: str | None) -> dict[str, Any]:
     return {
         "jobs": choices,
         "network_edp": network,
-        "job": job_summary(jobs.view(session, chosen), labels) if chosen else None,
+        "job": job_summary(job_view(session, chosen), labels) if chosen else None,
         "points": len(points),
         "summary": summary,
         "panels": [scatter.to_json()],

@@ -16,6 +16,7 @@ from kernelfleet.models import SHA256_PATTERN, DispatchDoc
 from service import signing
 from service.api.auth import ReadKey
 from service.api.deps import SessionDep, not_found
+from service.api.documents import dispatch_document
 from service.api.limits import enforce
 from service.api.state import lookup_bucket
 from service.settings import get_settings
@@ -49,7 +50,7 @@ def get_dispatch(
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
     if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
         return Response(status_code=304, headers=headers)
-    body = dispatch_store.document(session, row, keys).model_dump_json().encode()
+    body = dispatch_document(session, row, keys).model_dump_json().encode()
     headers["X-KernelFleet-Signature"] = signing.sign_document(get_settings(), workload, target, body)
     return Response(body, media_type="application/json", headers=headers)
 

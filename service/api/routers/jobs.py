@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from kernelfleet.models import JobList
 from service.api.auth import ReadKey, SubmitKey
 from service.api.deps import SessionDep, unprocessable
+from service.api.documents import job_view
 from service.api.limits import enforce
 from service.api.lookup import AMBIGUOUS_PREFIX, ID_RULE, ReadableJob, find
 from service.api.state import submit_bucket
@@ -61,7 +62,7 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: Subm
     _refuse(check_job(spec.kind, workload, spec.distribution, spec.target, spec.budget))
     row = submit(session, spec, workload.workload_hash, owner_key_id=who.id)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
-    return jobs.view(session, row, live_queues(session))
+    return job_view(session, row, live_queues(session))
 
 
 def live_queues(session: Session) -> set[str]:
@@ -75,7 +76,7 @@ def live_queues(session: Session) -> set[str]:
     responses=AMBIGUOUS_PREFIX,
 )
 def get_job(row: ReadableJob, session: SessionDep) -> JobView:
-    return jobs.view(session, row, live_queues(session))
+    return job_view(session, row, live_queues(session))
 
 
 @router.get("", summary="List jobs, newest first")
@@ -90,14 +91,14 @@ def list_jobs(
 ) -> JobList:
     rows, total = jobs.list_rows(session, state, kind, workload, limit, offset)
     live = live_queues(session)
-    return JobList(jobs=[jobs.view(session, r, live) for r in rows], total=total)
+    return JobList(jobs=[job_view(session, r, live) for r in rows], total=total)
 
 
 @router.post(
     "/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job", responses=AMBIGUOUS_PREFIX
 )
 def cancel_job(job_id: str, session: SessionDep, who: SubmitKey) -> JobView:
-    return jobs.view(session, cancel(session, job_id, who), live_queues(session))
+    return job_view(session, cancel(session, job_id, who), live_queues(session))
 
 
 def cancel(session: Session, job_id: str, who: ApiKeyView) -> JobRow:

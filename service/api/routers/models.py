@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from kernelfleet.models import ModelList, ModelView
 from service.api.auth import ReadKey, SubmitKey
 from service.api.deps import SessionDep, unprocessable
+from service.api.documents import model_view
 from service.api.limits import enforce
 from service.api.lookup import AMBIGUOUS_PREFIX, ID_RULE, ReadableModel, find
 from service.api.routers.jobs import cancel as cancel_job
@@ -160,7 +161,7 @@ def add_model(spec: ModelSpec, session: SessionDep, response: Response, who: Sub
     session.commit()  # the model, its ops and every job are durable together before any message is sent
     enqueue_jobs(session, rows)
     response.headers["Location"] = f"/v1/models/{model.id}"
-    return store.view(session, model)
+    return model_view(session, model)
 
 
 @router.get("", summary="List models, newest first")
@@ -172,7 +173,7 @@ def list_models(
     offset: int = Query(0, ge=0, le=1_000_000),
 ) -> ModelList:
     rows, total = store.list_rows(session, name, limit, offset)
-    return ModelList(models=[store.view(session, r) for r in rows], total=total)
+    return ModelList(models=[model_view(session, r) for r in rows], total=total)
 
 
 @router.get(
@@ -182,7 +183,7 @@ def list_models(
     responses=AMBIGUOUS_PREFIX,
 )
 def get_model(row: ReadableModel, session: SessionDep) -> ModelView:
-    return store.view(session, row)
+    return model_view(session, row)
 
 
 @router.post(
@@ -192,7 +193,7 @@ def get_model(row: ReadableModel, session: SessionDep) -> ModelView:
     responses=AMBIGUOUS_PREFIX,
 )
 def cancel_model(model_id: str, session: SessionDep, who: SubmitKey) -> ModelView:
-    return store.view(session, cancel(session, model_id, who))
+    return model_view(session, cancel(session, model_id, who))
 
 
 def cancel(session: Session, model_id: str, who: ApiKeyView) -> ModelRow:

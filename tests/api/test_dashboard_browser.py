@@ -428,7 +428,8 @@ def test_fleet_page_shows_usage_reports_and_savings(tuned: World) -> None:
     reports = w.driver.find_elements(By.CSS_SELECTOR, "#reports-table tbody tr")
     assert [r.text.split()[0] for r in reports] == [day2.isoformat(), day1.isoformat()]
     savings = _series(w, "savings")
-    assert len(savings) == 3 and all(s["circles"] == 2 for s in savings.values())  # one point per daily run
+    # measured saving, its interval's lower end, tuning seconds, expected saving: one point per daily run each
+    assert len(savings) == 4 and all(s["circles"] == 2 for s in savings.values()), savings
     assert "untuned" in reports[1].text  # the ranked task and why
     assert not w.console_errors()
     w.screenshot("fleet")

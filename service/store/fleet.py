@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
@@ -68,9 +69,6 @@ def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: d
     return True
 
 
-HOLDOUT_SUMS = ("served_calls", "served_s", "served_s2", "baseline_calls", "baseline_s", "baseline_s2")
-
-
 def _ingest_holdout(session: Session, batch: TelemetryBatch, today: dt.date) -> None:
     """Add the batch's A/B holdout sums per (day, workload, target, table, shape)."""
     sums: dict[tuple[dt.date, str, str, str, str], list[float]] = defaultdict(lambda: [0.0] * len(HOLDOUT_SUMS))
@@ -82,7 +80,7 @@ def _ingest_holdout(session: Session, batch: TelemetryBatch, today: dt.date) -> 
             acc[i] += getattr(r.holdout, name)
     table = cast(Table, HoldoutDayRow.__table__)
     for (day, wh, fp, job, key), values in sorted(sums.items()):
-        row = {name: int(v) if name.endswith("calls") else v for name, v in zip(HOLDOUT_SUMS, values, strict=True)}
+        row = _typed_sums(values)
         stmt = dialect_insert(session)(table).values(
             day=day, workload_hash=wh, target_fingerprint=fp, table_job_id=job, shape_key=key, **row
         )
@@ -109,6 +107,18 @@ class HoldoutSums:
     baseline_s2: float
 
 
+_HOLDOUT_KEYS = ("workload_hash", "target_fingerprint", "table_job_id", "shape_key")
+HOLDOUT_SUMS = tuple(f.name for f in dataclasses.fields(HoldoutSums) if f.name not in _HOLDOUT_KEYS)
+
+
+def _typed_sums(values: Iterable[Any]) -> dict[str, Any]:
+    """The six sums by name, counts as integers (a SUM over no rows is NULL: 0)."""
+    return {
+        name: int(v or 0) if name.endswith("calls") else float(v or 0.0)
+        for name, v in zip(HOLDOUT_SUMS, values, strict=True)
+    }
+
+
 def holdout(
     session: Session,
     since: dt.date,
@@ -130,14 +140,16 @@ def holdout(
         q = q.where(h.target_fingerprint == target_fingerprint)
     if table_job_id is not None:
         q = q.where(h.table_job_id == table_job_id)
-    out = []
-    for row in session.execute(q.group_by(*keys).order_by(*keys)):
-        wh, fp, key = row[0], row[1], row[2]
-        job = row[3] if by_table else ""
-        values = row[len(keys) :]
-        out.append(HoldoutSums(wh, fp, job, key, int(values[0] or 0), float(values[1] or 0), float(values[2] or 0),
-                               int(values[3] or 0), float(values[4] or 0), float(values[5] or 0)))  # fmt: skip
-    return out
+    return [
+        HoldoutSums(
+            workload_hash=row[0],
+            target_fingerprint=row[1],
+            shape_key=row[2],
+            table_job_id=row[3] if by_table else "",
+            **_typed_sums(row[len(keys) :]),
+        )
+        for row in session.execute(q.group_by(*keys).order_by(*keys))
+    ]
 
 
 @dataclass(frozen=True)

@@ -222,8 +222,7 @@ class Dispatcher:
         if len(shape) != 2 or shape[0] < 1 or (self.K is not None and shape[1] != self.K):
             raise ValueError(f"X must be [S≥1, {self.K or 'K'}], got {list(shape)}")
         if (bias is not None or self._takes_bias) and bias is not self._bias_checked:
-            check_bias(self.epilogue, bias, self.N if self.N is not None else w.shape[0])
-            self._bias_checked = bias  # biases are long-lived: checked once, not on every call
+            self._check_bias(bias, w)
         S = shape[0]
         call = self._vendor_calls.get(S, _UNRESOLVED)
         if call is _UNRESOLVED:
@@ -281,6 +280,12 @@ class Dispatcher:
             out = y if out is None else _copy_into(out, y)
         self._count(S, time.perf_counter() - start, False)
         return out
+
+    def _check_bias(self, bias: np.ndarray | None, w: np.ndarray) -> None:
+        """Whether `bias` fits the layer's epilogue (raises if not); biases are long-lived, so a bias that passed is
+        remembered by identity and callers test `bias is not self._bias_checked` before calling this."""
+        check_bias(self.epilogue, bias, self.N if self.N is not None else w.shape[0])
+        self._bias_checked = bias
 
     def _device_biases(self, bias: np.ndarray) -> dict[int, Any]:
         """The bias as each distinct padded width the uKernels compute, as TVM tensors (zero-copy when the
@@ -354,8 +359,8 @@ class _HeldOutDispatcher(Dispatcher):
     def _baseline_call(
         self, S: int, x: np.ndarray, w: np.ndarray, out: np.ndarray | None, bias: np.ndarray | None
     ) -> np.ndarray:
-        if self._takes_bias or bias is not None:
-            check_bias(self.epilogue, bias, self.N if self.N is not None else w.shape[0])
+        if (bias is not None or self._takes_bias) and bias is not self._bias_checked:
+            self._check_bias(bias, w)
         start = _now()
         y = self._library_call(self.baseline)(x, w, bias)
         y = y if out is None else _copy_into(out, y)

@@ -32,6 +32,16 @@ class HoldoutSample:
     baseline_s: float = 0.0
     baseline_s2: float = 0.0
 
+    def add(self, held: bool, seconds: float) -> None:
+        if held:
+            self.baseline_calls += 1
+            self.baseline_s += seconds
+            self.baseline_s2 += seconds * seconds
+        else:
+            self.served_calls += 1
+            self.served_s += seconds
+            self.served_s2 += seconds * seconds
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -43,7 +53,7 @@ class Holdout:
         if isinstance(every, bool) or not isinstance(every, int) or every < 2:
             raise ValueError(f"holdout: one call in `every` runs the baseline, every ≥ 2; got {every!r}")
         self.every = every
-        self.baseline = baseline  # what the held-out calls run, as people read it ("torch", "numpy", "pytorch")
+        self.baseline = baseline  # what the held-out calls run, as a vendor library name ("torch", "numpy")
         self._turns: dict[int, int] = {}
         self._samples: dict[int, HoldoutSample] = {}
         self._lock = threading.Lock()
@@ -51,11 +61,11 @@ class Holdout:
     def run(self, S: int, serve: Callable[[], T], baseline: Callable[[], T], now: Callable[[], float]) -> T:
         """One call at S: served or held out, timed on its side (the first call at S is not a sample)."""
         turn = self._turns.get(S, 0) + 1
-        if turn == 1 and len(self._turns) >= MAX_TRACKED_SHAPES:
+        if turn == 1:
+            if len(self._turns) < MAX_TRACKED_SHAPES:  # beyond the bound, S never gets a turn: served, not sampled
+                self._turns[S] = turn
             return serve()
         self._turns[S] = turn
-        if turn == 1:
-            return serve()
         held = turn % self.every == 0
         start = now()
         y = baseline() if held else serve()
@@ -64,14 +74,7 @@ class Holdout:
             sample = self._samples.get(S)
             if sample is None:
                 sample = self._samples[S] = HoldoutSample()
-            if held:
-                sample.baseline_calls += 1
-                sample.baseline_s += seconds
-                sample.baseline_s2 += seconds * seconds
-            else:
-                sample.served_calls += 1
-                sample.served_s += seconds
-                sample.served_s2 += seconds * seconds
+            sample.add(held, seconds)
         return y
 
     def samples(self, reset: bool = False) -> dict[int, HoldoutSample]:

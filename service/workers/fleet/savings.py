@@ -105,13 +105,12 @@ def measure(
         held_calls += h.baseline_calls
         pair = sides(h)
         used = volume.get((h.workload_hash, h.target_fingerprint, h.shape_key))
-        calls = used.calls if used is not None else 0
-        if pair is None or used is None or calls <= 0:
+        if pair is None or used is None or used.calls <= 0:
             continue
-        served_volume = max(0, calls - h.baseline_calls) / days  # held-out calls saved nothing
-        served_calls += max(0, calls - h.baseline_calls)
+        served_here = max(0, used.calls - h.baseline_calls)  # held-out calls saved nothing
+        served_calls += served_here
         served, base = pair
-        by_task.setdefault((h.workload_hash, h.target_fingerprint), []).append((served_volume, base, served))
+        by_task.setdefault((h.workload_hash, h.target_fingerprint), []).append((served_here / days, base, served))
         measured_s += used.kernel_seconds
     tasks = []
     for (wh, fp), pairs in by_task.items():

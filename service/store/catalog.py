@@ -35,6 +35,12 @@ def get_workload(session: Session, workload_hash: str) -> Workload | None:
     return None if row is None else Workload(**row.spec, workload_hash=row.workload_hash)
 
 
+def workload_label(session: Session, workload_hash: str) -> str:
+    """The workload as people read it ('dense M=? N=3072 K=768 +bias +gelu'); "" when it is not registered here."""
+    workload = get_workload(session, workload_hash)
+    return workload.label() if workload is not None else ""
+
+
 def list_workloads(session: Session, limit: int = 100, offset: int = 0) -> list[Workload]:
     rows = session.scalars(select(WorkloadRow).order_by(WorkloadRow.created_at).limit(limit).offset(offset))
     return [Workload(**r.spec, workload_hash=r.workload_hash) for r in rows]

@@ -30,11 +30,7 @@ def usage(
     since = until - dt.timedelta(days=days - 1)
     rows = fleet.usage(session, since, until, workload, target, limit=limit)
     total = fleet.total_seconds(session, since, until)
-    labels: dict[str, str] = {}
-    for r in rows:
-        if r.workload_hash not in labels:
-            found = catalog.get_workload(session, r.workload_hash)
-            labels[r.workload_hash] = found.label() if found else ""
+    labels = {wh: catalog.workload_label(session, wh) for wh in {r.workload_hash for r in rows}}
     return UsageView(
         since=since,
         until=until,

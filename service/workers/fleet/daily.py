@@ -240,10 +240,7 @@ def measured_saving(session: Session, since: dt.date, until: dt.date) -> Measure
     """The fleet's saving over [since, until] from the hosts' A/B holdout (service.workers.fleet.savings)."""
     usage = fleet_store.usage(session, since, until, limit=1_000_000)
     days = fleet_store.observed_days(session, since, until)
-    labels = {}
-    for wh in {u.workload_hash for u in usage}:
-        workload = catalog.get_workload(session, wh)
-        labels[wh] = workload.label() if workload else ""
+    labels = {wh: catalog.workload_label(session, wh) for wh in {u.workload_hash for u in usage}}
     return measure(usage, fleet_store.holdout(session, since, until), since, until, days, labels)
 
 
@@ -268,9 +265,8 @@ def _silent(session: Session, until: dt.date, after_days: int) -> list[SilentTas
         days_silent = (until - last).days
         if days_silent < after_days:
             continue
-        workload = catalog.get_workload(session, wh)
         published = dispatch_store.latest(session, wh, fp) is not None or bool(configs.list_best(session, wh, fp, 1))
-        out.append(SilentTask(workload_hash=wh, target_fingerprint=fp, label=workload.label() if workload else "",
+        out.append(SilentTask(workload_hash=wh, target_fingerprint=fp, label=catalog.workload_label(session, wh),
                               last_seen=last, days_silent=days_silent, published=published))  # fmt: skip
     return sorted(out, key=lambda t: (t.days_silent, t.workload_hash, t.target_fingerprint))
 

@@ -83,8 +83,7 @@ def check_tables(session: Session, since: dt.date, until: dt.date, margin: float
         )
         dispatch_store.retire(session, table, reason)
         now = dispatch_store.latest(session, wh, fp)
-        workload = catalog.get_workload(session, wh)
-        out.append(Rollback(workload_hash=wh, target_fingerprint=fp, label=workload.label() if workload else "",
+        out.append(Rollback(workload_hash=wh, target_fingerprint=fp, label=catalog.workload_label(session, wh),
                             table_job_id=job, against=against, other_job_id=other_job,
                             served_s=diff.a, other_s=diff.b, slowdown_s=diff.delta, ci95_s=diff.ci95,
                             shapes=diff.shapes, now_serving=now.job_id if now is not None else None))  # fmt: skip

@@ -70,35 +70,37 @@ def ingest(session: Session, batch: TelemetryBatch, key_id: str | None, today: d
 
 
 def _ingest_holdout(session: Session, batch: TelemetryBatch, today: dt.date) -> None:
-    """Add the batch's A/B holdout sums per (day, workload, target, table, shape)."""
-    sums: dict[tuple[dt.date, str, str, str, str], list[float]] = defaultdict(lambda: [0.0] * len(HOLDOUT_SUMS))
+    """Add the batch's A/B holdout sums per (day, workload, target, table, shape, baseline)."""
+    sums: dict[tuple[dt.date, str, str, str, str, str], list[float]] = defaultdict(
+        lambda: [0.0] * len(HOLDOUT_SUMS)
+    )
     for r in batch.records:
         if r.holdout is None:
             continue
-        acc = sums[(r.day or today, r.workload_hash, r.target_fingerprint, r.table_job_id or "", shape_key(r.shape))]
+        day, job = r.day or today, r.table_job_id or ""
+        acc = sums[(day, r.workload_hash, r.target_fingerprint, job, shape_key(r.shape), r.holdout.baseline)]
         for i, name in enumerate(HOLDOUT_SUMS):
             acc[i] += getattr(r.holdout, name)
     table = cast(Table, HoldoutDayRow.__table__)
-    for (day, wh, fp, job, key), values in sorted(sums.items()):
-        row = _typed_sums(values)
-        stmt = dialect_insert(session)(table).values(
-            day=day, workload_hash=wh, target_fingerprint=fp, table_job_id=job, shape_key=key, **row
-        )
+    keys = ["day", *_HOLDOUT_KEYS]
+    for key, values in sorted(sums.items()):
+        stmt = dialect_insert(session)(table).values(**dict(zip(keys, key, strict=True)), **_typed_sums(values))
         stmt = stmt.on_conflict_do_update(
-            index_elements=["day", "workload_hash", "target_fingerprint", "table_job_id", "shape_key"],
-            set_={name: table.c[name] + stmt.excluded[name] for name in HOLDOUT_SUMS},
+            index_elements=keys, set_={name: table.c[name] + stmt.excluded[name] for name in HOLDOUT_SUMS}
         )
         session.execute(stmt)
 
 
 @dataclass(frozen=True)
 class HoldoutSums:
-    """One (workload, target, table, shape)'s A/B sums over some days (service.workers.fleet.savings reads them)."""
+    """One (workload, target, table, shape, baseline)'s A/B sums over some days (service.workers.fleet.savings
+    reads them)."""
 
     workload_hash: str
     target_fingerprint: str
     table_job_id: str
     shape_key: str
+    baseline: str
     served_calls: int
     served_s: float
     served_s2: float
@@ -107,7 +109,7 @@ class HoldoutSums:
     baseline_s2: float
 
 
-_HOLDOUT_KEYS = ("workload_hash", "target_fingerprint", "table_job_id", "shape_key")
+_HOLDOUT_KEYS = ("workload_hash", "target_fingerprint", "table_job_id", "shape_key", "baseline")
 HOLDOUT_SUMS = tuple(f.name for f in dataclasses.fields(HoldoutSums) if f.name not in _HOLDOUT_KEYS)
 
 
@@ -129,10 +131,10 @@ def holdout(
     table_job_id: str | None = None,
     by_table: bool = False,
 ) -> list[HoldoutSums]:
-    """A/B sums for days in [since, until] per (workload, target, shape), and per table too when `by_table` (else
-    every table's sums together, table_job_id "")."""
+    """A/B sums for days in [since, until] per (workload, target, shape, baseline), and per table too when
+    `by_table` (else every table's sums together, table_job_id "")."""
     h = HoldoutDayRow
-    keys = [h.workload_hash, h.target_fingerprint, h.shape_key] + ([h.table_job_id] if by_table else [])
+    keys = [h.workload_hash, h.target_fingerprint, h.shape_key, h.baseline] + ([h.table_job_id] if by_table else [])
     q = select(*keys, *(func.sum(h.__table__.c[name]) for name in HOLDOUT_SUMS)).where(h.day >= since, h.day <= until)
     if workload_hash:
         q = q.where(h.workload_hash == workload_hash)
@@ -145,11 +147,27 @@ def holdout(
             workload_hash=row[0],
             target_fingerprint=row[1],
             shape_key=row[2],
-            table_job_id=row[3] if by_table else "",
+            baseline=row[3],
+            table_job_id=row[4] if by_table else "",
             **_typed_sums(row[len(keys) :]),
         )
         for row in session.execute(q.group_by(*keys).order_by(*keys))
     ]
+
+
+def host_baselines(session: Session, since: dt.date, until: dt.date) -> dict[tuple[str, str], dict[str, int]]:
+    """(workload, target) → {baseline: calls the hosts held out for it} over days in [since, until]: what the
+    hosts of each layer run without KernelFleet ("" for sums recorded before baselines were)."""
+    h = HoldoutDayRow
+    q = (
+        select(h.workload_hash, h.target_fingerprint, h.baseline, func.sum(h.baseline_calls))
+        .where(h.day >= since, h.day <= until)
+        .group_by(h.workload_hash, h.target_fingerprint, h.baseline)
+    )
+    out: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for wh, fp, baseline, calls in session.execute(q):
+        out[(wh, fp)][baseline] = int(calls or 0)
+    return dict(out)
 
 
 @dataclass(frozen=True)

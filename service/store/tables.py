@@ -243,8 +243,9 @@ class UsageDayRow(Base):
 
 
 class HoldoutDayRow(Base):
-    """The hosts' A/B holdout per UTC day, (workload, target), the table that served and shape: both sides' calls,
-    seconds and squared seconds, summed over telemetry batches (kernelfleet.holdout)."""
+    """The hosts' A/B holdout per UTC day, (workload, target), the table that served, shape and the baseline the
+    hosts held calls out for: both sides' calls, seconds and squared seconds, summed over telemetry batches
+    (kernelfleet.holdout). Hosts with different baselines are never summed together."""
 
     __tablename__ = "fleet_holdout"
     day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
@@ -252,6 +253,7 @@ class HoldoutDayRow(Base):
     target_fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
     table_job_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # "" where no table served
     shape_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    baseline: Mapped[str] = mapped_column(String(64), primary_key=True)  # what the held-out calls ran, e.g. "torch"
     served_calls: Mapped[int] = mapped_column(BigInteger, default=0)
     served_s: Mapped[float] = mapped_column(Float, default=0.0)
     served_s2: Mapped[float] = mapped_column(Float, default=0.0)

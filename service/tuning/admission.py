@@ -43,7 +43,12 @@ def check_kind(kind_name: str) -> Problem | None:
 
 
 def check_job(
-    kind_name: str, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
+    kind_name: str,
+    workload: WorkloadSpec,
+    distribution: ShapeDistribution,
+    target: TargetSpec,
+    budget: Budget,
+    tags: Mapping[str, str] | None = None,
 ) -> Problem | None:
     """Every check a job spec must pass before it is accepted, with the field to blame."""
     if problem := check_kind(kind_name):
@@ -65,7 +70,7 @@ def check_job(
             workload.bind(shape)
         except ValueError as exc:
             return Problem(("distribution",), str(exc))
-    return kind.validate(workload, distribution, target, budget)
+    return kind.check_tags(tags or {}) or kind.validate(workload, distribution, target, budget)
 
 
 def check_imported_config(config: Mapping[str, Any]) -> Problem | None:

@@ -312,6 +312,21 @@ def test_tags_are_bounded_and_nothing_is_stored(api: TestClient) -> None:
     assert _names(api.post("/v1/jobs", json=job_body(workload="x" * 100_000)), ["body", "workload"])
 
 
+def test_tags_a_kind_reads_as_options_get_422_naming_the_tag(api: TestClient) -> None:
+    """ukernel's host_library and pipeline's pipeline_search are options: a value the kind cannot run is refused
+    at submission (jobs and models), never a job that fails on its worker."""
+    from tests.api.test_models import model_body
+
+    ukernel = job_body(kind="ukernel", tags={"host_library": "jax"})
+    assert _names(api.post("/v1/jobs", json=ukernel), ["body", "tags", "host_library"])
+    assert _names(api.post("/v1/models", json=model_body(kind="ukernel", tags={"host_library": "jax"})),
+                  ["body", "tags", "host_library"])  # fmt: skip
+    pipeline = job_body(kind="pipeline", target={"kind": "cuda", "arch": "sm_90"}, tags={"pipeline_search": "grid"})
+    assert _names(api.post("/v1/jobs", json=pipeline), ["body", "tags", "pipeline_search"])
+    assert api.post("/v1/jobs", json={**ukernel, "tags": {"host_library": "torch"}}).status_code == 202
+    assert api.post("/v1/jobs", json=job_body(tags={"host_library": "anything"})).status_code == 202  # sketch: free
+
+
 def test_telemetry_days_lie_between_2020_and_tomorrow(api: TestClient) -> None:
     import datetime as dt
 

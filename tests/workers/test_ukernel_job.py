@@ -17,8 +17,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from typer.testing import CliRunner
 
-from kernelfleet import Client
+from kernelfleet import Client, vendor
 from kernelfleet.cli import app
+from kernelfleet.dispatch import DispatchTable
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue, dense_reference
 from kernelfleet.errors import NotFound
 from kernelfleet.signing import UntrustedArtifact
@@ -201,7 +202,8 @@ def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
     tmp_path: Path, pg_url: str, redis_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """16×16 weights: numpy answers in about a microsecond, below what any call into TVM costs, so every S
-    goes to the vendor, no table is published, and the view, `wait()` and `kernelfleet job` say so."""
+    goes to the vendor, no table is published, and the view, `wait()` and `kernelfleet job` say so. For hosts that
+    run PyTorch (the job's host_library tag) the same table is published: it sends their calls to numpy."""
     fleet = Fleet(tmp_path / "fleet", {"KERNELFLEET_DATABASE_URL": pg_url, "KERNELFLEET_BROKER_URL": redis_url})
     try:
         fleet.start_api()
@@ -213,7 +215,7 @@ def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
         with caplog.at_level(logging.WARNING, logger="kernelfleet"):
             done = client.wait(job.id, timeout_s=300, poll_s=0.5)
         assert done.state == "succeeded" and done.published is False
-        assert done.publish_reason and "vendor (numpy) is faster" in done.publish_reason, done.publish_reason
+        assert done.publish_reason and "hosts' library (numpy) is faster" in done.publish_reason, done.publish_reason
         assert any("published nothing" in r.getMessage() for r in caplog.records)
         assert done.target_fingerprint is not None
         with pytest.raises(NotFound, match="no dispatch table"):
@@ -222,7 +224,16 @@ def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
         monkeypatch.setenv("KERNELFLEET_API_KEY", fleet.api_key)
         shown = CliRunner().invoke(app, ["job", job.id, "--url", fleet.url], terminal_width=400)
         assert shown.exit_code == 0, shown.output
-        assert "published: false" in shown.output and "vendor (numpy) is faster" in shown.output, shown.output
+        assert "published: false" in shown.output and "hosts' library (numpy) is faster" in shown.output, shown.output
+        # the same layer for hosts that run PyTorch: numpy beat PyTorch there, so the table changes their calls
+        for_torch = client.submit(tiny, _target(client), dist, kind="ukernel", budget={"trials": 2, "max_shapes": 2},
+                                  tags={"host_library": "torch"})  # fmt: skip
+        done = client.wait(for_torch.id, timeout_s=300, poll_s=0.5)
+        assert done.state == "succeeded" and done.published is True, done.publish_reason
+        published = client.dispatch_doc(done.workload_hash, done.target_fingerprint)
+        assert published is not None and published[0].job_id == for_torch.id
+        routes = DispatchTable.from_dict(published[0].table).intervals
+        assert all(iv.vendor for iv in routes) and any(iv.library == vendor.NUMPY for iv in routes), routes
     finally:
         fleet.stop()
 

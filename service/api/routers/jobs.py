@@ -59,7 +59,7 @@ def submit_job(spec: JobSpec, session: SessionDep, response: Response, who: Subm
             unprocessable(["body", "workload"], f"workload {spec.workload} is not registered")
     else:
         workload = catalog.put_workload(session, spec.workload)
-    _refuse(check_job(spec.kind, workload, spec.distribution, spec.target, spec.budget))
+    _refuse(check_job(spec.kind, workload, spec.distribution, spec.target, spec.budget, spec.tags))
     row = submit(session, spec, workload.workload_hash, owner_key_id=who.id)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
     return job_view(session, row, live_queues(session))

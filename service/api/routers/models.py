@@ -44,15 +44,15 @@ def _skip_reason(spec: ModelSpec, op: ModelOp, budget: Budget) -> str | None:
     """Why the model's kind cannot tune this op on the target at all (with its operator's default attributes),
     or None; a problem elsewhere than the workload is the request's (a 422), not a reason to skip."""
     probe = WorkloadSpec.model_validate({**op.workload.model_dump(), "attrs": {}})
-    problem = check_job(spec.kind, probe, op.distribution, spec.target, budget)
+    problem = check_job(spec.kind, probe, op.distribution, spec.target, budget, spec.tags)
     if problem is not None and problem.loc[:1] == ("workload",):
         return f"{spec.kind} jobs cannot tune this op on {spec.target.kind}: {problem.message}"
     return None
 
 
 def _loc(i: int, loc: tuple[str | int, ...]) -> list[str | int]:
-    """Where a job-level problem of op i is in the model request: the target and the budget are the model's."""
-    if loc[:1] in (("target",), ("kind",)):
+    """Where a job-level problem of op i is in the model request: the target, tags and budget are the model's."""
+    if loc[:1] in (("target",), ("kind",), ("tags",)):
         return ["body", *loc]
     if loc[:1] == ("budget",):
         return ["body", "budget", "min_trials" if loc[1:] == ("trials",) else loc[-1]]
@@ -78,7 +78,7 @@ def add_model(spec: ModelSpec, session: SessionDep, response: Response, who: Sub
     for i, op in enumerate(spec.ops):
         if reason := _skip_reason(spec, op, floor):
             skipped[i] = reason
-        elif problem := check_job(spec.kind, op.workload, op.distribution, spec.target, floor):
+        elif problem := check_job(spec.kind, op.workload, op.distribution, spec.target, floor, spec.tags):
             unprocessable(_loc(i, problem.loc), problem.message)
         try:
             priorities[i] = op_priority(op)

@@ -139,6 +139,11 @@ class JobKind(ABC):
         """Why this kind cannot tune this job (beyond what every kind checks), or None."""
         return None
 
+    def check_tags(self, tags: Mapping[str, str]) -> Problem | None:
+        """Why the job's tags do not set this kind's options right (loc ("tags", <tag>)), or None. Tags are free
+        text, except the few a kind reads as options (e.g. pipeline_search)."""
+        return None
+
     # The schema of the configs this kind records (a pydantic model with a `format` Literal and its default):
     # configs imported from elsewhere (POST /v1/configs/import) are checked against the kind of their format.
     config_schema: ClassVar[type[BaseModel] | None] = None

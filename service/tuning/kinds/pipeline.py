@@ -81,6 +81,13 @@ class PipelineKind(JobKind):
                 return Problem(("workload", "dims", "CI"), problem)
         return None
 
+    def check_tags(self, tags: Mapping[str, str]) -> Problem | None:
+        try:
+            search_mode(tags)
+        except ValueError as exc:
+            return Problem(("tags", SEARCH_TAG), str(exc))
+        return None
+
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         shapes = planning.plan(workload, distribution, budget.trials, budget.max_shapes)
         units = [WorkUnit(shape_key(p.shape), (shape_key(p.shape),), p.trials) for p in shapes]

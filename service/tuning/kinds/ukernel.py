@@ -3,11 +3,12 @@
 Unlike a `sketch` job (one search per hot shape), the job tunes the range M = 1..S_max once, as one
 unit. Its shape rows are the hot shapes it validates: each is measured with every uKernel alone and with
 the program the table chose, next to the vendor library, so the job reports speedups per shape. The
-table routes every S where the vendor (numpy) is faster as the SDK calls both to the vendor (the tuner
-times both on a geometric grid of S and the hot shapes, bisects every crossing to the exact S and, between
-points that agree, measures where its calibrated cost model doubts the winner: `tuners.ukernel.vendor_routes`);
-a table that would route every S to the vendor is not published, and
-the job says so (`published: false` with the reason). Before anything is published the SDK dispatcher
+table routes every S where a vendor library (numpy, or PyTorch) is faster as the SDK calls them to that library
+(the tuner times them on a geometric grid of S and the hot shapes, bisects every crossing to the exact S and,
+between points that agree, measures where its calibrated cost model doubts the winner:
+`tuners.ukernel.vendor_routes`); a table that would route every S to the library its hosts already run (the
+`host_library` tag: numpy unless the job says PyTorch, kinds/host_library.py) is not published, and the job says
+so (`published: false` with the reason). Before anything is published the SDK dispatcher
 runs every S ≤ 256, both ends of every interval and two primes past S_max against the reference.
 
 A layer's bias and activation (dense attrs) are fused into every uKernel on CPU targets, and the vendor side
@@ -38,6 +39,7 @@ from service.tuning.kinds.base import (
     UnitResult,
     WorkUnit,
 )
+from service.tuning.kinds.host_library import check_host_library
 from service.tuning.kinds.ukernel_bmm import plan_bmm, run_bmm_unit, validate_bmm
 from service.tuning.kinds.ukernel_conv import plan_conv, run_conv_unit, validate_conv
 from service.tuning.kinds.ukernel_range import (
@@ -87,6 +89,9 @@ class UKernelKind(JobKind):
         if s_max > MAX_S:
             return Problem(("distribution",), f"ukernel jobs tune M up to {MAX_S}; the distribution reaches {s_max}")
         return None
+
+    def check_tags(self, tags: Mapping[str, str]) -> Problem | None:
+        return check_host_library(tags)
 
     def plan(self, workload: WorkloadSpec, distribution: ShapeDistribution, budget: Budget) -> Plan:
         if workload.op == "batch_matmul":

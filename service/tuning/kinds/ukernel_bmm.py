@@ -32,6 +32,7 @@ from service.tuning.kinds.base import (
     UnitResult,
     WorkUnit,
 )
+from service.tuning.kinds.host_library import host_library
 from service.tuning.tuners.ukernel.bounds import MAX_S
 
 MAX_SYMBOLIC = 3
@@ -130,10 +131,12 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
         "candidates": outcome.candidates,
         "worker": ctx.worker,
     }
-    if not outcome.beats_numpy and ctx.settings.publish_only_faster_than_vendor:
+    library = host_library(ctx.tags)
+    if not outcome.changes_for(library) and ctx.settings.publish_only_faster_than_vendor:
         return UnitResult(
             shapes=shapes,
-            not_published=f"the vendor (numpy) is faster at every planned class of {dims}: no dispatch table published",
+            not_published=f"the hosts' library ({library}) is faster at every planned class of {dims}: "
+            "no dispatch table published",
         )
     artifacts = [
         Artifact(ukernel_id=uid, sha256=a.sha256, spec=a.spec.to_dict(), data=a.path.read_bytes())

@@ -16,6 +16,7 @@ from service.models import WorkloadSpec
 from service.models.artifact import Artifact
 from service.models.config import MeasuredCandidate
 from service.tuning.kinds.base import DispatchPublication, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.tuning.kinds.host_library import host_library
 from service.tuning.platforms import Platform
 from service.tuning.platforms.base import check_result
 
@@ -148,13 +149,15 @@ def publish_range(
     outcome: Any, ctx: UnitContext, shapes: list[ShapeOutcome], covers: str, extra: Mapping[str, Any] | None = None
 ) -> UnitResult:
     """A verified range outcome as the unit's dispatch table over M (`extra`: more keys in the table), or why
-    it is not published: the vendor is faster at every S it `covers` (e.g. "M in 1..128")."""
-    if not outcome.beats_numpy and ctx.settings.publish_only_faster_than_vendor:
-        # every S went to numpy: a table of numpy routes only would change nothing for anyone
+    it is not published: the hosts' library (the job's host_library) is fastest at every S it `covers` (e.g.
+    "M in 1..128")."""
+    library = host_library(ctx.tags)
+    if not outcome.changes_for(library) and ctx.settings.publish_only_faster_than_vendor:
+        # every S went to the library the hosts run anyway: the table would change nothing for them
         routes = outcome.validation.get("vendor_routes", {})
         return UnitResult(
             shapes=shapes,
-            not_published=f"the vendor (numpy) is faster as the SDK calls both at every {covers} "
+            not_published=f"the hosts' library ({library}) is faster as the SDK calls it at every {covers} "
             f"({routes.get('shapes_timed', 0)} timed): no dispatch table published",
         )
     publication = DispatchPublication(

@@ -13,12 +13,13 @@ import math
 import random
 import statistics
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pydantic import TypeAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kernelfleet import vendor
 from service.models import Budget, JobSpec, JobState, TargetSpec, Workload, normalized_support, shape_key
 from service.models.distribution import Explicit, ShapeDistribution, ShapePoint
 from service.models.fleet import FleetCandidate, FleetReport, MeasuredSaving, Regression, SilentTask
@@ -31,6 +32,7 @@ from service.store.db import session_scope
 from service.store.tables import BestConfigRow, JobRow, JobShapeRow, ModelOpRow, ModelRow, TargetRow, utcnow
 from service.tuning.admission import fleet_kind
 from service.tuning.kinds import KINDS, JobKind
+from service.tuning.kinds.host_library import HOST_LIBRARY_TAG
 from service.tuning.platforms import queue_for
 from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, group_usage, rank
 from service.workers.fleet.rollback import check_tables
@@ -146,6 +148,13 @@ def _valid_shapes(workload: Workload, keys: Iterable[str]) -> list[str]:
     return out
 
 
+def _host_library(held_out: Mapping[str, int]) -> str | None:
+    """The vendor library most of a layer's held-out calls ran (what its hosts run without KernelFleet), or None
+    when its hosts hold nothing out for a library this service knows."""
+    known = {b: n for b, n in held_out.items() if b in vendor.LIBRARIES and n > 0}
+    return max(sorted(known), key=known.__getitem__) if known else None
+
+
 def _job_spec(
     c: FleetCandidate,
     workload: Workload,
@@ -153,6 +162,7 @@ def _job_spec(
     all_shapes: dict[str, float],
     trials: int,
     day: dt.date,
+    host_library: str | None,
 ) -> JobSpec:
     weights = KINDS.get(c.kind).fleet_shapes(workload, all_shapes, c.shapes)  # heaviest first, below
     top = sorted(weights.items(), key=lambda kv: -kv[1])[:4096]
@@ -163,7 +173,13 @@ def _job_spec(
         target=target,
         distribution=Explicit(points=points),
         budget=Budget(trials=trials, max_shapes=min(MAX_JOB_SHAPES, len(c.shapes))),
-        tags={"fleet_run": day.isoformat(), "fleet_target": c.target_fingerprint, "fleet_units": str(c.units)},
+        tags={
+            "fleet_run": day.isoformat(),
+            "fleet_target": c.target_fingerprint,
+            "fleet_units": str(c.units),
+            # whom the job tunes for: a table that changes nothing for these hosts is not published
+            **({HOST_LIBRARY_TAG: host_library} if host_library else {}),
+        },
     )
 
 
@@ -357,6 +373,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
                 for r in rows
             ]
         )
+        hosts = fleet_store.host_baselines(s, since, until)
         report.silent = _silent(s, until, settings.fleet_silent_after_days)
         silent = {(t.workload_hash, t.target_fingerprint) for t in report.silent}
         knowledge, targets, workloads, usable = {}, {}, {}, {}
@@ -420,7 +437,8 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             spent += c.trials  # what the job was given (a ukernel job builds its uKernels whatever its units)
             key = (c.workload_hash, c.target_fingerprint)
             all_shapes = {k: u.seconds for k, u in usable[key].items()}
-            job_spec = _job_spec(c, workloads[key], targets[key], all_shapes, c.trials, day)
+            library = _host_library(hosts.get(key, {}))
+            job_spec = _job_spec(c, workloads[key], targets[key], all_shapes, c.trials, day, library)
             with session_scope() as s:
                 c.job_id = submit(s, job_spec, c.workload_hash).id
             submitted.append(c)

@@ -25,13 +25,13 @@ from service.workers.fleet.savings import Difference, Side, difference, sides
 PREVIOUS_LOOKBACK_DAYS = 90  # how far back the replaced table's own telemetry is read
 
 
-def _served(rows: list[HoldoutSums]) -> dict[str, tuple[int, Side]]:
-    """shape → (served calls, served side) where the side has enough samples."""
+def _served(rows: list[HoldoutSums]) -> dict[tuple[str, str], tuple[int, Side]]:
+    """(shape, baseline) → (served calls, served side) where the side has enough samples."""
     out = {}
     for r in rows:
         side = Side.of(r.served_calls, r.served_s, r.served_s2)
         if side is not None:
-            out[r.shape_key] = (r.served_calls, side)
+            out[(r.shape_key, r.baseline)] = (r.served_calls, side)
     return out
 
 

@@ -1,6 +1,6 @@
 """Savings measured from the hosts' A/B holdout (issue 35 item 1): nothing here is modelled.
 
-Per (workload, target, shape) the hosts report both sides' calls, seconds and squared seconds
+Per (workload, target, shape, baseline) the hosts report both sides' calls, seconds and squared seconds
 (kernelfleet.holdout), so each side has a mean and a variance. The fleet's saving at a shape is its served volume
 (calls that day minus the held-out ones) times the difference of the means, and the variance of that estimate is
 volume² · (var_baseline/n_baseline + var_served/n_served) (Welch). Shapes are independent samples, so sums add and
@@ -98,20 +98,29 @@ def measure(
     for u in usage:
         volume[(u.workload_hash, u.target_fingerprint, u.shape_key)] = u
         fleet_s += u.kernel_seconds
+    rows = list(holdout)
+    # hosts with different baselines at one shape are separate samples: each gets the share of the shape's
+    # volume its hosts' sampled calls make up
+    sampled: dict[tuple[str, str, str], int] = {}
+    for h in rows:
+        key = (h.workload_hash, h.target_fingerprint, h.shape_key)
+        sampled[key] = sampled.get(key, 0) + h.served_calls + h.baseline_calls
     by_task: dict[tuple[str, str], list[tuple[float, Side, Side]]] = {}
     measured_s = 0.0
     held_calls = served_calls = 0
-    for h in holdout:
+    for h in rows:
         held_calls += h.baseline_calls
         pair = sides(h)
-        used = volume.get((h.workload_hash, h.target_fingerprint, h.shape_key))
+        key = (h.workload_hash, h.target_fingerprint, h.shape_key)
+        used = volume.get(key)
         if pair is None or used is None or used.calls <= 0:
             continue
-        served_here = max(0, used.calls - h.baseline_calls)  # held-out calls saved nothing
+        share = (h.served_calls + h.baseline_calls) / sampled[key]
+        served_here = max(0, round(used.calls * share) - h.baseline_calls)  # held-out calls saved nothing
         served_calls += served_here
         served, base = pair
         by_task.setdefault((h.workload_hash, h.target_fingerprint), []).append((served_here / days, base, served))
-        measured_s += used.kernel_seconds
+        measured_s += used.kernel_seconds * share
     tasks = []
     for (wh, fp), pairs in by_task.items():
         d = difference(pairs)  # baseline − served: the saving

@@ -218,7 +218,7 @@ def test_each_bt_layout_is_routed_on_its_own_timings(tmp_path: Path, monkeypatch
     d = out.dispatcher(QK)
     assert (d.program(small, BNK), d.program(small, BKN)) == ("vendor:torch", "vendor")
     assert (d.program(large, BNK), d.program(large, BKN)) == ("vendor", uid)
-    assert TupleDispatchTable.from_dict(out.table.to_dict()) == out.table and out.beats_numpy
+    assert TupleDispatchTable.from_dict(out.table.to_dict()) == out.table and out.changes_for(vendor.NUMPY)
     for shape in (small, large):
         for layout in (BNK, BKN):
             a, bt = random_pair(shape, bt_layout=layout)

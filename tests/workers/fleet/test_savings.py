@@ -14,8 +14,8 @@ from service.workers.fleet.savings import MIN_SIDE_CALLS, Side, measure
 DAY = dt.date(2026, 11, 20)
 
 
-def _sums(shape: str, served: np.ndarray, baseline: np.ndarray, wh: str = "w") -> HoldoutSums:
-    return HoldoutSums(wh, "fp", "", shape, len(served), float(served.sum()), float((served**2).sum()),
+def _sums(shape: str, served: np.ndarray, baseline: np.ndarray, wh: str = "w", host: str = "torch") -> HoldoutSums:
+    return HoldoutSums(wh, "fp", "", shape, host, len(served), float(served.sum()), float((served**2).sum()),
                        len(baseline), float(baseline.sum()), float((baseline**2).sum()))  # fmt: skip
 
 
@@ -29,6 +29,18 @@ def test_the_saving_is_served_volume_times_the_difference_of_the_means() -> None
     assert m.measured_share == pytest.approx(0.5)  # M=8's kernel seconds of the fleet's
     [task] = m.tasks
     assert task.label == "dense" and task.shapes == 1 and task.saved_s_per_day == pytest.approx(2000.0)
+
+
+def test_hosts_with_different_baselines_at_one_shape_split_its_volume_and_are_never_summed() -> None:
+    """numpy hosts (baseline mean 2) and PyTorch hosts (mean 4) both served at mean 1: a quarter of the sampled
+    calls came from the numpy hosts, so a quarter of the volume saves 1 s a call and the rest 3 s."""
+    ones = np.array([0.5, 1.0, 1.5])
+    numpy_hosts = _sums("M=8", ones, np.array([1.0, 2.0, 3.0]), host="numpy")
+    torch_hosts = _sums("M=8", np.tile(ones, 3), np.array([3.0, 4.0, 5.0] * 3), host="torch")
+    m = measure([Usage("w", "fp", "M=8", 2400, 10.0, 0)], [numpy_hosts, torch_hosts], DAY, DAY, days=1)
+    assert m.holdout_calls == 12 and m.served_calls == (600 - 3) + (1800 - 9)
+    assert m.saved_s_per_day == pytest.approx((600 - 3) * 1.0 + (1800 - 9) * 3.0)
+    assert m.measured_share == pytest.approx(1.0)
 
 
 def test_a_side_with_too_few_samples_measures_nothing() -> None:

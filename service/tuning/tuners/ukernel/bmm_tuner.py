@@ -78,12 +78,10 @@ class BmmRangeOutcome:
     def serves_ukernels(self) -> bool:
         return bool(self.table.ukernel_ids())
 
-    @property
-    def beats_numpy(self) -> bool:
-        """Whether any tuple runs on something other than numpy (a uKernel, or PyTorch where it was faster):
-        a table that routes every tuple to numpy changes nothing for a host, so it is not published."""
-        return any(c != vendor.VENDOR for c in self.table.routes())
-
+    def changes_for(self, library: str) -> bool:
+        """Whether any tuple runs on something other than `library` (a uKernel, or another library where it was
+        faster): a table that routes every tuple to the library its hosts already call changes nothing for them."""
+        return any(c != vendor.route_of(library) for c in self.table.routes())
 
 def bmm_tiles(
     hw: HardwareModel, static: Mapping[str, int], support: Weighted, top_k: int

@@ -131,12 +131,10 @@ class RangeOutcome:
         """Whether any S runs on a uKernel: a table that routes every S to the vendor serves nothing."""
         return any(not iv.vendor for iv in self.table.intervals)
 
-    @property
-    def beats_numpy(self) -> bool:
-        """Whether any S runs on something other than numpy (a uKernel, or PyTorch where it was faster): a
-        table that routes every S to numpy changes nothing for a host, so it is not published."""
-        return any(not iv.vendor or iv.library != vendor.NUMPY for iv in self.table.intervals)
-
+    def changes_for(self, library: str) -> bool:
+        """Whether any S runs on something other than `library` (a uKernel, or another library where it was
+        faster): a table that routes every S to the library its hosts already call changes nothing for them."""
+        return any(not iv.vendor or iv.library != library for iv in self.table.intervals)
 
 def _dims(workload: WorkloadSpec) -> tuple[int, int]:
     return workload.dims["N"], workload.dims["K"]

@@ -230,6 +230,33 @@ def serve_day(
     return stats
 
 
+def route_of(d: Dispatcher, m: int) -> str:
+    """What served M: "uKernels", the library the table routes M to ("numpy", "torch"), or "no table"."""
+    if d.table is None:
+        return "no table"
+    return "uKernels" if d.vendor_route(m) is None else d.library(m)
+
+
+def saving_by_route(
+    layers: list[Layer], dispatchers: dict[str, Dispatcher], stats: DayStats, scale: float
+) -> dict[str, float]:
+    """The day's saving (s/day) split by what served each (layer, M): the same arithmetic as the service's
+    measurement (served volume × the difference of the two sides' means), on the same holdout samples, before
+    day_records hands them over. The service does not know routes; this says where its saving came from."""
+    out: dict[str, float] = {}
+    for layer in layers:
+        d = dispatchers[layer.key]
+        assert d.holdout is not None
+        for m, sample in d.holdout.samples().items():
+            if min(sample.served_calls, sample.baseline_calls) < MIN_SIDE:
+                continue
+            served = stats.volume.get((layer.key, m), 0) * scale - sample.baseline_calls
+            delta = sample.baseline_s / sample.baseline_calls - sample.served_s / sample.served_calls
+            route = route_of(d, m)
+            out[route] = out.get(route, 0.0) + max(0.0, served) * delta
+    return out
+
+
 def day_records(
     layers: list[Layer], dispatchers: dict[str, Dispatcher], stats: DayStats, scale: float, day: dt.date
 ) -> list[dict[str, Any]]:
@@ -260,6 +287,7 @@ class DayRow:
     jobs: list[str] = field(default_factory=list)
     rollbacks: list[dict[str, Any]] = field(default_factory=list)  # tables the run after this day rolled back
     modelled: dict[str, Any] = field(default_factory=dict)  # the run's modelled estimate, shown as such
+    by_route: dict[str, float] = field(default_factory=dict)  # the day's saving by what served (saving_by_route)
 
     @property
     def served_s(self) -> float:
@@ -420,6 +448,7 @@ def _simulate(
                 dispatchers[layer.key] = d.hold_out(holdout, vendor.TORCH)
             stats = serve_day(served, dispatchers, _sample_requests(rng, i, requests))
             scale = fleet_calls / max(1, sum(stats.volume.values()))
+            by_route = saving_by_route(served, dispatchers, stats, scale)
             records = day_records(served, dispatchers, stats, scale, day)
             client.send_telemetry({"batch_id": str(uuid.uuid4()), "host": "simulated", "records": records})
             row = DayRow(
@@ -428,12 +457,14 @@ def _simulate(
                 measured=client.fleet_savings(since=day.isoformat(), until=day.isoformat()),
                 tables=sum(1 for d in dispatchers.values() if d.table is not None),
                 scale=scale,
+                by_route=by_route,
             )
             rows.append(row)
             console.print(
                 f"day {i + 1} ({day}): models {', '.join(sorted(row.requests))}; {row.tables}/{len(served)} layers on "
                 f"tables; saved {row.saved_s:,.0f} ± {row.ci95_s:,.0f} s/day (served {row.served_s:,.0f} vs "
-                f"baseline {row.baseline_s:,.0f}, {row.measured['measured_share']:.0%} of fleet time measured)"
+                f"baseline {row.baseline_s:,.0f}, {row.measured['measured_share']:.0%} of fleet time measured); "
+                "by route: " + ", ".join(f"{r} {v:,.0f}" for r, v in sorted(row.by_route.items()))
             )
             run_day = day + dt.timedelta(days=1)
             client.run_fleet(run_day.isoformat())

@@ -36,7 +36,7 @@ from service.tuning.kinds.host_library import HOST_LIBRARY_TAG
 from service.tuning.platforms import queue_for
 from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, group_usage, rank
 from service.workers.fleet.rollback import check_tables
-from service.workers.fleet.savings import measure
+from service.workers.fleet.savings import difference, measure, sides
 from service.workers.fleet.scheduler import Task, allocate
 from service.workers.submission import submit
 
@@ -48,8 +48,14 @@ def _terminal(state: str) -> bool:
     return JobState(state).terminal
 
 
-def _speedup_prior(session: Session, fingerprint: str, default: float) -> float:
-    """Geometric mean of baseline/best over this target's finished job shapes, clipped to [1, 10]."""
+def _speedup_prior(session: Session, fingerprint: str, default: float, since: dt.date, until: dt.date) -> float:
+    """What tuning a task on this target is expected to gain, clipped to [1, 10]: the hosts' own A/B speedup
+    (baseline ÷ served time over the traffic the target's tables served in the window) where they measured
+    one; else the geometric mean of baseline/best over this target's finished job shapes (the worker's vendor
+    as baseline, which need not be what the hosts run); else `default`."""
+    measured = _measured_speedup(session, fingerprint, since, until)
+    if measured is not None:
+        return min(10.0, max(1.0, measured))
     q = (
         select(JobShapeRow.baseline_latency_s, JobShapeRow.best_latency_s)
         .join(JobRow, JobRow.id == JobShapeRow.job_id)
@@ -66,6 +72,14 @@ def _speedup_prior(session: Session, fingerprint: str, default: float) -> float:
     return min(10.0, max(1.0, math.exp(sum(logs) / len(logs))))
 
 
+def _measured_speedup(session: Session, fingerprint: str, since: dt.date, until: dt.date) -> float | None:
+    """Baseline ÷ served time over the calls this target's tables served in [since, until], from the hosts' A/B
+    holdout (shapes with enough samples on both sides, weighted by their served calls); None without any."""
+    rows = fleet_store.holdout(session, since, until, target_fingerprint=fingerprint, by_table=True)
+    pairs = [(float(r.served_calls), *pair[::-1]) for r in rows if r.table_job_id and (pair := sides(r))]
+    return difference(pairs).ratio if pairs else None
+
+
 def _support_keys(distribution: dict[str, object]) -> dict[str, float]:
     dist: ShapeDistribution = TypeAdapter(ShapeDistribution).validate_python(distribution)
     return {shape_key(s): w for s, w in normalized_support(dist)}
@@ -79,6 +93,7 @@ def _knowledge(
     settings: Settings,
     kind: JobKind,
     window_start: dt.date,
+    window_end: dt.date,
 ) -> TaskKnowledge:
     wh = workload.workload_hash
     tuned = frozenset(
@@ -125,7 +140,7 @@ def _knowledge(
         older_toolchain_shapes=older,
         older_toolchain_table=older_table,
         tuned_distribution=tuned_dist,
-        speedup_prior=_speedup_prior(session, fp, settings.fleet_prior_speedup),
+        speedup_prior=_speedup_prior(session, fp, settings.fleet_prior_speedup, window_start, window_end),
         in_flight=in_flight,
         last_fleet_shapes=frozenset(_support_keys(last_fleet.distribution)) if last_fleet is not None else None,
         rolled_back=dispatch_store.retired_since(
@@ -392,7 +407,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
                 continue  # no registered kind tunes this workload on this target
             targets[(wh, fp)], workloads[(wh, fp)] = spec, workload
             usable[(wh, fp)] = {k: shapes[k] for k in valid}
-            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings, kind, since)
+            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings, kind, since, until)
         candidates = rank(usable, knowledge, days)
         for c in candidates:  # named as people read them: the workload, and the models' layers that run it
             c.label = workloads[(c.workload_hash, c.target_fingerprint)].label()

@@ -9,18 +9,22 @@ forward pass. Traffic is a histogram of (batch, seq) per model and day, M = batc
   day 2  GPT-2 is added (40 % of requests: decode M = 1..8, some prefill up to 128), BERT's sequences shift
          longer (16..256), past the range day 1 tuned;
   day 3+ GPT-2 takes 60 % of requests.
-Each day this process serves a sample of requests as a host does: for every served workload of the request's model
-one call runs at its M through the SDK dispatcher (the published uKernel table, or with none the host's baseline),
-and the dispatcher holds calls out for the baseline (kernelfleet.holdout): one in `--holdout` per shape runs PyTorch's
-linear with the same bias and activation, what hosts of these models run without KernelFleet. Served and held-out
-calls interleave in time, in this one process, with default thread settings. The day's telemetry (the SDK's own
-records: volume scaled to `--fleet-calls`, holdout sums as sampled) goes to the real API; the saving is the service's
-measurement (GET /v1/fleet/savings: served volume × the difference of the sides' means, with a 95 % interval), not
-this script's. The daily run for day d+1 then rolls back tables its telemetry shows slower, ranks, budgets and
-submits ordinary jobs to the real worker (the Supervisor), and the next day's traffic uses what they published.
+Each day this process serves a sample of requests as a PyTorch host does: every served layer is an `nn.Linear`
+(+ its GELU) put on the fleet's tables by `kernelfleet.torch.accelerate` with its defaults (thread policy, PyTorch
+for every shape a table routes to a vendor library, each uKernel shape checked against PyTorch inside the model),
+and for every served workload of the request's model one call runs at its M. Where a table serves, accelerate holds
+calls out for the baseline (kernelfleet.holdout): one in `--holdout` per shape runs the layer's own PyTorch
+computation, what hosts of these models run without KernelFleet; without a table both sides are PyTorch. Served
+and held-out calls interleave in time, in this one process, with default thread settings. The day's telemetry (the
+SDK's own records: volume scaled to `--fleet-calls`, holdout sums as sampled) goes to the real API; the saving is
+the service's measurement (GET /v1/fleet/savings: served volume × the difference of the sides' means, with a 95 %
+interval), not this script's. The daily run for day d+1 then rolls back tables its telemetry shows slower, ranks,
+budgets and submits ordinary jobs to the real worker (the Supervisor), and the next day's traffic uses what they
+published.
 
 Tuning cost = the worker's wall seconds for the fleet's jobs (finished − started, from the store) plus the daily
-runs' own wall time. Day 1 has no tables, so both sides run the baseline: its saving is the noise floor. `--runs N`
+runs' own wall time. Day 1 has no tables, so both sides run PyTorch: its saving is the noise floor. Each day's
+saving is also split by what served each shape (uKernels, PyTorch, no table), from the same samples. `--runs N`
 repeats the whole simulation on fresh stores with other traffic seeds and prints the spread.
 """
 
@@ -44,7 +48,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelfleet import Client, vendor
+from kernelfleet import Client
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
 from kernelfleet.telemetry import usage_records
@@ -55,6 +59,7 @@ from service.settings import Settings
 MODELS = ("bert", "gpt2")
 FLEET_CALLS_PER_DAY = 1_000_000  # production calls of the served layers per day the sample stands for
 MIN_SIDE = 4  # holdout samples per (layer, M), day and side at least
+MAX_EXTRA_CALLS = 400  # calls a (layer, M) gets to reach MIN_SIDE (the in-model check takes some first)
 HOLDOUT_EVERY = 2  # the sample is small: one call in 2 is held out (production hosts: 1 in 100)
 WEIGHT_COPIES = 3  # weights rotate through copies, so calls do not all find one W hot in cache
 BERT_SHORT = {(1, 8): 0.30, (1, 16): 0.25, (1, 32): 0.20, (1, 64): 0.15, (1, 128): 0.10}
@@ -164,6 +169,81 @@ def time_shares(layers: list[Layer], days: int) -> list[float]:
 
 
 # -- serving ------------------------------------------------------------------------------------------------------
+_ACTIVATIONS = {"gelu": {}, "gelu_tanh": {"approximate": "tanh"}}  # the models' activations as nn.GELU arguments
+
+
+class LayerHost:
+    """A host's copy of one served layer, as a PyTorch user runs it: `nn.Linear` (+ its activation) in
+    `WEIGHT_COPIES` copies, put on the fleet's tables by `kernelfleet.torch.accelerate` with its defaults (thread
+    policy, PyTorch for every vendor route, the in-model check) and its A/B holdout (one call in `holdout` per S
+    the table serves runs the layer's own PyTorch computation). Telemetry is read from the layer's dispatcher
+    (day_records), not sent by accelerate's reporter, so the sample can be scaled to the fleet's volume."""
+
+    def __init__(self, layer: Layer, client: Client, target: str, holdout: int, cache_dir: Path) -> None:
+        import torch
+        from torch import nn
+
+        from kernelfleet.torch import accelerate
+
+        n, k = layer.body["dims"]["N"], layer.body["dims"]["K"]
+        activation = layer.epilogue.activation
+        copies = nn.ModuleList()
+        for w, b in layer.weights:
+            linear = nn.Linear(k, n, bias=b is not None)
+            with torch.no_grad():
+                linear.weight.copy_(torch.from_numpy(w))
+                if b is not None:
+                    linear.bias.copy_(torch.from_numpy(b))
+            parts: list[nn.Module] = [linear]
+            if activation != "none":
+                parts.append(nn.GELU(**_ACTIVATIONS[activation]))
+            copies.append(nn.Sequential(*parts))
+
+        class Copies(nn.Module):  # one model holding the copies: one dispatcher for the layer's workload
+            def __init__(self) -> None:
+                super().__init__()
+                self.copies = copies
+
+            def forward(self, x: torch.Tensor, i: int) -> torch.Tensor:
+                return self.copies[i](x)  # type: ignore[no-any-return]
+
+        self.fast = accelerate(
+            Copies().eval(),
+            client,
+            workloads={f"copies.{i}.0": layer.workload_hash for i in range(len(copies))},
+            target=target,
+            cache_dir=cache_dir,
+            telemetry=True,
+            telemetry_interval_s=1e9,  # never sends by itself: day_records reads the dispatcher
+            print_summary=False,
+            holdout=holdout,
+        )
+        self.torch = torch
+        self.layers = list(self.fast.layers.values())
+        found = {id(a.dispatcher): a.dispatcher for a in self.layers if isinstance(a.dispatcher, Dispatcher)}
+        assert len(found) <= 1, "the copies share one workload, so one dispatcher"
+        self.dispatcher: Dispatcher | None = next(iter(found.values()), None)
+
+    def __call__(self, x: np.ndarray, turn: int) -> None:
+        with self.torch.inference_mode():
+            self.fast(self.torch.from_numpy(x), turn % len(self.layers))
+
+    def route(self, m: int) -> str:
+        """What serves M: "no table", "torch" (the layer's PyTorch computation), "uKernels", or the library the
+        table names (only where accelerate runs vendor routes on the table's library)."""
+        d = self.dispatcher
+        if d is None or d.table is None:
+            return "no table"
+        if self.layers[0].route(m) == "pytorch":
+            return "torch"
+        return "uKernels" if d.vendor_route(m) is None else d.library(m)
+
+    def close(self) -> None:
+        assert self.fast.reporter is not None
+        self.fast.reporter.close(flush=False)  # its usage went out through day_records
+        self.fast.close()
+
+
 @dataclass
 class DayStats:
     """What the sample ran: per (layer, M) the production calls it stands for (occurrences per forward pass
@@ -186,15 +266,12 @@ def _sample_requests(rng: np.random.Generator, day: int, n: int) -> list[tuple[s
     return out
 
 
-def serve_day(
-    layers: list[Layer], dispatchers: dict[str, Dispatcher], requests: list[tuple[str, int, int]]
-) -> DayStats:
-    """Serve the sample as a host does: one call per served layer use per request, through the dispatchers, which
-    hold calls out for the hosts' baseline (kernelfleet.holdout, set up by the caller); a (layer, M) with fewer
-    than MIN_SIDE samples on either side is called again until it has them. Weights rotate through copies, so
-    calls do not all find one W hot in cache."""
+def serve_day(layers: list[Layer], hosts: dict[str, LayerHost], requests: list[tuple[str, int, int]]) -> DayStats:
+    """Serve the sample as a host does: one call per served layer use per request, on the layer's accelerated
+    PyTorch copies, which hold calls out for the layer's PyTorch computation where a table serves; a (layer, M)
+    with a table and fewer than MIN_SIDE samples on either side is called again until it has them. Weights rotate
+    through copies, so calls do not all find one W hot in cache."""
     stats = DayStats()
-    by_key = {layer.key: layer for layer in layers}
     inputs: dict[tuple[int, int], np.ndarray] = {}
     calls: list[tuple[str, int]] = []  # (layer key, M), in the order the requests make them
     for model, b, s in requests:
@@ -206,23 +283,24 @@ def serve_day(
                     inputs[(m, k)] = np.random.default_rng(m * 7919 + k).standard_normal((m, k), dtype=np.float32)
                 calls.append((layer.key, m))
                 stats.volume[(layer.key, m)] = stats.volume.get((layer.key, m), 0) + occ
-    for layer in layers:  # pack weights off the clock (each S's first call is not a holdout sample either)
-        for w, _ in layer.weights:
-            dispatchers[layer.key].prepare(w)
+    by_key = {layer.key: layer for layer in layers}
     turn = 0
 
     def run(key: str, m: int) -> None:
         nonlocal turn
         turn += 1
-        w, bias = by_key[key].weights[turn % WEIGHT_COPIES]
-        dispatchers[key](inputs[(m, w.shape[1])], w, bias=bias)
+        hosts[key](inputs[(m, by_key[key].body["dims"]["K"])], turn)
 
     for key, m in calls:
         run(key, m)
     for key, m in dict.fromkeys(calls):
-        holdout = dispatchers[key].holdout
-        assert holdout is not None, "the simulated hosts hold calls out"
-        while True:
+        d = hosts[key].dispatcher
+        holdout = d.holdout if d is not None else None
+        if holdout is None:
+            continue  # accelerate holds nothing out (no telemetry for this layer)
+        for _ in range(MAX_EXTRA_CALLS):
+            if d is not None and d.table is not None and hosts[key].layers[0].route(m) is None:
+                break  # M is outside the table (PyTorch runs it as a fallback): nothing to hold out
             sample = holdout.samples().get(m)
             if sample is not None and min(sample.served_calls, sample.baseline_calls) >= MIN_SIDE:
                 break
@@ -230,42 +308,39 @@ def serve_day(
     return stats
 
 
-def route_of(d: Dispatcher, m: int) -> str:
-    """What served M: "uKernels", the library the table routes M to ("numpy", "torch"), or "no table"."""
-    if d.table is None:
-        return "no table"
-    return "uKernels" if d.vendor_route(m) is None else d.library(m)
-
-
 def saving_by_route(
-    layers: list[Layer], dispatchers: dict[str, Dispatcher], stats: DayStats, scale: float
+    layers: list[Layer], hosts: dict[str, LayerHost], stats: DayStats, scale: float
 ) -> dict[str, float]:
     """The day's saving (s/day) split by what served each (layer, M): the same arithmetic as the service's
     measurement (served volume × the difference of the two sides' means), on the same holdout samples, before
     day_records hands them over. The service does not know routes; this says where its saving came from."""
     out: dict[str, float] = {}
     for layer in layers:
-        d = dispatchers[layer.key]
-        assert d.holdout is not None
-        for m, sample in d.holdout.samples().items():
+        host = hosts[layer.key]
+        if host.dispatcher is None or host.dispatcher.holdout is None:
+            continue
+        for m, sample in host.dispatcher.holdout.samples().items():
             if min(sample.served_calls, sample.baseline_calls) < MIN_SIDE:
                 continue
             served = stats.volume.get((layer.key, m), 0) * scale - sample.baseline_calls
             delta = sample.baseline_s / sample.baseline_calls - sample.served_s / sample.served_calls
-            route = route_of(d, m)
+            route = host.route(m)
             out[route] = out.get(route, 0.0) + max(0.0, served) * delta
     return out
 
 
 def day_records(
-    layers: list[Layer], dispatchers: dict[str, Dispatcher], stats: DayStats, scale: float, day: dt.date
+    layers: list[Layer], hosts: dict[str, LayerHost], stats: DayStats, scale: float, day: dt.date
 ) -> list[dict[str, Any]]:
     """The day's telemetry as the SDK builds it (kernelfleet.telemetry.usage_records), each record's calls and
     kernel seconds scaled to the production volume its sampled calls stand for; the holdout sums stay the
     sample's (they are timings, not volume)."""
     records = []
     for layer in layers:
-        for record in usage_records(dispatchers[layer.key], day):
+        d = hosts[layer.key].dispatcher
+        if d is None:
+            continue  # accelerate found no dense dispatcher to report on (it logged why)
+        for record in usage_records(d, day):
             ran = record["calls"]
             volume = max(ran, round(stats.volume.get((layer.key, record["shape"]["M"]), 0) * scale))
             record["kernel_seconds"] *= volume / ran
@@ -439,23 +514,22 @@ def _simulate(
         first = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days)
         for i in range(days):
             day = first + dt.timedelta(days=i)
-            dispatchers = {}
-            for layer in served:
-                d = client.dispatcher(
-                    layer.workload_hash, fp, cache_dir=data_dir / "host-cache", epilogue=layer.epilogue
-                )
-                assert isinstance(d, Dispatcher), "the simulated fleet serves an llvm target"
-                dispatchers[layer.key] = d.hold_out(holdout, vendor.TORCH)
-            stats = serve_day(served, dispatchers, _sample_requests(rng, i, requests))
-            scale = fleet_calls / max(1, sum(stats.volume.values()))
-            by_route = saving_by_route(served, dispatchers, stats, scale)
-            records = day_records(served, dispatchers, stats, scale, day)
+            hosts = {layer.key: LayerHost(layer, client, fp, holdout, data_dir / "host-cache") for layer in served}
+            try:
+                stats = serve_day(served, hosts, _sample_requests(rng, i, requests))
+                scale = fleet_calls / max(1, sum(stats.volume.values()))
+                by_route = saving_by_route(served, hosts, stats, scale)
+                records = day_records(served, hosts, stats, scale, day)
+                tables = sum(1 for h in hosts.values() if h.dispatcher is not None and h.dispatcher.table is not None)
+            finally:
+                for host in hosts.values():
+                    host.close()
             client.send_telemetry({"batch_id": str(uuid.uuid4()), "host": "simulated", "records": records})
             row = DayRow(
                 day=day,
                 requests={m: n * scale for m, n in stats.requests.items()},
                 measured=client.fleet_savings(since=day.isoformat(), until=day.isoformat()),
-                tables=sum(1 for d in dispatchers.values() if d.table is not None),
+                tables=tables,
                 scale=scale,
                 by_route=by_route,
             )
@@ -532,7 +606,8 @@ def print_result(result: SimResult, console: Console, title: str = "") -> None:
     console.print(
         f"scale: each day's sampled calls stand for {result.fleet_calls:,} production calls of the served layers "
         f"(day 1: each call × {result.rows[0].scale:,.0f}); savings scale with it, the tuning cost does not. Day 1 "
-        "has no tables: its saving is the noise floor."
+        "has no tables: PyTorch runs both sides, so its saving is the noise floor; so are shapes a table routes to "
+        "PyTorch."
     )
     for row in result.rows:
         if row.modelled.get("jobs"):

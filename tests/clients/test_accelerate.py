@@ -596,3 +596,22 @@ def test_with_telemetry_one_call_in_holdout_runs_the_layers_pytorch_and_both_sid
     plain = accelerate(model, client, telemetry_interval_s=3600, holdout=0)  # 0: no holdout, the hot path as is
     assert not any("forward" in vars(layer) for layer in plain.layers.values())
     plain.close()
+
+
+def test_a_layer_without_a_table_holds_calls_out_too_so_the_fleet_learns_its_baseline(
+    service: FakeService, tmp_path: Path
+) -> None:
+    """PyTorch on both sides: the fleet's noise floor, and the library the layer's hosts run before any table."""
+    client = Client("http://fleet.test", transport=httpx.MockTransport(service), retries=0, cache_dir=tmp_path / "c")
+    model = nn.Sequential(nn.Linear(24, 40)).eval()  # no table for this workload on the service
+    fast = accelerate(model, client, target=TARGET, telemetry_interval_s=3600, holdout=3)
+    x = torch.randn(5, 24)
+    with torch.inference_mode():
+        for _ in range(10):
+            torch.testing.assert_close(fast(x), model(x))
+    assert fast.reporter is not None and fast.reporter.flush()
+    [record] = [r for b in service.batches for r in b["records"]]
+    assert record["calls"] == 10 and record["fallbacks"] == 10  # every call a miss: nothing is tuned for it
+    held = record["holdout"]
+    assert held["baseline"] == "torch" and held["baseline_calls"] == 3 and held["served_calls"] == 6
+    fast.close()

@@ -203,7 +203,7 @@ def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
 ) -> None:
     """16×16 weights: numpy answers in about a microsecond, below what any call into TVM costs, so every S
     goes to the vendor, no table is published, and the view, `wait()` and `kernelfleet job` say so. For hosts that
-    run PyTorch (the job's host_library tag) the same table is published: it sends their calls to numpy."""
+    run PyTorch (the job's host_library tag) the table chooses between uKernels and PyTorch only."""
     fleet = Fleet(tmp_path / "fleet", {"KERNELFLEET_DATABASE_URL": pg_url, "KERNELFLEET_BROKER_URL": redis_url})
     try:
         fleet.start_api()
@@ -225,15 +225,20 @@ def test_a_ukernel_job_slower_than_the_vendor_publishes_nothing_and_says_so(
         shown = CliRunner().invoke(app, ["job", job.id, "--url", fleet.url], terminal_width=400)
         assert shown.exit_code == 0, shown.output
         assert "published: false" in shown.output and "hosts' library (numpy) is faster" in shown.output, shown.output
-        # the same layer for hosts that run PyTorch: numpy beat PyTorch there, so the table changes their calls
+        # the same layer for hosts that run PyTorch (accelerate runs every vendor route on PyTorch): the job times
+        # its uKernels against PyTorch alone, so its table routes no M to numpy, and says so if PyTorch wins them all
         for_torch = client.submit(tiny, _target(client), dist, kind="ukernel", budget={"trials": 2, "max_shapes": 2},
                                   tags={"host_library": "torch"})  # fmt: skip
         done = client.wait(for_torch.id, timeout_s=300, poll_s=0.5)
-        assert done.state == "succeeded" and done.published is True, done.publish_reason
-        published = client.dispatch_doc(done.workload_hash, done.target_fingerprint)
-        assert published is not None and published[0].job_id == for_torch.id
-        routes = DispatchTable.from_dict(published[0].table).intervals
-        assert all(iv.vendor for iv in routes) and any(iv.library == vendor.NUMPY for iv in routes), routes
+        assert done.state == "succeeded"
+        if done.published:
+            published = client.dispatch_doc(done.workload_hash, done.target_fingerprint)
+            assert published is not None and published[0].job_id == for_torch.id
+            routes = DispatchTable.from_dict(published[0].table).intervals
+            assert any(not iv.vendor for iv in routes), routes  # a uKernel somewhere: it beat PyTorch there
+            assert all(iv.library == vendor.TORCH for iv in routes if iv.vendor), routes
+        else:
+            assert done.publish_reason and "hosts' library (torch) is faster" in done.publish_reason
     finally:
         fleet.stop()
 

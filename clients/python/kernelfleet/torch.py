@@ -419,6 +419,11 @@ class AcceleratedLinear(nn.Module):
             del self._trials[S]
         return y
 
+    def route(self, S: int) -> str | None:
+        """Where this layer's calls at S go now: "table" (the dispatcher), "pytorch", "trial" (the in-model check
+        is still timing both), or None (no call at S has been routed yet)."""
+        return self._routes.get(S)
+
     def hold_out(self, holdout: Holdout) -> None:
         """From now on one call in `holdout.every` per S that the table serves (on uKernels or routed to PyTorch)
         runs the layer's PyTorch computation instead, both sides timed whole (kernelfleet.holdout)."""
@@ -431,6 +436,8 @@ class AcceleratedLinear(nn.Module):
         S = x.numel() // K if shape and shape[-1] == K else 0
         route = self._routes.get(S)
         serve = type(self).forward
+        if not self._on and S > 0:  # no table: both sides are the layer's PyTorch computation, so the fleet learns
+            return self._holdout.run(S, lambda: serve(self, x), lambda: serve(self, x), _now)  # its noise floor
         if route is not _TABLE and route is not _PYTORCH:  # a fallback, a first call or an in-model check: not a sample
             return serve(self, x)
         return self._holdout.run(S, lambda: serve(self, x), lambda: self._baseline(x, S), _now)
@@ -762,7 +769,8 @@ def accelerate(
     alternating calls) and kept on the uKernels only where they are faster there (`stats()[layer]["in_model"]`).
     `holdout`: with telemetry, one call in `holdout` per shape a table serves runs the layer's PyTorch computation
     instead, both timed, so the fleet measures what the tables save against what this host runs without them
-    (kernelfleet.holdout; 0: none)."""
+    (kernelfleet.holdout; 0: none). A layer without a table holds calls out too (PyTorch on both sides): the
+    fleet learns what its hosts run before any table exists, and the measurement's noise floor."""
     if thread_policy not in ("managed", "host"):
         raise ValueError(f"thread_policy must be 'managed' or 'host', got {thread_policy!r}")
     if vendor_routes not in ("pytorch", "table"):
@@ -897,10 +905,10 @@ def accelerate(
             reporter = client.telemetry_reporter(interval_s=telemetry_interval_s)
             for d in watched.values():
                 reporter.watch(d)
-                if holdout and d.table is not None:  # the layers run the baseline themselves: the class stays
+                if holdout:  # the layers run the baseline themselves: the dispatcher's class stays
                     d.holdout = Holdout(holdout, vendor.TORCH)
             for layer in layers.values():
-                if layer._on and isinstance(layer.dispatcher, Dispatcher) and layer.dispatcher.holdout is not None:
+                if isinstance(layer.dispatcher, Dispatcher) and layer.dispatcher.holdout is not None:
                     layer.hold_out(layer.dispatcher.holdout)
             reporter.start()
     hooks: list[Any] = []

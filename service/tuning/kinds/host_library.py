@@ -1,10 +1,12 @@
 """The `host_library` job tag: the vendor library the hosts that call a workload run without KernelFleet.
 
-A dispatch table that routes every shape to that library changes nothing for those hosts, so it is not
-published; one that routes shapes to a faster library, or to uKernels, is. Hosts of a PyTorch model run PyTorch
-(the fleet's daily run reads that from their A/B holdout telemetry and tags its jobs with it), so a table that
-sends their shapes to numpy where numpy was timed faster is worth publishing to them; the hosts' A/B then
-decides whether it stays (service.workers.fleet.rollback). Without the tag a job tunes for numpy hosts, as before.
+Hosts of a PyTorch model run PyTorch (the fleet's daily run reads that from their A/B holdout telemetry and tags
+its jobs with it), and `kernelfleet.torch.accelerate` runs every shape a table routes to a vendor library on
+PyTorch: for them a dense range job times its uKernels against PyTorch alone, and the table sends a shape to a
+uKernel only where it beats PyTorch. numpy hosts (the SDK's array API; the default without the tag) can call
+either library, so their jobs time both, as before. Either way a table that routes every shape to the hosts'
+library changes nothing for them and is not published; the hosts' A/B then decides whether a published one stays
+(service.workers.fleet.rollback).
 """
 
 from __future__ import annotations
@@ -31,3 +33,10 @@ def host_library(tags: Mapping[str, str]) -> str:
     if problem := check_host_library(tags):
         raise ValueError(problem.message)
     return tags.get(HOST_LIBRARY_TAG, vendor.NUMPY)
+
+
+def route_libraries(tags: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The vendor libraries a dense range job may route shapes to for the job's hosts: PyTorch alone for PyTorch
+    hosts (when this worker has it), else every library the worker has (None)."""
+    library = host_library(tags)
+    return (library,) if library != vendor.NUMPY and library in vendor.available() else None

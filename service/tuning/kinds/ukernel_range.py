@@ -16,7 +16,7 @@ from service.models import WorkloadSpec
 from service.models.artifact import Artifact
 from service.models.config import MeasuredCandidate
 from service.tuning.kinds.base import DispatchPublication, ShapeOutcome, UnitContext, UnitResult, WorkUnit
-from service.tuning.kinds.host_library import host_library
+from service.tuning.kinds.host_library import host_library, route_libraries
 from service.tuning.platforms import Platform
 from service.tuning.platforms.base import check_result
 
@@ -137,6 +137,7 @@ def tune_unit(unit: WorkUnit, ctx: UnitContext, task: Any, progress_key: Callabl
         # the setting can only turn the GEMM sweep off: a task that routes elsewhere (a conv's routes are decided
         # as convs, tuners.ukernel.conv.route_conv) has it off, and GEMM routes would cover the spans it keeps
         vendor_routes=task.vendor_routes and ctx.settings.ukernel_vendor_routes,
+        vendor_libraries=route_libraries(ctx.tags),
         measure_timeout_s=ctx.settings.measure_timeout_s,
     )
     outcome = tuner.tune_range(task, _Progress())

@@ -74,3 +74,11 @@ def test_the_daily_run_tags_each_layers_job_with_its_hosts_library(
         tags = {row.workload_hash: row.tags for row in s.query(JobRow)}
     assert tags[torch_layer]["host_library"] == "torch" and tags[numpy_layer]["host_library"] == "numpy"
     assert "host_library" not in tags[quiet_layer]
+
+
+def test_pytorch_hosts_jobs_route_to_pytorch_alone_numpy_hosts_to_any_library() -> None:
+    from kernelfleet import vendor
+    from service.tuning.kinds.host_library import route_libraries
+
+    assert route_libraries({"host_library": "torch"}) == (("torch",) if vendor.has_torch() else None)
+    assert route_libraries({"host_library": "numpy"}) is None and route_libraries({}) is None

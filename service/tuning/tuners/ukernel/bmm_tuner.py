@@ -83,6 +83,7 @@ class BmmRangeOutcome:
         faster): a table that routes every tuple to the library its hosts already call changes nothing for them."""
         return any(c != vendor.route_of(library) for c in self.table.routes())
 
+
 def bmm_tiles(
     hw: HardwareModel, static: Mapping[str, int], support: Weighted, top_k: int
 ) -> list[tuple[int, int, int]]:

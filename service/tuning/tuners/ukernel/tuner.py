@@ -73,6 +73,10 @@ class RangeTask:
     # uKernel id → {M: seconds} an earlier attempt of the same job measured: rebuilt, not re-measured
     measured_before: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     vendor_routes: bool = True  # route every S where the vendor is faster to the vendor
+    # the vendor libraries the table may route to (None: every one this worker has); a host that runs PyTorch
+    # for every vendor route (kernelfleet.torch.accelerate's default) is served by uKernels only where they
+    # beat PyTorch, so its job times PyTorch alone (kinds/host_library.py)
+    vendor_libraries: tuple[str, ...] | None = None
     measure_timeout_s: float = 60.0  # GPU: a candidate's build + timing in the measuring child, then it is killed
 
 
@@ -135,6 +139,7 @@ class RangeOutcome:
         """Whether any S runs on something other than `library` (a uKernel, or another library where it was
         faster): a table that routes every S to the library its hosts already call changes nothing for them."""
         return any(not iv.vendor or iv.library != library for iv in self.table.intervals)
+
 
 def _dims(workload: WorkloadSpec) -> tuple[int, int]:
     return workload.dims["N"], workload.dims["K"]
@@ -356,12 +361,12 @@ class UKernelTuner:
         def against_vendor(S: int) -> PointTiming:
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            return time_point(tuned, N, K, S)
+            return time_point(tuned, N, K, S, libraries=task.vendor_libraries)
 
         def confirm(S: int, timing: PointTiming) -> PointTiming:  # a route boundary or a lone decision: more rounds
             if sink.should_stop():
                 raise TuningStopped("stopped by the job")
-            return timing.merged(time_point(tuned, N, K, S, seed=1, sequential=False))
+            return timing.merged(time_point(tuned, N, K, S, seed=1, sequential=False, libraries=task.vendor_libraries))
 
         decided_by: dict[str, int] = {}
         confirmed: tuple[int, ...] = ()

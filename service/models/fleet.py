@@ -193,7 +193,10 @@ class Rollback(BaseModel):
     served_s: float = Field(
         description="the table's mean seconds a call over the compared shapes, weighted by its own served calls there"
     )
-    other_s: float = Field(description="the baseline's or the previous table's mean seconds for the same mix")
+    other_s: float = Field(
+        description="the baseline's mean seconds for the same mix, or the previous table's (its ratio to its own "
+        "days' baseline, at the speed the baseline ran in this window)"
+    )
     slowdown_s: float = Field(description="served_s − other_s, seconds a call; ± ci95_s")
     ci95_s: float
     shapes: int

@@ -4,7 +4,8 @@ The daily run reads the hosts' A/B holdout of the window for every served table 
 served by that table, the calls its hosts held out to run their baseline). A table is retired when, over the
 shapes with samples on both sides and weighted by its own traffic there, its served time exceeds
   - the baseline's (what the hosts run without KernelFleet), or
-  - the table it replaced (that table's served time at the same shapes, from its own days of telemetry)
+  - the table it replaced (that table's served time at the same shapes from its own days of telemetry, each day
+    read relative to the baseline the hosts held out that day, so a slower day does not read as a slower table)
 beyond the 95 % interval and by more than `fleet_rollback_margin`. Hosts then get the newest table not retired,
 or none (their baseline). The decision rests on every sample of the window, never on one timing.
 """
@@ -25,14 +26,24 @@ from service.workers.fleet.savings import Difference, Side, difference, sides
 PREVIOUS_LOOKBACK_DAYS = 90  # how far back the replaced table's own telemetry is read
 
 
-def _served(rows: list[HoldoutSums]) -> dict[tuple[str, str], tuple[int, Side]]:
-    """(shape, baseline) → (served calls, served side) where the side has enough samples."""
+def _sides(rows: list[HoldoutSums]) -> dict[tuple[str, str], tuple[int, Side, Side]]:
+    """(shape, baseline) → (served calls, served side, baseline side) where both sides have enough samples."""
     out = {}
     for r in rows:
-        side = Side.of(r.served_calls, r.served_s, r.served_s2)
-        if side is not None:
-            out[(r.shape_key, r.baseline)] = (r.served_calls, side)
+        pair = sides(r)
+        if pair is not None:
+            out[(r.shape_key, r.baseline)] = (r.served_calls, *pair)
     return out
+
+
+def _at_todays_baseline(ours_base: Side, their_served: Side, their_base: Side) -> Side:
+    """The previous table's served time at a shape, rescaled to the speed today's baseline ran at: its ratio to
+    its own day's baseline × today's baseline mean, with the variance of that product (delta method). Days differ
+    (load, clocks), so served times from different days are compared only through their own day's baseline."""
+    r = their_served.mean / their_base.mean
+    var_r = r * r * (their_served.var_of_mean / their_served.mean**2 + their_base.var_of_mean / their_base.mean**2)
+    mean = r * ours_base.mean
+    return Side(1, mean, ours_base.mean**2 * var_r + r * r * ours_base.var_of_mean)
 
 
 def _mix(pairs: list[tuple[float, Side, Side]]) -> Difference:
@@ -51,8 +62,13 @@ def _against_baseline(rows: list[HoldoutSums]) -> Difference:
 
 
 def _against_previous(rows: list[HoldoutSums], previous: list[HoldoutSums]) -> Difference:
-    ours, theirs = _served(rows), _served(previous)
-    return _mix([(float(calls), side, theirs[key][1]) for key, (calls, side) in ours.items() if key in theirs])
+    ours, theirs = _sides(rows), _sides(previous)
+    pairs = []
+    for key, (calls, served, base) in ours.items():
+        if key in theirs:
+            _, their_served, their_base = theirs[key]
+            pairs.append((float(calls), served, _at_todays_baseline(base, their_served, their_base)))
+    return _mix(pairs)
 
 
 def check_tables(session: Session, since: dt.date, until: dt.date, margin: float) -> list[Rollback]:

@@ -87,6 +87,16 @@ def test_a_table_slower_than_the_table_it_replaced_is_rolled_back(use_store: str
     assert _served_job() == "job-old"
 
 
+def test_a_slower_day_is_not_a_slower_table(use_store: str) -> None:
+    """Day 2 runs everything 1.5x slower (load, clocks): the new table keeps the old one's ratio to that day's
+    baseline, so it stays; raw served times across days would have read 1.5x slower and rolled it back."""
+    _publish("job-old")
+    _report("job-old", served_mean=0.5e-6, baseline_mean=1.0e-6, day=DAY - dt.timedelta(days=1), seed=5)
+    _publish("job-new")
+    _report("job-new", served_mean=0.75e-6, baseline_mean=1.5e-6, seed=6)
+    assert _check() == [] and _served_job() == "job-new"
+
+
 def test_a_faster_table_stays(use_store: str) -> None:
     _publish("job-a")
     _report("job-a", served_mean=0.7e-6, baseline_mean=1.0e-6)

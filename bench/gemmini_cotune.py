@@ -31,21 +31,21 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from service.tuning.tuners.gemmini.area import RECALLED, UNCONSTRAINED, config_area_mm2, default_budget, recalled_scaled
-from service.tuning.tuners.gemmini.backends import Measurement, get_backend
+from service.tuning.gemmini.area import RECALLED, UNCONSTRAINED, config_area_mm2, default_budget, recalled_scaled
+from service.tuning.gemmini.backends import Measurement, get_backend
+from service.tuning.gemmini.gemmini_h import default_point
+from service.tuning.gemmini.model import layer_cost, network_cost
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
+from service.tuning.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
 from service.tuning.tuners.gemmini.best_flow import default_options, flow_options, measured_best
 from service.tuning.tuners.gemmini.calibration import correlate
-from service.tuning.tuners.gemmini.model import layer_cost, network_cost
 from service.tuning.tuners.gemmini.search import (
     Limits,
     co_explore,
-    default_point,
     grid_search,
     random_search,
     tune_fixed_hw,
 )
-from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
-from service.tuning.tuners.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
 
 
 def _net(layers: list[Layer], ms: list[Any]) -> tuple[float, float]:

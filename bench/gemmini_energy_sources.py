@@ -15,12 +15,12 @@ import json
 import time
 from typing import Any
 
-from service.tuning.tuners.gemmini.area import area_breakdown
-from service.tuning.tuners.gemmini.backends import get_backend
+from service.tuning.gemmini.area import area_breakdown
+from service.tuning.gemmini.backends import get_backend
+from service.tuning.gemmini.model import layer_cost
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, default_mapping, fit
+from service.tuning.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
 from service.tuning.tuners.gemmini.calibration import correlate
-from service.tuning.tuners.gemmini.model import layer_cost
-from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, default_mapping, fit
-from service.tuning.tuners.gemmini.workloads import BERT, RESNET50, SINGLE_OPS
 
 CONFIGS = [
     DEFAULT_HW,

@@ -307,9 +307,10 @@ def tune_metaschedule(n: int, k: int, m: int, arch: str, trials: int, work: Path
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
+    from service.tuning.builder.cuda import cuda_target
+    from service.tuning.builder.metaschedule import fast_build_cuda, make_builder
     from service.tuning.tuners import tensor_intrinsics
-    from service.tuning.tuners.build import fast_build_cuda, make_builder
-    from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module
+    from service.tuning.tuners.pipeline.schedule import dense_module
 
     target = tvm.target.Target(cuda_target(arch))
     mod = dense_module(n, k, m)
@@ -353,8 +354,8 @@ def routing_mode(validation: Mapping[str, Any]) -> str:
 
 def tune_layer(name: str, s_max: int, arch: str, work: Path) -> Any:
     from service.tuning import gpu
+    from service.tuning.builder.cuda import cuda_target
     from service.tuning.hardware_model import HardwareModel
-    from service.tuning.tuners.pipeline.schedule import cuda_target
     from service.tuning.tuners.ukernel.gpu_tuner import DenseRange, GPUUKernelTuner
     from service.tuning.tuners.ukernel.tuner import QuietRangeSink
 

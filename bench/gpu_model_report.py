@@ -16,12 +16,13 @@ import math
 import platform
 from pathlib import Path
 
+from service.tuning.builder.cuda import cuda_target, pass_config
 from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.bound import predict
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.gemv import default_gemv, schedule_gemv
-from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target, pass_config, schedule_gemm
+from service.tuning.tuners.pipeline.schedule import GemmTile, schedule_gemm
 from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, schedule_tensorcore
 from service.tuning.tuners.ukernel.gpu_kernels import scheduled_module
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits

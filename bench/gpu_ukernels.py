@@ -110,8 +110,8 @@ def kernel_tiles(n: int, k: int, dtype: str, arch: str) -> list[Any]:
     from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile
 
     if dtype == "float32":
+        from service.tuning.builder.cuda import cuda_target
         from service.tuning.hardware_model import HardwareModel
-        from service.tuning.tuners.pipeline.schedule import cuda_target
         from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
         from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
 
@@ -128,7 +128,7 @@ def kernel_tiles(n: int, k: int, dtype: str, arch: str) -> list[Any]:
 
 
 def build(tile: Any, n: int, k: int, arch: str, dtype: str) -> Any:
-    from service.tuning.tuners.pipeline.schedule import cuda_target
+    from service.tuning.builder.cuda import cuda_target
     from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, build_tensorcore
     from service.tuning.tuners.ukernel.gpu_kernels import build_module
 

@@ -133,9 +133,10 @@ def metaschedule(gemm: GemmShape, arch: str, trials: int) -> MetaScheduleRun:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from service.tuning.tuners.build import make_builder
+    from service.tuning.builder.cuda import cuda_target, pass_config
+    from service.tuning.builder.metaschedule import make_builder
     from service.tuning.tuners.pipeline.lowering import batch_matmul_module
-    from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module, pass_config
+    from service.tuning.tuners.pipeline.schedule import dense_module
 
     mod = (
         dense_module(gemm.n, gemm.k, gemm.m)

@@ -29,7 +29,8 @@ if [[ -n "$py312" ]]; then
     PYTHONPATH="$site:$repo:$repo/clients/python" "$work/venv/bin/python" - <<'PY'
 import tvm
 from service.tuning.tuners.pipeline.gemv import build_gemv, default_gemv
-from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, cuda_source, cuda_target
+from service.tuning.builder.cuda import cuda_target
+from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, cuda_source
 
 target = cuda_target("sm_90a")
 gemm = cuda_source(build_gemm(GemmTile.from_label("16x32x64_t4x4i_s3a_p4"), 2304, 768, target))

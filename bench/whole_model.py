@@ -305,7 +305,7 @@ def tune_workload(w: Workload, args: argparse.Namespace, target: Any, work: Path
     heaviest = max(w.weights, key=lambda m: m * w.weights[m])  # the M where the most time is spent
     validate = sorted({w.s_max, heaviest}, reverse=True)
     if args.device == "cuda":
-        from service.tuning.tuners.pipeline.schedule import cuda_target
+        from service.tuning.builder.cuda import cuda_target
         from service.tuning.tuners.ukernel.gpu_tuner import DenseRange, GPUUKernelTuner
 
         job = DenseRange(

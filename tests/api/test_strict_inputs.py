@@ -120,7 +120,7 @@ def _lookups(api: TestClient) -> list[Body]:
 
 def _imports(api: TestClient) -> list[Body]:
     """A config of each format imported without TVM (a trace's module is loaded by TVM, in a child, to check it)."""
-    from service.tuning.tuners.gemmini.space import DEFAULT_HW
+    from service.tuning.gemmini.space import DEFAULT_HW
 
     workload_hash = _registered(api)
     pipeline = {

@@ -46,21 +46,3 @@ def profile_module(
     arch = str(target["arch"])
     resources = tuple(compile_and_inspect(source, arch)) if source is not None else ()
     return KernelProfile(label, analyze(mod, target, config), resources, sm_spec(arch, sm_count))
-
-
-def profile_gemm_tile(
-    tile: Any,
-    n: int,
-    k: int,
-    target: Mapping[str, Any],
-    dtype: str = "float32",
-    compiled: bool = True,
-    sm_count: int | None = None,
-) -> KernelProfile:
-    """A dense uKernel (pipeline/schedule.GemmTile) over a symbolic M, profiled."""
-    from service.tuning.tuners.pipeline.schedule import build_gemm, cuda_source, pass_config, schedule_gemm
-
-    arch = str(target["arch"])
-    source = cuda_source(build_gemm(tile, n, k, target, dtype=dtype)) if compiled else None
-    mod = schedule_gemm(tile, n, k, None, dtype).mod
-    return profile_module(tile.label(), mod, target, pass_config(arch), source, sm_count)

@@ -59,8 +59,8 @@ class GemminiKind(JobKind):
         problem = super().check_config(config)
         if problem is not None:
             return problem
-        from service.tuning.tuners.gemmini.legality import field_violations
-        from service.tuning.tuners.gemmini.space import HwConfig
+        from service.tuning.gemmini.legality import field_violations
+        from service.tuning.gemmini.space import HwConfig
 
         hw = dict(config["hw"])
         try:
@@ -87,14 +87,15 @@ class GemminiKind(JobKind):
         return Plan(shapes=shapes, units=[unit], trials_total=unit.trials + 2 * len(shapes))
 
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
+        from service.tuning.gemmini.backends import BackendError
+        from service.tuning.gemmini.gemmini_h import default_point
+        from service.tuning.gemmini.model import network_cost
+        from service.tuning.gemmini.space import DEFAULT_HW
+        from service.tuning.gemmini.workloads import CLOCK_HZ, layer_of
         from service.tuning.tuners.base import TuningStopped
-        from service.tuning.tuners.gemmini.backends import BackendError
         from service.tuning.tuners.gemmini.best_flow import default_options, flow_options, measured_best
         from service.tuning.tuners.gemmini.calibration import correlate
-        from service.tuning.tuners.gemmini.model import network_cost
-        from service.tuning.tuners.gemmini.search import best_fixed_hw, co_explore, default_point
-        from service.tuning.tuners.gemmini.space import DEFAULT_HW
-        from service.tuning.tuners.gemmini.workloads import CLOCK_HZ, layer_of
+        from service.tuning.tuners.gemmini.search import best_fixed_hw, co_explore
 
         backend = ctx.platform.backend  # type: ignore[attr-defined]
         support = ctx.distribution.support()
@@ -223,7 +224,7 @@ def explored_candidates(explored: Mapping[Any, Any], n_layers: int) -> list[Meas
     """The hardware configs the search visited, each at its best network point, as the analytical model
     scored them (`model_` numbers, never a backend's): the dashboard's latency/energy scatter. With several
     layers they are occurrence-weighted network sums, so they sit apart from the per-layer measured points."""
-    from service.tuning.tuners.gemmini.workloads import CLOCK_HZ
+    from service.tuning.gemmini.workloads import CLOCK_HZ
 
     best = sorted(explored.items(), key=lambda item: item[1].edp)[:MAX_EXPLORED_RECORDED]
     return [

@@ -103,7 +103,7 @@ class TVMPlatform(Platform):
 
     def metaschedule_builder(self) -> Any:
         """MetaSchedule's builder: compiles candidates in worker processes with a timeout."""
-        from service.tuning.tuners.build import make_builder
+        from service.tuning.builder.metaschedule import make_builder
 
         return make_builder()
 

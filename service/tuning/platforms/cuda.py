@@ -71,7 +71,7 @@ class CUDAPlatform(TVMPlatform):
         )
 
     def tvm_target(self, target: TargetSpec) -> dict[str, object]:
-        from service.tuning.tuners.pipeline.schedule import cuda_target
+        from service.tuning.builder.cuda import cuda_target
 
         details = target.details
         return cuda_target(
@@ -83,12 +83,12 @@ class CUDAPlatform(TVMPlatform):
         )
 
     def pass_config(self, target: TargetSpec) -> dict[str, object]:
-        from service.tuning.tuners.pipeline.schedule import pass_config
+        from service.tuning.builder.cuda import pass_config
 
         return pass_config(str(target.arch))  # async copies on sm_80+
 
     def metaschedule_builder(self) -> Any:
-        from service.tuning.tuners.build import make_builder
+        from service.tuning.builder.metaschedule import make_builder
 
         # CUDA candidates build through nvcc; 120 s covers a cold nvcc on a loaded host (gpu.md §3)
         return make_builder(max_workers=hardware.usable_cores(), timeout_sec=120, cuda=True)
@@ -136,9 +136,7 @@ class CUDAPlatform(TVMPlatform):
         host = self.describe_host()
         l2 = host.l2_bytes if host is not None else 0
         sizes = workload.bind(shape)
-        seconds = cublas.time_op(
-            workload.op, sizes, workload.attrs, workload.dtype, graph=kernel_only, l2_bytes=l2
-        )
+        seconds = cublas.time_op(workload.op, sizes, workload.attrs, workload.dtype, graph=kernel_only, l2_bytes=l2)
         return VendorTiming(cublas.label(workload.dtype, graph=kernel_only, op=workload.op), seconds)
 
 

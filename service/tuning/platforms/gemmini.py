@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from service.models import TargetSpec, Toolchain, WorkloadSpec
+from service.tuning.gemmini.backends import Backend, get_backend
 from service.tuning.platforms.base import Platform, VendorTiming
-from service.tuning.tuners.gemmini.backends import Backend, get_backend
 
 
 class GemminiPlatform(Platform):
@@ -82,9 +82,9 @@ class GemminiPlatform(Platform):
 
     def vendor(self, workload: WorkloadSpec, shape: Mapping[str, int], kernel_only: bool = False) -> VendorTiming:
         """Gemmini-Default (16×16, 256 KiB / 64 KiB, gemmini.h's tiling) measured by this worker's backend."""
-        from service.tuning.tuners.gemmini.search import default_point
-        from service.tuning.tuners.gemmini.space import DEFAULT_HW
-        from service.tuning.tuners.gemmini.workloads import CLOCK_HZ, layer_of
+        from service.tuning.gemmini.gemmini_h import default_point
+        from service.tuning.gemmini.space import DEFAULT_HW
+        from service.tuning.gemmini.workloads import CLOCK_HZ, layer_of
 
         layer = layer_of(workload, shape)
         maps, _ = default_point([layer])

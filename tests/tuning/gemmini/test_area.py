@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.tuning.tuners.gemmini.area import (
+from service.tuning.gemmini.area import (
     ACC_BITS,
     ACC_PORTS,
     UNCONSTRAINED,
@@ -20,9 +20,9 @@ from service.tuning.tuners.gemmini.area import (
     recalled_scaled,
     sram_energies,
 )
-from service.tuning.tuners.gemmini.backends import get_backend
-from service.tuning.tuners.gemmini.space import ACC_BANKS, DEFAULT_HW, HwConfig, Layer, Mapping
-from service.tuning.tuners.gemmini.sram import clear_memory_cache, sram_cost
+from service.tuning.gemmini.backends import get_backend
+from service.tuning.gemmini.space import ACC_BANKS, DEFAULT_HW, HwConfig, Layer, Mapping
+from service.tuning.gemmini.sram import clear_memory_cache, sram_cost
 
 pytest.importorskip("zigzag")
 

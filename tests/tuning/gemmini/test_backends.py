@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from service.tuning.tuners.gemmini.backends import BackendError, get_backend
-from service.tuning.tuners.gemmini.backends.firesim import FireSimBackend, MissingBitstream, Request
-from service.tuning.tuners.gemmini.backends.firesim_program import render_program
+from service.tuning.gemmini.backends import BackendError, get_backend
+from service.tuning.gemmini.backends.firesim import FireSimBackend, MissingBitstream, Request
+from service.tuning.gemmini.backends.firesim_program import render_program
+from service.tuning.gemmini.gemmini_h import default_point
+from service.tuning.gemmini.model import layer_cost
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
 from service.tuning.tuners.gemmini.calibration import correlate
-from service.tuning.tuners.gemmini.model import layer_cost
-from service.tuning.tuners.gemmini.search import default_point
-from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
 from tests.tuning.gemmini.firesim_fake import make_fake_checkout
 
 FAKE = Path(__file__).parent / "fake_firesim"

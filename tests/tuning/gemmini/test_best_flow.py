@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from service.tuning.tuners.gemmini.backends import get_backend
+from service.tuning.gemmini.backends import get_backend
+from service.tuning.gemmini.gemmini_h import default_point
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer
 from service.tuning.tuners.gemmini.best_flow import default_options, flow_options, measured_best
-from service.tuning.tuners.gemmini.search import default_point
-from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer
 
 
 def test_the_default_runs_each_layer_in_the_flow_zigzag_measures_fastest() -> None:

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from service.tuning.tuners.gemmini.backends import firesim_schema as schema
-from service.tuning.tuners.gemmini.backends.firesim import BitstreamRegistry, FireSimBackend
-from service.tuning.tuners.gemmini.backends.firesim_program import baremetal_build_cmd, render_program
-from service.tuning.tuners.gemmini.backends.gemmini_params import generator_args, render_params_h
-from service.tuning.tuners.gemmini.search import default_point
-from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
+from service.tuning.gemmini.backends import firesim_schema as schema
+from service.tuning.gemmini.backends.firesim import BitstreamRegistry, FireSimBackend
+from service.tuning.gemmini.backends.firesim_program import baremetal_build_cmd, render_program
+from service.tuning.gemmini.backends.gemmini_params import generator_args, render_params_h
+from service.tuning.gemmini.gemmini_h import default_point
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
 from tests.tuning.gemmini.firesim_fake import make_fake_checkout
 
 # the key names of firesim/firesim@be558e3f deploy/sample-backup-configs/sample_config_runtime.yaml (facts)

@@ -116,9 +116,9 @@ def test_gemmini_kind_on_the_fake_firesim_tunes_mappings_on_configs_with_bitstre
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the firesim backend the hardware is what has bitstreams; the numbers come from the FAKE CLI."""
+    from service.tuning.gemmini.backends.firesim import BitstreamRegistry
+    from service.tuning.gemmini.space import DEFAULT_HW, HwConfig
     from service.tuning.platforms.gemmini import GemminiPlatform
-    from service.tuning.tuners.gemmini.backends.firesim import BitstreamRegistry
-    from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig
 
     fake = Path(__file__).parent / "fake_firesim"
     make_fake_checkout(tmp_path / "firesim")

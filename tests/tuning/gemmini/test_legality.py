@@ -10,11 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from service.tuning.tuners.gemmini import legality as L
-from service.tuning.tuners.gemmini import search as S
-from service.tuning.tuners.gemmini.gemmini_h import conv_auto_args, default_mapping, matmul_auto_tiles
-from service.tuning.tuners.gemmini.model import layer_cost, resolve
-from service.tuning.tuners.gemmini.space import (
+from service.tuning.gemmini import legality as L
+from service.tuning.gemmini.gemmini_h import conv_auto_args, default_mapping, matmul_auto_tiles
+from service.tuning.gemmini.model import layer_cost, resolve
+from service.tuning.gemmini.space import (
     DEFAULT_HW,
     HwConfig,
     Layer,
@@ -25,6 +24,7 @@ from service.tuning.tuners.gemmini.space import (
     legal_sp_kibs,
     minimal_hw,
 )
+from service.tuning.tuners.gemmini import search as S
 
 OK = HwConfig(dim=16, sp_kib=64, acc_kib=16)
 
@@ -193,7 +193,7 @@ def test_both_picks_the_better_dataflow_per_layer_and_convs_run_ws() -> None:
 
 
 def test_zigzag_scores_the_chosen_dataflow() -> None:
-    from service.tuning.tuners.gemmini.backends import get_backend
+    from service.tuning.gemmini.backends import get_backend
 
     zz = get_backend("zigzag", timeout_s=300)
     if zz.available():
@@ -229,7 +229,7 @@ def test_tiled_conv_auto_by_hand() -> None:
     # would not (528). Growing each factor by one: only kchs can (A = ⌈kchs/16⌉·22·23 rows ≤ 8192), up to 128
     lay = Layer.conv("r", 28, 28, 128, 512, 1, 1)
     args = conv_auto_args(DEFAULT_HW, lay)
-    from service.tuning.tuners.gemmini.space import conv_rows
+    from service.tuning.gemmini.space import conv_rows
 
     sp, acc = conv_rows(16, lay, *args)
     assert sp <= 8192 and acc <= 512

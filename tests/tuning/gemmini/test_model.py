@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from service.tuning.tuners.gemmini.gemmini_h import default_mapping, matmul_auto_tiles
+from service.tuning.gemmini.gemmini_h import default_mapping, default_point, matmul_auto_tiles
+from service.tuning.gemmini.model import layer_cost, network_cost
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping, fit
 from service.tuning.tuners.gemmini.importance import ImportanceScheduler, LayerState
-from service.tuning.tuners.gemmini.model import layer_cost, network_cost
-from service.tuning.tuners.gemmini.search import co_explore, default_point, random_search
-from service.tuning.tuners.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping, fit
+from service.tuning.tuners.gemmini.search import co_explore, random_search
 
 
 def test_gemm_32_cubed_on_a_16x16_array_by_hand() -> None:

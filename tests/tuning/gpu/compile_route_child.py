@@ -22,8 +22,8 @@ def main(work: Path) -> dict[str, Any]:
     cudart = preload_cuda_runtime()
     import tvm
 
+    from service.tuning.builder.cuda import cuda_target
     from service.tuning.cuda_toolchain import captured_device_code
-    from service.tuning.tuners.pipeline.schedule import cuda_target
     from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel
     from service.tuning.tuners.ukernel.gpu_rules import gpu_ukernels
     from tests.tuning.gpu.descriptions import card
@@ -59,10 +59,10 @@ def _metaschedule_candidate() -> dict[str, Any]:
     import tvm
 
     from service.models import TargetSpec, WorkloadSpec
+    from service.tuning.builder.metaschedule import fast_build_cuda
     from service.tuning.compute import prim_func
     from service.tuning.cuda_toolchain import captured_device_code
     from service.tuning.platforms import tvm_target
-    from service.tuning.tuners.build import fast_build_cuda
     from service.tuning.tuners.sketch import sample_candidates
     from tests.tuning.gpu.descriptions import card
 

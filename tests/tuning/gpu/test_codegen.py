@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
+from service.tuning.builder.cuda import cuda_target
 from service.tuning.cuda_toolchain import nvcc_path
 from service.tuning.tuners.pipeline.schedule import (
     GemmTile,
     build_gemm,
     compile_cuda,
     cuda_source,
-    cuda_target,
     pipeline_structure,
 )
 from service.tuning.tuners.ukernel.gpu_rules import gpu_ukernels
@@ -92,9 +92,9 @@ def test_pipeline_depth_shapes_the_source() -> None:
 def test_sampled_sketch_candidates_compile_for_cuda() -> None:
     # imported here, not at the top: they need pydantic, which the GPU machine running this module lacks
     from service.models import TargetSpec, WorkloadSpec
+    from service.tuning.builder.metaschedule import fast_build_cuda
     from service.tuning.compute import prim_func
     from service.tuning.platforms import tvm_target
-    from service.tuning.tuners.build import fast_build_cuda
     from service.tuning.tuners.sketch import sample_candidates
 
     workload = WorkloadSpec(op="dense", dims={"N": 2304, "K": 768}, symbolic=["M"])

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.tuning.builder.cuda import cuda_target, pass_config
 from service.tuning.cuda_toolchain import nvcc_path
 from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import sm_spec
@@ -45,9 +46,7 @@ from service.tuning.tuners.pipeline.schedule import (
     GemmTile,
     compile_cuda,
     cuda_source,
-    cuda_target,
     dense_module,
-    pass_config,
     schedule_gemm,
 )
 

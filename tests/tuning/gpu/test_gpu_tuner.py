@@ -10,9 +10,10 @@ import pytest
 from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, sha256_bytes
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from service.models import TargetSpec
+from service.tuning.builder.cuda import cuda_target
 from service.tuning.cuda_toolchain import nvcc_path
 from service.tuning.hardware_model import HardwareModel
-from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target
+from service.tuning.tuners.pipeline.schedule import GemmTile
 from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel, build_libraries
 from service.tuning.tuners.ukernel.gpu_tuner import depth_candidates, gpu_hardware
 from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask

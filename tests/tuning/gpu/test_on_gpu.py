@@ -39,7 +39,7 @@ SHAPES = [*range(1, 129), 131, 257, 512]
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from service.tuning import gpu
-    from service.tuning.tuners.pipeline.schedule import cuda_target
+    from service.tuning.builder.cuda import cuda_target
     from service.tuning.tuners.ukernel.gpu_tuner import DenseRange, GPUUKernelTuner
     from service.tuning.tuners.ukernel.tuner import QuietRangeSink
 
@@ -179,7 +179,8 @@ def test_a_faulting_and_a_hanging_kernel_cost_only_their_child() -> None:
 def test_split_k_ukernels_are_correct() -> None:
     import torch
 
-    from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target
+    from service.tuning.builder.cuda import cuda_target
+    from service.tuning.tuners.pipeline.schedule import GemmTile
     from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel
 
     card = _card()

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from service.tuning.builder.cuda import cuda_target, pass_config
 from service.tuning.gpu_model import gate
 from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.bound import predict
 from service.tuning.gpu_model.cubin import have_tools
-from service.tuning.gpu_model.profile import KernelProfile, profile_gemm_tile, profile_module
-from service.tuning.tuners.pipeline.schedule import GemmTile, conflict_free_pad, cuda_target, pass_config, schedule_gemm
+from service.tuning.gpu_model.profile import KernelProfile, profile_module
+from service.tuning.tuners.pipeline.profile import profile_gemm_tile
+from service.tuning.tuners.pipeline.schedule import GemmTile, conflict_free_pad, schedule_gemm
 
 FIXTURE = json.loads((Path(__file__).parent / "h100_first_light.json").read_text())
 TARGET = cuda_target("sm_90a")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from service.tuning.builder.cuda import cuda_target, pass_config
 from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.bound import predict
-from service.tuning.tuners.pipeline.schedule import cuda_target, pass_config
 from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, schedule_tensorcore
 
 N, K = 2304, 768

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from service.tuning.builder.cuda import cuda_target
 from service.tuning.gpu_model.arch import sm_spec
 from service.tuning.gpu_model.cubin import have_tools
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.gemv import GemvTile
-from service.tuning.tuners.pipeline.schedule import GemmTile, cuda_target
+from service.tuning.tuners.pipeline.schedule import GemmTile
 from service.tuning.tuners.ukernel import gpu_screen
 from service.tuning.tuners.ukernel.gpu_build import build_cuda_ukernel
 from service.tuning.tuners.ukernel.gpu_kernels import rows_per_piece, tile_record

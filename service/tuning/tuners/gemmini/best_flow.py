@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from service.tuning.tuners.gemmini.gemmini_h import auto_mappings
-from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping, fit, fit_flow
+from service.tuning.gemmini.gemmini_h import auto_mappings
+from service.tuning.gemmini.space import HwConfig, Layer, Mapping, fit, fit_flow
 
 
 def default_options(hw: HwConfig, layers: Sequence[Layer]) -> list[list[Mapping]]:

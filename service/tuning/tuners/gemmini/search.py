@@ -19,10 +19,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from service.tuning.tuners.gemmini.gemmini_h import default_mapping
-from service.tuning.tuners.gemmini.importance import ImportanceScheduler, LayerState
-from service.tuning.tuners.gemmini.model import Cost, NetworkCost, layer_cost, network_cost, resolve
-from service.tuning.tuners.gemmini.space import (
+from service.tuning.gemmini.gemmini_h import default_mapping
+from service.tuning.gemmini.model import Cost, NetworkCost, layer_cost, network_cost, resolve
+from service.tuning.gemmini.space import (
     ACC_KIB,
     ARRAY_DIMS,
     BUS_WIDTHS,
@@ -40,6 +39,7 @@ from service.tuning.tuners.gemmini.space import (
     minimal_hw,
     tile_choices,
 )
+from service.tuning.tuners.gemmini.importance import ImportanceScheduler, LayerState
 
 
 class BudgetSpent(Exception):
@@ -437,18 +437,6 @@ def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, see
     if not results:
         raise RuntimeError(f"none of the {len(choices)} available hardware configs can hold every layer's tiles")
     return min(results, key=lambda r: r.cost.edp)
-
-
-def default_point(layers: list[Layer], hw: HwConfig = DEFAULT_HW) -> tuple[list[Mapping], NetworkCost]:
-    """Gemmini-Default: the default config with gemmini.h's own tiling (tiled_matmul_auto / tiled_conv_auto,
-    gemmini_h.py), each GEMM on the BOTH array with the better of WS and OS."""
-    maps = [default_mapping(hw, lay) for lay in layers]
-    for lay, m in zip(layers, maps, strict=True):
-        why = fit(hw, lay, m)
-        if why:
-            raise ValueError(f"{lay.name}: gemmini.h's default tiling does not fit: {why}")
-    maps = [resolve(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
-    return maps, network_cost(hw, layers, maps)
 
 
 def hw_grid(limits: Limits = Limits()) -> list[HwConfig]:

@@ -49,8 +49,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from service.tuning.builder.cuda import cuda_target, pass_config
 from service.tuning.cuda_toolchain import configure_cuda_compile
-from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module, pass_config
+from service.tuning.tuners.pipeline.schedule import dense_module
 
 _BYTES = {"float32": 4, "float16": 2}
 WARP = 32

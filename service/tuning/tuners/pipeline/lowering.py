@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from service.tuning.builder.cuda import cuda_target, pass_config
 from service.tuning.cuda_toolchain import configure_cuda_compile
 from service.tuning.tuners.pipeline.rules import IllegalSchedule, check_tir, gemm_plan, require_legal
 from service.tuning.tuners.pipeline.schedule import (
@@ -29,8 +30,6 @@ from service.tuning.tuners.pipeline.schedule import (
     _annotate_pipeline,
     _cooperative_fetch,
     cuda_source,
-    cuda_target,
-    pass_config,
     schedule_gemm,
 )
 from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig, gemm_of

@@ -13,8 +13,7 @@ API (imported by the ALCOP tuner in this package, keep it stable):
     tile.threads / tile.smem_bytes(dtype) / tile.registers_estimate()
     dense_module(n, k, m=None, dtype)       -> IRModule        m=None: symbolic M
     schedule_gemm(tile, n, k, m=None, dtype)-> s_tir.Schedule  (not built; inspect or build it)
-    cuda_target(arch, **limits)             -> dict            the TVM target dict with the limits MetaSchedule needs
-    supports_async_copy(arch) / pass_config(arch)              cp.async is sm_80+; the PassContext options
+    (cuda_target, pass_config and supports_async_copy are the builder's: service.tuning.builder.cuda)
     build_gemm(tile, n, k, target, m=None)  -> runtime.Module  tirx.build under the pipeline PassContext
     cuda_source(module)                     -> str             the generated .cu text
     compile_cuda(source, arch, fmt="cubin") -> bytes           nvcc (no GPU needed)
@@ -36,21 +35,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from service.tuning.builder.cuda import pass_config, supports_async_copy
 from service.tuning.cuda_toolchain import configure_cuda_compile
 
 _BYTES = {"float32": 4, "float16": 2}
-PIPELINE_PASS_CONFIG: dict[str, object] = {"tirx.use_async_copy": True}
-
-
-def supports_async_copy(arch: str) -> bool:
-    """cp.async exists from sm_80 (Ampere) on; ptxas rejects it for older targets."""
-    match = re.fullmatch(r"sm_(\d+)a?", arch)
-    return bool(match) and int(match.group(1)) >= 80  # type: ignore[union-attr]
-
-
-def pass_config(arch: str) -> dict[str, object]:
-    """The PassContext options for a CUDA build: async copies where the arch has them."""
-    return {"tirx.use_async_copy": supports_async_copy(arch)}
 
 
 @dataclass(frozen=True)
@@ -302,24 +290,6 @@ def _schedule_split_k(sch: Any, blk: Any, xpad: Any, ycopy: Any, tile: GemmTile,
     sch.reverse_compute_at(ycopy, tx2)
     sch.set_scope(blk, 0, "local")  # the summed output lives in a register until the unpadded write
     return sch
-
-
-def cuda_target(
-    arch: str,
-    max_threads_per_block: int = 1024,
-    max_shared_memory_per_block: int = 49152,
-    thread_warp_size: int = 32,
-    registers_per_block: int = 65536,
-) -> dict[str, object]:
-    """The TVM target dict; MetaSchedule's AutoBind needs the limits (gpu.md §3)."""
-    return {
-        "kind": "cuda",
-        "arch": arch,
-        "max_threads_per_block": max_threads_per_block,
-        "max_shared_memory_per_block": max_shared_memory_per_block,
-        "thread_warp_size": thread_warp_size,
-        "registers_per_block": registers_per_block,
-    }
 
 
 def build_gemm(

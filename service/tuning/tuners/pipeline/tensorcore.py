@@ -42,8 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from service.tuning.builder.cuda import cuda_target, pass_config, supports_async_copy
 from service.tuning.cuda_toolchain import configure_cuda_compile
-from service.tuning.tuners.pipeline.schedule import cuda_target, dense_module, pass_config, supports_async_copy
+from service.tuning.tuners.pipeline.schedule import dense_module
 
 __all__ = [
     "DTYPES",

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.tuning.builder.cuda import pass_config
 from service.tuning.gpu_model import gate
 from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import SMSpec, sm_spec
@@ -25,7 +26,7 @@ from service.tuning.gpu_model.cubin import compile_and_inspect, have_tools
 from service.tuning.gpu_model.profile import KernelProfile
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.pipeline.gemv import GemvTile, gemv_candidates
-from service.tuning.tuners.pipeline.schedule import cuda_source, pass_config
+from service.tuning.tuners.pipeline.schedule import cuda_source
 from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, scheduled_module, tile_record
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, GPUTileCandidate, gpu_candidates
 

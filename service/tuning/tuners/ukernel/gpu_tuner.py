@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernel, CudaUKernelSpec, load_cuda_ukernel, require_cuda
+from service.tuning.builder.cuda import supports_async_copy
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
 from service.tuning.tuners.pipeline.gemv import GemvTile
-from service.tuning.tuners.pipeline.schedule import GemmTile, supports_async_copy
+from service.tuning.tuners.pipeline.schedule import GemmTile
 from service.tuning.tuners.ukernel.bounds import MAX_UKERNELS
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.tuning.tuners.ukernel.gpu_build import BuiltLibrary, build_libraries, time_library

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from service.tuning.tuners.gemmini.model import resolve
-from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
+from service.tuning.gemmini.model import resolve
+from service.tuning.gemmini.space import HwConfig, Layer, Mapping
 
 RESULT_RE = re.compile(r"^TUNE_RESULT id=(\d+) cycles=(\d+) correct=([01])\s*$")
 CANDIDATE_RE = re.compile(r"^// KF_CANDIDATE (.*)$")  # a machine-readable manifest line per candidate

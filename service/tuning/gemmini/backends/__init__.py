@@ -9,20 +9,20 @@
 
 from __future__ import annotations
 
-from service.tuning.tuners.gemmini.backends.base import Backend, BackendError, Measurement
+from service.tuning.gemmini.backends.base import Backend, BackendError, Measurement
 
 
 def get_backend(name: str, **options: object) -> Backend:
     if name == "zigzag":
-        from service.tuning.tuners.gemmini.backends.zigzag import ZigZagBackend
+        from service.tuning.gemmini.backends.zigzag import ZigZagBackend
 
         return ZigZagBackend(**options)  # type: ignore[arg-type]
     if name == "scalesim":
-        from service.tuning.tuners.gemmini.backends.scalesim import ScaleSimBackend
+        from service.tuning.gemmini.backends.scalesim import ScaleSimBackend
 
         return ScaleSimBackend(**options)  # type: ignore[arg-type]
     if name == "firesim":
-        from service.tuning.tuners.gemmini.backends.firesim import FireSimBackend
+        from service.tuning.gemmini.backends.firesim import FireSimBackend
 
         return FireSimBackend(**options)  # type: ignore[arg-type]
     raise KeyError(f"unknown gemmini backend {name!r}; known: zigzag, scalesim, firesim")

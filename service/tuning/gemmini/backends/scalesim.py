@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.tuning.tuners.gemmini.backends.base import (
+from service.tuning.gemmini.backends.base import (
     CHILDREN,
     Backend,
     BackendError,
@@ -23,7 +23,7 @@ from service.tuning.tuners.gemmini.backends.base import (
     layer_payload,
     run_child,
 )
-from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
+from service.tuning.gemmini.space import HwConfig, Layer, Mapping
 
 SCALESIM_PINS = ("scalesim==3.0.0", "numpy==2.3.5", "tqdm")
 MAX_MACS = 64 * 1024 * 1024  # beyond ~256³ SCALE-Sim takes minutes and GBs (research note §4.5)

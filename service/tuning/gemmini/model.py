@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from service.tuning.tuners.gemmini.space import (
+from service.tuning.gemmini.space import (
     DIMS,
     HwConfig,
     Layer,

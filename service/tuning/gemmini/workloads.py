@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.models import WorkloadSpec
-from service.tuning.tuners.gemmini.space import Layer
+from service.tuning.gemmini.space import Layer
 
 CLOCK_HZ = 1e9  # nominal clock to express cycles as seconds where the service wants seconds (labelled so)
 

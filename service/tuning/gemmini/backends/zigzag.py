@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from service.tuning.tuners.gemmini.area import sram_energies
-from service.tuning.tuners.gemmini.backends.base import (
+from service.tuning.gemmini.area import sram_energies
+from service.tuning.gemmini.backends.base import (
     CHILDREN,
     MAIN_PYTHON,
     Backend,
@@ -18,8 +18,8 @@ from service.tuning.tuners.gemmini.backends.base import (
     layer_payload,
     run_child,
 )
-from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
-from service.tuning.tuners.gemmini.sram import CactiError
+from service.tuning.gemmini.space import HwConfig, Layer, Mapping
+from service.tuning.gemmini.sram import CactiError
 
 
 class ZigZagBackend(Backend):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
+from service.tuning.gemmini.space import HwConfig, Layer, Mapping
 
 
 class BackendError(RuntimeError):
@@ -56,7 +56,7 @@ class Backend(ABC):
 def layer_payload(hw: HwConfig, layer: Layer, m: Mapping) -> dict[str, Any]:
     """What a child process scores: the config, the layer, its tiles and the dataflow it runs with (the
     mapping's, else on a BOTH array the one the analytical model prefers for this layer)."""
-    from service.tuning.tuners.gemmini.model import resolve
+    from service.tuning.gemmini.model import resolve
 
     return {"hw": hw.to_dict(), "layer": asdict(layer), "tiles": m.to_dict(), "flow": resolve(hw, layer, m).flow}
 

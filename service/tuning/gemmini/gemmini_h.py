@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from service.tuning.tuners.gemmini.space import HwConfig, Layer, LayerFlow, Mapping, conv_rows, fit_flow
+from service.tuning.gemmini.model import NetworkCost, flow_cost, network_cost, resolve
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, LayerFlow, Mapping, conv_rows, fit, fit_flow
 
 
 def matmul_auto_tiles(hw: HwConfig, dim_i: int, dim_j: int, dim_k: int, flow: LayerFlow) -> tuple[int, int, int]:
@@ -126,9 +127,19 @@ def default_mapping(hw: HwConfig, layer: Layer) -> Mapping:
     """The baseline mapping: gemmini.h's auto tiling; on a BOTH array the dataflow (WS or OS, each with its
     own auto tiling) with the lower model EDP. With no dataflow/tiling possible, the whole layer unpinned
     (`fit` then says why it cannot run)."""
-    from service.tuning.tuners.gemmini.model import flow_cost
-
     options = [m for m in auto_mappings(hw, layer) if m.flow is not None and fit_flow(hw, layer, m, m.flow) is None]
     if not options:
         return Mapping({x: layer.size(x) for x in CONV_ARGS})
     return min(options, key=lambda m: flow_cost(hw, layer, m, m.flow or "WS").edp)
+
+
+def default_point(layers: list[Layer], hw: HwConfig = DEFAULT_HW) -> tuple[list[Mapping], NetworkCost]:
+    """Gemmini-Default: the default config with gemmini.h's own tiling (tiled_matmul_auto / tiled_conv_auto,
+    gemmini_h.py), each GEMM on the BOTH array with the better of WS and OS."""
+    maps = [default_mapping(hw, lay) for lay in layers]
+    for lay, m in zip(layers, maps, strict=True):
+        why = fit(hw, lay, m)
+        if why:
+            raise ValueError(f"{lay.name}: gemmini.h's default tiling does not fit: {why}")
+    maps = [resolve(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]
+    return maps, network_cost(hw, layers, maps)

@@ -25,8 +25,8 @@ def fast_build_cuda(mod: Any, target: Any, params: Any) -> Any:
     built, against 3/128 with the default builder)."""
     import tvm
 
+    from service.tuning.builder.cuda import pass_config
     from service.tuning.cuda_toolchain import configure_cuda_compile
-    from service.tuning.tuners.pipeline.schedule import pass_config
 
     configure_cuda_compile()  # in MetaSchedule's build process too: nvcc through TVM's callback
     # the target scope tells the compile callback which arch to build for (a GPU host would guess from its

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.tuning.tuners.gemmini.backends import firesim_schema as schema
-from service.tuning.tuners.gemmini.backends.base import Backend, BackendError, Measurement
-from service.tuning.tuners.gemmini.backends.firesim_program import baremetal_build_cmd, parse_uartlog, render_program
-from service.tuning.tuners.gemmini.backends.gemmini_params import generator_args, render_params_h
-from service.tuning.tuners.gemmini.space import HwConfig, Layer, Mapping
+from service.tuning.gemmini.backends import firesim_schema as schema
+from service.tuning.gemmini.backends.base import Backend, BackendError, Measurement
+from service.tuning.gemmini.backends.firesim_program import baremetal_build_cmd, parse_uartlog, render_program
+from service.tuning.gemmini.backends.gemmini_params import generator_args, render_params_h
+from service.tuning.gemmini.space import HwConfig, Layer, Mapping
 
 
 class MissingBitstream(BackendError):
@@ -67,7 +67,7 @@ class BitstreamRegistry:
 
     def configs(self) -> list[HwConfig]:
         """The registered configs Gemmini can generate (an entry its generator would refuse is not offered)."""
-        from service.tuning.tuners.gemmini.space import generator_violations
+        from service.tuning.gemmini.space import generator_violations
 
         gens = [e["generator_config"] for e in self._load().values()]
         return [HwConfig.from_generator_config(g) for g in gens if not generator_violations(g)]
@@ -336,7 +336,7 @@ class FireSimBackend(Backend):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Write one run's files into a FireSim checkout (for checking them with `firesim runcheck`):
-    python -m service.tuning.tuners.gemmini.backends.firesim FIRESIM_DIR HWDB_NAME BITSTREAM_TAR [--metasim]"""
+    python -m service.tuning.gemmini.backends.firesim FIRESIM_DIR HWDB_NAME BITSTREAM_TAR [--metasim]"""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)

@@ -128,7 +128,7 @@ class HwConfig:
 
     def violations(self) -> list[str]:
         """Every generator check this config fails (legality.py), empty when Gemmini can build it."""
-        from service.tuning.tuners.gemmini.legality import violations
+        from service.tuning.gemmini.legality import violations
 
         return violations(self)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.tuning.tuners.gemmini.space import HwConfig
+from service.tuning.gemmini.space import HwConfig
 
 GEMMINI_REPO = "ucb-bar/gemmini"
 GEMMINI_COMMIT = "8c3f9923a44a2fe2c7930587be297d6d4f8c09ca"

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.tuning.tuners.gemmini.space import ACC_BANKS, DEFAULT_HW, SP_BANKS, HwConfig
-from service.tuning.tuners.gemmini.sram import Ports, SramCost, sram_cost
+from service.tuning.gemmini.space import ACC_BANKS, DEFAULT_HW, SP_BANKS, HwConfig
+from service.tuning.gemmini.sram import Ports, SramCost, sram_cost
 
 TECH_NM = 45
 REF_NM = 45  # the node of the logic figures below

@@ -1,8 +1,9 @@
 """`kernelfleet fleet simulate --quick` on the real loop: API, worker, daily run and jobs through the Supervisor.
 
 Two simulated days on one-layer BERT and GPT-2 (the same distinct dense workloads as the 12-layer models, with
-occurrences per layer): GPT-2 appears on day 2, savings are the service's measurement of the hosts' A/B holdout
-(with an interval), and the tuning cost comes from the store's job times, not from constants.
+occurrences per layer), served by `accelerate` as PyTorch hosts run them: GPT-2 appears on day 2, savings are the
+service's measurement of the hosts' A/B holdout (with an interval), and the tuning cost comes from the store's job
+times, not from constants.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_sav
     day1, day2 = result.rows
     assert set(day1.requests) == {"bert"} and set(day2.requests) == {"bert", "gpt2"}  # GPT-2 added mid-run
     assert day1.tables == 0  # nothing tuned yet: both sides run the baseline, the noise floor
-    for row in result.rows:  # the service's measurement of the hosts' holdout, every served shape sampled
-        m = row.measured
-        assert m["holdout_calls"] > 0 and m["measured_share"] > 0.9 and row.served_s > 0 and row.baseline_s > 0
+    assert set(day1.by_route) <= {"no table"}  # the split says so too
+    for row in result.rows:  # the service's measurement of the hosts' holdout (shapes past a table's range are not
+        m = row.measured  # held out: accelerate runs them on PyTorch as misses)
+        assert m["holdout_calls"] > 0 and m["measured_share"] > 0.5 and row.served_s > 0 and row.baseline_s > 0
         assert m["ci95_s_per_day"] > 0 and row.scale > 0
     assert len(day1.jobs) == 1  # the run after day 1 tuned the top task with its one unit
     assert day1.cost_s > 0  # from the job's started/finished times in the store and the run's own time

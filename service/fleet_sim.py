@@ -54,7 +54,10 @@ from kernelfleet.epilogue import Epilogue
 from kernelfleet.telemetry import usage_records
 from service.demo import _wait_ready
 from service.launch import Supervisor
+from service.models import shape_key
 from service.settings import Settings
+from service.store.fleet import HOLDOUT_SUMS, HoldoutSums, Usage
+from service.workers.fleet.savings import measure
 
 MODELS = ("bert", "gpt2")
 FLEET_CALLS_PER_DAY = 1_000_000  # production calls of the served layers per day the sample stands for
@@ -309,24 +312,22 @@ def serve_day(layers: list[Layer], hosts: dict[str, LayerHost], requests: list[t
 
 
 def saving_by_route(
-    layers: list[Layer], hosts: dict[str, LayerHost], stats: DayStats, scale: float
+    layers: list[Layer], hosts: dict[str, LayerHost], records: list[dict[str, Any]], day: dt.date
 ) -> dict[str, float]:
-    """The day's saving (s/day) split by what served each (layer, M): the same arithmetic as the service's
-    measurement (served volume × the difference of the two sides' means), on the same holdout samples, before
-    day_records hands them over. The service does not know routes; this says where its saving came from."""
-    out: dict[str, float] = {}
-    for layer in layers:
-        host = hosts[layer.key]
-        if host.dispatcher is None or host.dispatcher.holdout is None:
+    """The day's saving (s/day) split by what served each (layer, M): the service's own measurement
+    (service.workers.fleet.savings.measure) of the day's telemetry records, run once per route on the records of
+    the shapes that route served. The service does not know routes; this says where its saving came from."""
+    host_of = {layer.workload_hash: hosts[layer.key] for layer in layers}
+    groups: dict[str, tuple[list[Usage], list[HoldoutSums]]] = {}
+    for r in records:
+        held = r.get("holdout")
+        if held is None:
             continue
-        for m, sample in host.dispatcher.holdout.samples().items():
-            if min(sample.served_calls, sample.baseline_calls) < MIN_SIDE:
-                continue
-            served = stats.volume.get((layer.key, m), 0) * scale - sample.baseline_calls
-            delta = sample.baseline_s / sample.baseline_calls - sample.served_s / sample.served_calls
-            route = host.route(m)
-            out[route] = out.get(route, 0.0) + max(0.0, served) * delta
-    return out
+        wh, fp, key = r["workload_hash"], r["target_fingerprint"], shape_key(r["shape"])
+        usage, sums = groups.setdefault(host_of[wh].route(r["shape"]["M"]), ([], []))
+        usage.append(Usage(wh, fp, key, r["calls"], r["kernel_seconds"], r["fallbacks"]))
+        sums.append(HoldoutSums(wh, fp, "", key, held["baseline"], **{n: held[n] for n in HOLDOUT_SUMS}))
+    return {route: measure(u, h, day, day, 1).saved_s_per_day for route, (u, h) in sorted(groups.items())}
 
 
 def day_records(
@@ -518,8 +519,8 @@ def _simulate(
             try:
                 stats = serve_day(served, hosts, _sample_requests(rng, i, requests))
                 scale = fleet_calls / max(1, sum(stats.volume.values()))
-                by_route = saving_by_route(served, hosts, stats, scale)
                 records = day_records(served, hosts, stats, scale, day)
+                by_route = saving_by_route(served, hosts, records, day)
                 tables = sum(1 for h in hosts.values() if h.dispatcher is not None and h.dispatcher.table is not None)
             finally:
                 for host in hosts.values():

@@ -35,8 +35,8 @@ from service.tuning.kinds import KINDS, JobKind
 from service.tuning.kinds.host_library import HOST_LIBRARY_TAG
 from service.tuning.platforms import queue_for
 from service.workers.fleet.ranking import ShapeUsage, TaskKnowledge, group_usage, rank
-from service.workers.fleet.rollback import check_tables
-from service.workers.fleet.savings import difference, measure, sides
+from service.workers.fleet.rollback import check_tables, served_vs_baseline
+from service.workers.fleet.savings import measure
 from service.workers.fleet.scheduler import Task, allocate
 from service.workers.submission import submit
 
@@ -76,8 +76,8 @@ def _measured_speedup(session: Session, fingerprint: str, since: dt.date, until:
     """Baseline ÷ served time over the calls this target's tables served in [since, until], from the hosts' A/B
     holdout (shapes with enough samples on both sides, weighted by their served calls); None without any."""
     rows = fleet_store.holdout(session, since, until, target_fingerprint=fingerprint, by_table=True)
-    pairs = [(float(r.served_calls), *pair[::-1]) for r in rows if r.table_job_id and (pair := sides(r))]
-    return difference(pairs).ratio if pairs else None
+    served = served_vs_baseline([r for r in rows if r.table_job_id]).ratio
+    return 1.0 / served if served else None
 
 
 def _support_keys(distribution: dict[str, object]) -> dict[str, float]:
@@ -90,10 +90,9 @@ def _knowledge(
     workload: Workload,
     target: TargetSpec,
     fp: str,
-    settings: Settings,
     kind: JobKind,
     window_start: dt.date,
-    window_end: dt.date,
+    speedup_prior: float,
 ) -> TaskKnowledge:
     wh = workload.workload_hash
     tuned = frozenset(
@@ -140,7 +139,7 @@ def _knowledge(
         older_toolchain_shapes=older,
         older_toolchain_table=older_table,
         tuned_distribution=tuned_dist,
-        speedup_prior=_speedup_prior(session, fp, settings.fleet_prior_speedup, window_start, window_end),
+        speedup_prior=speedup_prior,
         in_flight=in_flight,
         last_fleet_shapes=frozenset(_support_keys(last_fleet.distribution)) if last_fleet is not None else None,
         rolled_back=dispatch_store.retired_since(
@@ -163,7 +162,7 @@ def _valid_shapes(workload: Workload, keys: Iterable[str]) -> list[str]:
     return out
 
 
-def _host_library(held_out: Mapping[str, int]) -> str | None:
+def _most_held_out_library(held_out: Mapping[str, int]) -> str | None:
     """The vendor library most of a layer's held-out calls ran (what its hosts run without KernelFleet), or None
     when its hosts hold nothing out for a library this service knows."""
     known = {b: n for b, n in held_out.items() if b in vendor.LIBRARIES and n > 0}
@@ -392,6 +391,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
         report.silent = _silent(s, until, settings.fleet_silent_after_days)
         silent = {(t.workload_hash, t.target_fingerprint) for t in report.silent}
         knowledge, targets, workloads, usable = {}, {}, {}, {}
+        priors: dict[str, float] = {}
         for (wh, fp), shapes in grouped.items():
             if (wh, fp) in silent:
                 continue  # its hosts stopped reporting: the window's older telemetry is not tuned for again
@@ -407,7 +407,9 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
                 continue  # no registered kind tunes this workload on this target
             targets[(wh, fp)], workloads[(wh, fp)] = spec, workload
             usable[(wh, fp)] = {k: shapes[k] for k in valid}
-            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, settings, kind, since, until)
+            if fp not in priors:  # one per target: every task on it shares its hosts' measured speedup
+                priors[fp] = _speedup_prior(s, fp, settings.fleet_prior_speedup, since, until)
+            knowledge[(wh, fp)] = _knowledge(s, workload, spec, fp, kind, since, priors[fp])
         candidates = rank(usable, knowledge, days)
         for c in candidates:  # named as people read them: the workload, and the models' layers that run it
             c.label = workloads[(c.workload_hash, c.target_fingerprint)].label()
@@ -452,7 +454,7 @@ def _plan_and_submit(day: dt.date, settings: Settings, host_fp: str | None, repo
             spent += c.trials  # what the job was given (a ukernel job builds its uKernels whatever its units)
             key = (c.workload_hash, c.target_fingerprint)
             all_shapes = {k: u.seconds for k, u in usable[key].items()}
-            library = _host_library(hosts.get(key, {}))
+            library = _most_held_out_library(hosts.get(key, {}))
             job_spec = _job_spec(c, workloads[key], targets[key], all_shapes, c.trials, day, library)
             with session_scope() as s:
                 c.job_id = submit(s, job_spec, c.workload_hash).id

@@ -52,7 +52,9 @@ def _mix(pairs: list[tuple[float, Side, Side]]) -> Difference:
     return difference((weight / total, a, b) for weight, a, b in pairs) if total > 0 else difference([])
 
 
-def _against_baseline(rows: list[HoldoutSums]) -> Difference:
+def served_vs_baseline(rows: list[HoldoutSums]) -> Difference:
+    """Served − baseline over the rows' shapes with samples on both sides, weighted by their served calls
+    (normalised: seconds per call of that traffic mix); `.ratio` is served ÷ baseline time."""
     pairs = []
     for r in rows:
         pair = sides(r)
@@ -83,7 +85,7 @@ def check_tables(session: Session, since: dt.date, until: dt.date, margin: float
         if table is None or table.job_id != job:
             continue  # telemetry of a table no longer served: nothing to roll back
         previous = dispatch_store.served_before(session, wh, fp, table.id)
-        against, other_job, diff = "baseline", None, _against_baseline(rows)
+        against, other_job, diff = "baseline", None, served_vs_baseline(rows)
         if not diff.significantly_above(margin) and previous is not None and previous.job_id:
             lookback = until - dt.timedelta(days=PREVIOUS_LOOKBACK_DAYS)
             old = fleet_store.holdout(

@@ -15,7 +15,7 @@ from service.store import catalog
 from service.store import fleet as fleet_store
 from service.store.db import session_scope
 from service.store.tables import JobRow
-from service.workers.fleet.daily import _host_library
+from service.workers.fleet.daily import _most_held_out_library
 
 UNTIL = dt.date(2026, 11, 20)
 TARGET = TargetSpec.model_validate({"kind": "llvm", "mcpu": "znver4", "num_cores": 2, "toolchain": {"tvm": "0.27.0"}})
@@ -39,10 +39,10 @@ def _report(workload: str, fp: str, held_out: dict[str, int]) -> None:
 
 
 def test_the_library_most_held_out_calls_ran_is_the_hosts_library() -> None:
-    assert _host_library({"torch": 30, "numpy": 10}) == "torch"
-    assert _host_library({"torch": 0, "numpy": 10}) == "numpy"
-    assert _host_library({"numpy": 5, "torch": 5}) == "numpy"  # a tie: the same answer every run
-    assert _host_library({"": 50, "jax": 40}) is None  # unrecorded, or a baseline no vendor route runs
+    assert _most_held_out_library({"torch": 30, "numpy": 10}) == "torch"
+    assert _most_held_out_library({"torch": 0, "numpy": 10}) == "numpy"
+    assert _most_held_out_library({"numpy": 5, "torch": 5}) == "numpy"  # a tie: the same answer every run
+    assert _most_held_out_library({"": 50, "jax": 40}) is None  # unrecorded, or a baseline no vendor route runs
 
 
 def test_the_daily_run_tags_each_layers_job_with_its_hosts_library(

@@ -58,9 +58,12 @@ def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_sav
     assert set(day1.requests) == {"bert"} and set(day2.requests) == {"bert", "gpt2"}  # GPT-2 added mid-run
     assert day1.tables == 0  # nothing tuned yet: both sides run the baseline, the noise floor
     assert set(day1.by_route) <= {"no table"}  # the split says so too
-    for row in result.rows:  # the service's measurement of the hosts' holdout (shapes past a table's range are not
-        m = row.measured  # held out: accelerate runs them on PyTorch as misses)
-        assert m["holdout_calls"] > 0 and m["measured_share"] > 0.5 and row.served_s > 0 and row.baseline_s > 0
+    # without tables every served shape is held out (PyTorch on both sides); on day 2 shapes past the table's range
+    # are misses accelerate runs on PyTorch unsampled, so how much of the time is measured depends on the timings
+    assert day1.measured["measured_share"] > 0.9
+    for row in result.rows:  # the service's measurement of the hosts' holdout
+        m = row.measured
+        assert m["holdout_calls"] > 0 and m["measured_share"] > 0 and row.served_s > 0 and row.baseline_s > 0
         assert m["ci95_s_per_day"] > 0 and row.scale > 0
     assert len(day1.jobs) == 1  # the run after day 1 tuned the top task with its one unit
     assert day1.cost_s > 0  # from the job's started/finished times in the store and the run's own time

@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from service import signing
+from service import signer
 from service.api.auth import AdminKey, ReadKey
 from service.api.deps import SessionDep, unprocessable
 from service.api.limits import enforce
@@ -109,7 +109,7 @@ async def best_config(
     headers = {}
     if not missed:  # the SDK compiles the config's IR: it checks the service signed exactly this answer
         request = f"{target}:{shape_key(parsed)}"
-        headers["X-KernelFleet-Signature"] = signing.sign_document(get_settings(), workload, request, body, "config")
+        headers["X-KernelFleet-Signature"] = signer.sign_document(get_settings(), workload, request, body, "config")
     return Response(body, status_code=404 if missed else 200, media_type="application/json", headers=headers)
 
 

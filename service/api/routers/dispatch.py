@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import Response
 
 from kernelfleet.models import SHA256_PATTERN, DispatchDoc
-from service import signing
+from service import signer
 from service.api.auth import ReadKey
 from service.api.deps import SessionDep, not_found
 from service.api.documents import dispatch_document
@@ -51,7 +51,7 @@ def get_dispatch(
     if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
         return Response(status_code=304, headers=headers)
     body = dispatch_document(session, row, keys).model_dump_json().encode()
-    headers["X-KernelFleet-Signature"] = signing.sign_document(get_settings(), workload, target, body)
+    headers["X-KernelFleet-Signature"] = signer.sign_document(get_settings(), workload, target, body)
     return Response(body, media_type="application/json", headers=headers)
 
 
@@ -75,4 +75,4 @@ def get_artifact(session: SessionDep, who: ReadKey, sha256: str = Path(pattern=S
 
 @router.get("/signing-key", summary="The Ed25519 public key dispatch documents are signed with (base64)")
 def signing_key(_: ReadKey) -> dict[str, str]:
-    return {"algorithm": "ed25519", "public_key": signing.public_key_b64(get_settings())}
+    return {"algorithm": "ed25519", "public_key": signer.public_key_b64(get_settings())}

@@ -155,3 +155,16 @@ def test_generated_program_calls_tiled_matmul_with_explicit_tiles() -> None:
     src = render_program(DEFAULT_HW, [(Layer.gemm("g", 64, 32, 48), Mapping({"N": 32, "K": 32, "C": 48}))])
     assert "tiled_matmul(64, 32, 48," in src and "0, false, 2, 2, 3, false" in src
     assert 'printf("TUNE_RESULT id=0 cycles=%llu correct=%d\\n"' in src
+
+
+def test_a_registry_entry_that_records_another_generator_config_is_refused(fake_firesim: FireSimBackend) -> None:
+    """Issue 36 item 6: nothing FireSim reads names the Gemmini config (runtime → HWDB entry → bitstream tarball),
+    so the registry's record is the only tie, and a record that disagrees with the key is not run as that config."""
+    data = json.loads(fake_firesim.registry.path.read_text())
+    entry = data[DEFAULT_HW.key()]
+    assert fake_firesim.registry.lookup(DEFAULT_HW)["generator_config"] == DEFAULT_HW.generator_config()
+    entry["generator_config"] = HwConfig(dim=32, sp_kib=512, acc_kib=128).generator_config()
+    fake_firesim.registry.path.write_text(json.dumps(data))
+    layers, maps = _candidates()
+    with pytest.raises(MissingBitstream, match="records generator_config"):
+        fake_firesim.measure(DEFAULT_HW, layers[:1], maps[:1])

@@ -73,6 +73,12 @@ class BitstreamRegistry:
         return [HwConfig.from_generator_config(g) for g in gens if not generator_violations(g)]
 
     def lookup(self, hw: HwConfig) -> dict[str, Any]:
+        """The entry registered for exactly `hw`'s generator config (issue 36 item 6). Nothing FireSim reads names
+        the Gemmini config: the runtime config names an HWDB entry, the HWDB entry a bitstream tarball, and only
+        the build recipe that made the bitstream (its TARGET_CONFIG, a Chipyard config class) ties it to generator
+        parameters; this adapter writes no build recipe. So the tie is this registry's record, and an entry whose
+        recorded generator config or args differ from what `hw` generates (a stale or hand-edited registry) is
+        refused rather than run as if it were `hw`."""
         entry = self._load().get(hw.key())
         if entry is None:
             raise MissingBitstream(
@@ -80,6 +86,13 @@ class BitstreamRegistry:
                 "`firesim buildbitstream` and register it"
             )
         entry.setdefault("generator_args", generator_args(hw))  # entries written before the args were recorded
+        for field, want in (("generator_config", hw.generator_config()), ("generator_args", generator_args(hw))):
+            if entry.get(field) != want:
+                raise MissingBitstream(
+                    f"the registry's bitstream {entry.get('hwdb_name')!r} under {hw.key()} records {field} "
+                    f"{entry.get(field)} but {hw.key()} generates {want}: re-register it for the config it was "
+                    "built from"
+                )
         return entry
 
 

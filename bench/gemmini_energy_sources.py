@@ -54,6 +54,7 @@ def main() -> None:
         print(
             f"{hw.dim}x{hw.dim} sp{hw.sp_kib}K acc{hw.acc_kib}K: area {area['total_mm2']:.3f} mm² "
             f"(sp {area['scratchpad_mm2']:.3f}, acc {area['accumulator_mm2']:.3f}, PEs {area['pe_array_mm2']:.3f}, "
+            f"scale units {area['scale_units_mm2']:.3f}, "
             f"overhead {area['overhead_mm2']:.3f}); {len(pts)} layers"
         )
         model += [layer_cost(hw, lay, m).energy_pj for lay, m in pts]

@@ -1,8 +1,8 @@
 """Area of a Gemmini configuration, resource budgets, and CACTI per-access SRAM energies (issue 23, item 1).
 
 area = scratchpad + accumulator (CACTI 7 at their real bank geometry, `sram.py`)
-     + PE array (DIM² × one PE: MAC + its registers, from cited standard-cell figures)
-     + controller/interconnect overhead (a cited fraction of the above).
+     + (PE array (DIM² × one PE: MAC + its registers) + scale units (one per column, and mvin's four)) / utilisation
+     + controller/host-interface overhead (a cited fraction of the above).
 
 Every constant below names its source. Figures marked [recalled] are quoted from the cited paper from
 memory, not re-read in this change (the sandbox has no access to the PDFs): check them before publishing.
@@ -38,25 +38,30 @@ SPATIAL_OUT_BITS = 20  # spatialArrayOutputType = SInt(20.W): the partial sum tr
 MULT8_UM2 = 282.0
 ADD32_UM2 = 137.0
 MAC_UM2 = MULT8_UM2 + ADD32_UM2
+# The same table [recalled]: fp32 add 4184 µm², fp32 multiply 7700 µm² (the scale units below).
+FP32_ADD_UM2 = 4184.0
+FP32_MULT_UM2 = 7700.0
 # Nangate 45 nm Open Cell Library (the FreePDK45 standard cells), DFF_X1 cell area 4.522 µm² [recalled].
 DFF_UM2 = 4.522
-RECALLED = ("mac", "dff")  # the [recalled] cell areas a claim must survive scaling (issue 36 item 2)
+RECALLED = ("mac", "dff", "fp")  # the [recalled] cell areas a claim must survive scaling (issue 36 item 2)
 
 
 @contextlib.contextmanager
-def recalled_scaled(mac: float = 1.0, dff: float = 1.0) -> Iterator[None]:
-    """The area model with its recalled cell areas scaled (MAC_UM2 × mac, DFF_UM2 × dff) while the block runs:
-    the robustness check of an equal-area claim (issue 36 item 2 asks ×0.5 and ×2). Budgets computed inside the
-    block (`default_budget`) scale with them, so "equal area" keeps its meaning. Not thread-safe (module state)."""
-    global MAC_UM2, DFF_UM2
-    if min(mac, dff) <= 0:
-        raise ValueError(f"scales must be positive, not mac={mac}, dff={dff}")
-    saved = MAC_UM2, DFF_UM2
+def recalled_scaled(mac: float = 1.0, dff: float = 1.0, fp: float = 1.0) -> Iterator[None]:
+    """The area model with its recalled cell areas scaled (MAC_UM2 × mac, DFF_UM2 × dff, the fp32 adder and
+    multiplier × fp) while the block runs: the robustness check of an equal-area claim (issue 36 item 2 asks ×0.5
+    and ×2). Budgets computed inside the block (`default_budget`) scale with them, so "equal area" keeps its
+    meaning. Not thread-safe (module state)."""
+    global MAC_UM2, DFF_UM2, FP32_ADD_UM2, FP32_MULT_UM2
+    if min(mac, dff, fp) <= 0:
+        raise ValueError(f"scales must be positive, not mac={mac}, dff={dff}, fp={fp}")
+    saved = MAC_UM2, DFF_UM2, FP32_ADD_UM2, FP32_MULT_UM2
     MAC_UM2, DFF_UM2 = saved[0] * mac, saved[1] * dff
+    FP32_ADD_UM2, FP32_MULT_UM2 = saved[2] * fp, saved[3] * fp
     try:
         yield
     finally:
-        MAC_UM2, DFF_UM2 = saved
+        MAC_UM2, DFF_UM2, FP32_ADD_UM2, FP32_MULT_UM2 = saved
 
 
 # Registers per PE, counted from Gemmini's RTL (ucb-bar/gemmini, src/main/scala/gemmini/):
@@ -74,17 +79,53 @@ def pe_registers(hw: HwConfig) -> int:
 
 
 def pe_area_um2(hw: HwConfig, tech_nm: int = TECH_NM) -> float:
-    """One PE (MAC + registers) at `tech_nm`."""
+    """One PE (MAC + registers) at `tech_nm`, as synthesised cells (before placement: see UTILISATION)."""
     return (MAC_UM2 + pe_registers(hw) * DFF_UM2) * (tech_nm / REF_NM) ** 2
+
+
+# -- scale units: logic that grows with DIM -------------------------------------------------------------
+# GemminiConfigs.defaultConfig (ucb-bar/gemmini, re-read in this change):
+#   acc_scale_args  = ScaleArguments(<INToRecFN → MulAddRecFN → RecFNToIN>, latency 8, Float(8, 24), -1, ...):
+#                     num_scale_units = -1 builds one unit per column of the array, i.e. DIM units;
+#   mvin_scale_args = ScaleArguments(<the same chain>, latency 4, Float(8, 24), 4, ...): four units, any DIM.
+# One unit is priced as an fp32 multiplier + an fp32 adder (MulAddRecFN fuses them; the int<->fp converters
+# are not priced, so this is a floor) + `latency` pipeline stages of one fp32 value each.
+ACC_SCALE_LATENCY = 8
+MVIN_SCALE_UNITS = 4
+MVIN_SCALE_LATENCY = 4
+FP32_BITS = 32
+
+
+def scale_unit_um2(latency: int, tech_nm: int = TECH_NM) -> float:
+    return (FP32_MULT_UM2 + FP32_ADD_UM2 + latency * FP32_BITS * DFF_UM2) * (tech_nm / REF_NM) ** 2
+
+
+def scale_units_um2(hw: HwConfig, tech_nm: int = TECH_NM) -> float:
+    """The accumulator's per-column scale units and mvin's four, as synthesised cells."""
+    acc = hw.dim * scale_unit_um2(ACC_SCALE_LATENCY, tech_nm)
+    return acc + MVIN_SCALE_UNITS * scale_unit_um2(MVIN_SCALE_LATENCY, tech_nm)
+
+
+# -- placement: standard cells do not tile the floor plan -------------------------------------------------
+# The OpenROAD flow scripts place their nangate45 systolic-array design (flow/designs/nangate45/tpu/config.mk)
+# at CORE_UTILIZATION = 60 (%; ibex: 50): cell area is 60 % of the placed core, the rest is whitespace for
+# routing, buffering and clock tree. Applied to the logic only: CACTI's SRAM areas are whole macros already.
+UTILISATION = 0.60
+
+
+def placed_logic_mm2(hw: HwConfig, tech_nm: int = TECH_NM) -> tuple[float, float]:
+    """(PE array, scale units) in mm² of placed core."""
+    pes = hw.dim * hw.dim * pe_area_um2(hw, tech_nm) / 1e6 / UTILISATION
+    return pes, scale_units_um2(hw, tech_nm) / 1e6 / UTILISATION
 
 
 # -- controller, DMA, TLB, ROB, im2col/transposer, interconnect -----------------------------------------
 # N. P. Jouppi et al., "In-Datacenter Performance Analysis of a Tensor Processing Unit", ISCA 2017, Fig. 2
 # (TPU v1 floor plan, share of die) [recalled]: Unified Buffer 29 %, Matrix Multiply Unit 24 %, Accumulators
 # 6 %, Activation Pipeline 6 %, Control 2 %, Host Interface 2 % (the rest: DRAM/PCIe PHYs and I/O, which a
-# Gemmini tile does not contain). Everything that is neither the array nor its SRAM but belongs to the
-# accelerator — control, activation pipeline, host interface: 10 % — relative to array + SRAM (59 %):
-OVERHEAD_FRACTION = (2 + 6 + 2) / (29 + 24 + 6)  # ≈ 0.17 of (PE array + scratchpad + accumulator)
+# Gemmini tile does not contain). The activation pipeline's counterpart (the scale units) is modelled above;
+# what is left — control and host interface, 4 % — is taken relative to the array, SRAMs and activation (65 %):
+OVERHEAD_FRACTION = (2 + 2) / (29 + 24 + 6 + 6)  # ≈ 0.062 of (PE array + scale units + scratchpad + accumulator)
 
 
 # -- SRAMs ---------------------------------------------------------------------------------------------
@@ -108,14 +149,15 @@ def area_breakdown(hw: HwConfig, tech_nm: int = TECH_NM, cache_file: Path | None
     """mm² per component and the total."""
     sp = scratchpad_sram(hw, tech_nm, cache_file).area_mm2
     acc = accumulator_sram(hw, tech_nm, cache_file).area_mm2
-    pes = hw.dim * hw.dim * pe_area_um2(hw, tech_nm) / 1e6
-    overhead = OVERHEAD_FRACTION * (sp + acc + pes)
+    pes, scale = placed_logic_mm2(hw, tech_nm)
+    overhead = OVERHEAD_FRACTION * (sp + acc + pes + scale)
     return {
         "scratchpad_mm2": sp,
         "accumulator_mm2": acc,
         "pe_array_mm2": pes,
+        "scale_units_mm2": scale,
         "overhead_mm2": overhead,
-        "total_mm2": sp + acc + pes + overhead,
+        "total_mm2": sp + acc + pes + scale + overhead,
     }
 
 
@@ -158,9 +200,9 @@ class ResourceBudget:
         if self.max_buswidth is not None and hw.dma_buswidth > self.max_buswidth:
             return f"{hw.dma_buswidth}-bit bus > {self.max_buswidth}"
         if self.area_mm2 is not None:
-            logic = (1 + OVERHEAD_FRACTION) * hw.dim * hw.dim * pe_area_um2(hw, self.tech_nm) / 1e6
+            logic = (1 + OVERHEAD_FRACTION) * sum(placed_logic_mm2(hw, self.tech_nm))
             if logic > self.area_mm2:  # already over without any SRAM: skip the CACTI runs
-                return f"PE array alone {logic:.3f} mm² > {self.area_mm2:.3f} mm² at {self.tech_nm} nm"
+                return f"logic alone {logic:.3f} mm² > {self.area_mm2:.3f} mm² at {self.tech_nm} nm"
             area = config_area_mm2(hw, self.tech_nm)
             if area > self.area_mm2 * (1 + 1e-9):
                 return f"{area:.3f} mm² > {self.area_mm2:.3f} mm² at {self.tech_nm} nm"

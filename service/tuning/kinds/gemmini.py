@@ -93,7 +93,8 @@ class GemminiKind(JobKind):
         from service.tuning.gemmini.space import DEFAULT_HW
         from service.tuning.gemmini.workloads import CLOCK_HZ, layer_of
         from service.tuning.tuners.base import TuningStopped
-        from service.tuning.tuners.gemmini.best_flow import default_options, flow_options, measured_best
+        from service.tuning.tuners.gemmini.backend_pick import SHORTLIST, measure_shortlist, network_edp
+        from service.tuning.tuners.gemmini.best_flow import default_options, measured_best
         from service.tuning.tuners.gemmini.calibration import correlate
         from service.tuning.tuners.gemmini.search import best_fixed_hw, co_explore
 
@@ -119,32 +120,27 @@ class GemminiKind(JobKind):
             raise TuningStopped("stopped by the job")
         default_maps, _ = default_point(layers)
         try:
-            # the winner and the default each run every layer in the dataflow this backend measures fastest
-            tuned_maps, tuned = measured_best(
-                backend, result.hw, layers, flow_options(result.hw, layers, result.mappings)
-            )
+            # the model shortlists, this backend picks (one objective: the backend that reports the result); the
+            # winner and the default each run every layer in the dataflow this backend measures fastest
+            keep = (DEFAULT_HW,) if choices is None else ()  # co_explore starts from it
+            ranked = measure_shortlist(backend, layers, result.shortlist(layers, SHORTLIST, keep))
+            winner = ranked[0]
+            tuned_maps, tuned = winner.mappings, winner.measurements
             measurable = choices is None or DEFAULT_HW in choices
             base: list[Any] = []
             if measurable:
                 default_maps, base = measured_best(backend, DEFAULT_HW, layers, default_options(DEFAULT_HW, layers))
-        except BackendError as exc:
+        except (BackendError, ValueError) as exc:
             return UnitResult(fatal=f"{backend.name} could not measure: {exc}")
         tuned_model, default_model = (
-            network_cost(result.hw, layers, tuned_maps),
+            network_cost(winner.hw, layers, tuned_maps),
             network_cost(DEFAULT_HW, layers, default_maps),
         )
         model_cycles = [c.cycles for c in tuned_model.layers] + [c.cycles for c in default_model.layers][: len(base)]
         calibration = correlate(model_cycles, [m.cycles for m in tuned + base], backend.name)
 
-        def edp(ms: list[Any]) -> float | None:
-            if not ms or any(m.energy_pj is None for m in ms):
-                return None
-            w = [lay.weight for lay in layers]
-            cycles = sum(a * m.cycles for a, m in zip(w, ms, strict=True))
-            return float(cycles * sum(a * m.energy_pj for a, m in zip(w, ms, strict=True)))
-
-        tuned_edp, base_edp = edp(tuned), edp(base)
-        hw = result.hw.to_dict()
+        tuned_edp, base_edp = winner.measured_edp, network_edp(layers, base) if base else None
+        hw = winner.hw.to_dict()
         candidates = []
         outcomes = []
         if not base:  # the default config has no bitstream: nothing to compare with, progress still counts it
@@ -157,7 +153,7 @@ class GemminiKind(JobKind):
                 "layer": lay.label,
                 "backend": mt.backend,
                 "hw": hw,
-                "generator_config": result.hw.generator_config(),
+                "generator_config": winner.hw.generator_config(),
                 "mapping": m.to_dict(),
                 "op": lay.op,
                 "dataflow": m.flow,  # the layer's own: a BOTH array picks WS or OS per layer
@@ -206,6 +202,8 @@ class GemminiKind(JobKind):
                     "hardware_choices": "any" if choices is None else len(choices),
                     "importance_units": dict(zip([x.name for x in layers], result.allocation, strict=False)),
                     "network_edp": {"tuned": tuned_edp, "default": base_edp, "backend": backend.name},
+                    # the model's best configs as this backend measured them; the first is the winner
+                    "shortlist": [m.to_dict() for m in ranked],
                     "calibration": calibration,
                 },
             )

@@ -11,13 +11,20 @@ import pytest
 from service.tuning.gemmini.area import (
     ACC_BITS,
     ACC_PORTS,
+    ACC_SCALE_LATENCY,
+    MVIN_SCALE_LATENCY,
+    MVIN_SCALE_UNITS,
     UNCONSTRAINED,
+    UTILISATION,
     ResourceBudget,
     accumulator_sram,
     area_breakdown,
     config_area_mm2,
     default_budget,
+    pe_area_um2,
     recalled_scaled,
+    scale_unit_um2,
+    scratchpad_sram,
     sram_energies,
 )
 from service.tuning.gemmini.backends import get_backend
@@ -70,7 +77,7 @@ def test_default_config_area_is_plausible() -> None:
     floor = 320 * 1024 * 8 * 0.346e-6
     assert 0.9 * floor < sram < 3 * floor
     assert b["pe_array_mm2"] < sram
-    assert 0.05 < b["pe_array_mm2"] < 0.5  # 256 PEs of ~500–900 µm² each
+    assert 0.05 < b["pe_array_mm2"] < 0.5  # 256 PEs of ~500–900 µm² of cells each, placed at 60 % utilisation
     assert 1.0 < b["total_mm2"] < 3.0
     assert b["total_mm2"] == pytest.approx(sum(v for k, v in b.items() if k != "total_mm2"))
     assert config_area_mm2(DEFAULT_HW, tech_nm=22) < b["total_mm2"] / 2  # a smaller node shrinks it
@@ -150,3 +157,27 @@ def test_the_accumulator_is_priced_two_ported_as_default_config_builds_it() -> N
     assert ACC_PORTS == (0, 1, 1)
     assert 1.8 < two.area_mm2 / one.area_mm2 < 2.4 and two.read_pj > one.read_pj
     assert area_breakdown(DEFAULT_HW)["accumulator_mm2"] == pytest.approx(two.area_mm2)
+
+
+def test_scale_units_grow_with_the_array_dim_and_mvins_do_not() -> None:
+    """Issue 36 item 2: defaultConfig's acc_scale_args builds one fp32 scale unit per column (num_scale_units -1),
+    mvin_scale_args four whatever DIM; both were hidden in a flat overhead share before."""
+    small, big = area_breakdown(DEFAULT_HW), area_breakdown(replace(DEFAULT_HW, dim=32))
+    per_column = scale_unit_um2(ACC_SCALE_LATENCY) / 1e6 / UTILISATION
+    assert big["scale_units_mm2"] - small["scale_units_mm2"] == pytest.approx(16 * per_column)
+    mvin = MVIN_SCALE_UNITS * scale_unit_um2(MVIN_SCALE_LATENCY) / 1e6 / UTILISATION
+    assert small["scale_units_mm2"] == pytest.approx(16 * per_column + mvin)
+    with recalled_scaled(fp=2.0):
+        doubled = area_breakdown(DEFAULT_HW)
+    assert small["scale_units_mm2"] < doubled["scale_units_mm2"] < 2 * small["scale_units_mm2"]  # registers unscaled
+    assert doubled["pe_array_mm2"] == small["pe_array_mm2"]
+
+
+def test_placement_utilisation_spreads_the_logic_and_not_the_sram_macros() -> None:
+    b = area_breakdown(DEFAULT_HW)
+    cells = DEFAULT_HW.dim**2 * pe_area_um2(DEFAULT_HW) / 1e6
+    assert UTILISATION == 0.60 and b["pe_array_mm2"] == pytest.approx(cells / UTILISATION)
+    assert b["scratchpad_mm2"] == pytest.approx(scratchpad_sram(DEFAULT_HW).area_mm2)  # a macro, placed as is
+    # a budget below the logic alone is refused before any CACTI run, naming the logic
+    why = ResourceBudget(area_mm2=0.5).why_not(replace(DEFAULT_HW, dim=32))
+    assert why is not None and why.startswith("logic alone")

@@ -64,6 +64,10 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
     assert len(hw) == 1  # one hardware config shared by the whole list
     edp = result.shapes[0].provenance["network_edp"]
     assert edp["tuned"] < edp["default"]  # ZigZag agrees the co-tuned point beats Gemmini-Default
+    # one objective (issue 36 item 3): the model's best few configs measured by ZigZag; the winner is its best
+    shortlist = result.shapes[0].provenance["shortlist"]
+    assert 1 < len(shortlist) <= 5 and shortlist[0]["hw"] == result.shapes[0].config["hw"]  # 4 + the default
+    assert shortlist[0]["measured_edp"] == edp["tuned"] == min(s["measured_edp"] for s in shortlist)
     measured, explored = sink.candidates[:4], sink.candidates[4:]
     assert [c.config["backend"] for c in measured] == ["zigzag"] * 4
     assert [c.config["role"] for c in measured] == ["chosen", "default"] * 2  # the dashboard marks both

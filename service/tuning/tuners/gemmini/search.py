@@ -70,6 +70,7 @@ class Evaluator:
     best: tuple[float, HwConfig, list[Mapping]] | None = None
     # the best network point the search reached on each hardware config it visited (the dashboard's scatter)
     explored: dict[HwConfig, NetworkCost] = field(default_factory=dict)
+    explored_mappings: dict[HwConfig, list[Mapping]] = field(default_factory=dict)  # the mappings of `explored`
 
     refused: int = 0  # illegal hardware configs offered for scoring (never scored; should stay 0)
 
@@ -88,6 +89,7 @@ class Evaluator:
         seen = self.explored.get(hw)
         if seen is None or net.edp < seen.edp:
             self.explored[hw] = net
+            self.explored_mappings[hw] = list(mappings)
         if self.best is None or net.edp < self.best[0]:
             self.best = (net.edp, hw, list(mappings))
             self.trace.append((self.calls, net.edp))
@@ -102,6 +104,20 @@ class SearchResult:
     trace: list[tuple[int, float]]
     allocation: list[int] = field(default_factory=list)  # mapping-search units per layer (importance)
     explored: dict[HwConfig, NetworkCost] = field(default_factory=dict)  # by the analytical model
+    explored_mappings: dict[HwConfig, list[Mapping]] = field(default_factory=dict)  # their mappings
+
+    def shortlist(
+        self, layers: list[Layer], k: int, keep: tuple[HwConfig, ...] = ()
+    ) -> list[tuple[HwConfig, list[Mapping]]]:
+        """The k explored hardware configs of lowest model EDP with their mappings (each layer's dataflow pinned),
+        best first, then those of `keep` the search explored (e.g. its start, the default): what a measuring
+        backend re-ranks (tuners/gemmini/backend_pick.py)."""
+        ranked = sorted(self.explored, key=lambda hw: self.explored[hw].edp)[:k]
+        ranked += [hw for hw in keep if hw in self.explored and hw not in ranked]
+        return [
+            (hw, [resolve(hw, lay, m) for lay, m in zip(layers, self.explored_mappings[hw], strict=True)])
+            for hw in ranked
+        ]
 
 
 def _result(ev: Evaluator, layers: list[Layer], allocation: list[int] | None = None) -> SearchResult:
@@ -109,7 +125,16 @@ def _result(ev: Evaluator, layers: list[Layer], allocation: list[int] | None = N
         raise RuntimeError(f"no valid hardware/mapping point found in {ev.calls} model calls")
     _, hw, maps = ev.best
     maps = [resolve(hw, lay, m) for lay, m in zip(layers, maps, strict=True)]  # each layer's dataflow pinned
-    return SearchResult(hw, maps, network_cost(hw, layers, maps), ev.calls, ev.trace, allocation or [], ev.explored)
+    return SearchResult(
+        hw,
+        maps,
+        network_cost(hw, layers, maps),
+        ev.calls,
+        ev.trace,
+        allocation or [],
+        ev.explored,
+        ev.explored_mappings,
+    )
 
 
 # -- mappings under one hardware config ---------------------------------------------------------------

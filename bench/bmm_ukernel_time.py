@@ -63,7 +63,8 @@ def main() -> None:
     from kernelfleet import vendor
     from service.tuning.hardware import host_target
     from service.tuning.platforms import tvm_target
-    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, random_pair, tune_bmm_range, verify_bmm
+    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, BmmUKernelTuner, random_pair, verify_bmm
+    from service.tuning.tuners.ukernel.tuner import QuietRangeSink
 
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     target = tvm_target(host_target())
@@ -82,7 +83,7 @@ def main() -> None:
             max_ukernels=args.ukernels,
         )
         began = time.perf_counter()
-        outcome = tune_bmm_range(task)
+        outcome = BmmUKernelTuner().tune(task, QuietRangeSink())
         tuned_s = time.perf_counter() - began
         d = outcome.dispatcher(static)
         assert verify_bmm(d, static) is None

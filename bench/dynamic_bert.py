@@ -5,7 +5,7 @@ Dense layers Y[T, N] = X[T, K]·W[N, K]ᵀ: QKV (K=768, N=2304), attention outpu
 multiples of the vector width (vocabulary projections, pruned layers: N is padded inside the uKernels).
 Contenders per layer and T:
 
-- `ukernel`: the SDK `Dispatcher` over the dispatch table and uKernels of ONE `UKernelTuner.tune_range`
+- `ukernel`: the SDK `Dispatcher` over the dispatch table and uKernels of ONE `UKernelTuner.tune`
   job per layer covering T = 1..128, called as a user calls it: `d(x, w)` with plain numpy arrays
   (X as numpy allocates it, so usually not 64-byte aligned: the dispatcher's copy counts), out=None.
   The table routes the T where the job measured numpy faster to numpy (`vendor` intervals), so at
@@ -97,8 +97,7 @@ from kernelfleet.ukernel import UKernel, UKernelSpec, load_ukernel
 from service.models import WorkloadSpec
 from service.tuning.compute import tolerance
 from service.tuning.hardware import host_target
-from service.tuning.tuners.base import TuningTask
-from service.tuning.tuners.sketch import SketchTuner
+from service.tuning.tuners.sketch import SketchTask, SketchTuner
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "dynamic_bert.json"
@@ -177,7 +176,7 @@ def tune_ukernel(name: str, K: int, N: int, args: argparse.Namespace) -> dict[st
         vendor_routes=not args.no_vendor_routes,
     )
     started = time.perf_counter()
-    out = UKernelTuner().tune_range(task, ValidationSink(f"{name} ukernel"))
+    out = UKernelTuner().tune(task, ValidationSink(f"{name} ukernel"))
     wall = time.perf_counter() - started
     return {
         "seconds": out.seconds,  # the job's own account
@@ -200,7 +199,7 @@ def tune_ukernel(name: str, K: int, N: int, args: argparse.Namespace) -> dict[st
 def tune_ms(name: str, K: int, N: int, T: int, args: argparse.Namespace) -> dict[str, Any]:
     sink = CheckpointSink(checkpoint=args.trials, label=f"{name} MS T={T}")
     with tempfile.TemporaryDirectory(prefix=f"kf-bench-{name}-T{T}-") as tmp:
-        task = TuningTask(dense_workload(K, N), {"M": T}, host_target(), args.trials, Path(tmp), seed=args.seed)
+        task = SketchTask(dense_workload(K, N), {"M": T}, host_target(), args.trials, Path(tmp), seed=args.seed)
         if not args.verbose:
             quiet_metaschedule()
         sink.started = time.perf_counter()
@@ -657,7 +656,7 @@ def markdown(data: dict[str, Any]) -> str:
             else ", no waits between libraries (the SDK's thread settings, kernelfleet.runtime)"
         )
         + "); speedups > 1 mean the uKernel dispatcher is faster",
-        f"- `ukernel`: one `UKernelTuner.tune_range` job per layer (T=1..{data['s_max']}, ≤{data['max_ukernels']} "
+        f"- `ukernel`: one `UKernelTuner.tune` job per layer (T=1..{data['s_max']}, ≤{data['max_ukernels']} "
         f"uKernels, validated at T={data['validate']}), loaded from its exported artifacts and called as "
         "`Dispatcher(table, kernels, N=N, K=K)(x, w)` (W packed once by `prepare`, out=None; X as numpy allocates it)",
         "- `vendor` = the faster of numpy `x @ w.T` (OpenBLAS) and torch `F.linear` at each T",

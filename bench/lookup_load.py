@@ -8,7 +8,7 @@ For each concurrency level, the same asyncio client drives, one after the other:
   (e) the same request with `If-None-Match: <ETag of a first fetch>`: the revalidation an SDK does (304).
 Reports throughput and p50/p99 latency, measured client-side.
 
-The dispatch tables (`--tables`, default 300) reuse ONE real artifact set: a `UKernelTuner.tune_range` run
+The dispatch tables (`--tables`, default 300) reuse ONE real artifact set: a `UKernelTuner.tune` run
 on dense N=64, K=32, S=1..128 with at most 3 uKernels for this host's target, signed with the service's key
 and published through `service.store.dispatch.publish` under distinct dense workloads (N = 64, then other
 multiples of 8; K=32). The tuning runs once, only when some table is missing from the store. Finally the SDK
@@ -148,7 +148,7 @@ def _tune_once(target: TargetSpec, work_dir: Path) -> Any:
 
     spec = WorkloadSpec(op="dense", dims={"N": DISPATCH_N, "K": DISPATCH_K}, symbolic=["M"])
     task = RangeTask(spec, S_MAX, VALIDATE, target, MAX_UKERNELS, work_dir)
-    return UKernelTuner().tune_range(task, QuietRangeSink())
+    return UKernelTuner().tune(task, QuietRangeSink())
 
 
 def populate_dispatch(url: str, n_tables: int, data_dir: Path) -> tuple[list[str], str]:

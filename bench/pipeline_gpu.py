@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.tuning.tuners import tensor_intrinsics
 from service.tuning.tuners.pipeline.model import GPUConstants, best_in_top_k
 from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig
-from service.tuning.tuners.pipeline.tuner import MODES, PipelineTask, PipelineTuner
+from service.tuning.tuners.pipeline.tuner import MODES, MeasuringSink, PipelineTask, PipelineTuner
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def run_operator(op: Operator, arch: str, trials: int, search: str, skip_ms: boo
     started = time.monotonic()
     outcome = PipelineTuner().tune(
         PipelineTask(op.gemm, gpu, trials, search),  # type: ignore[arg-type]
-        pipeline_measure(runner, arch, errors),
+        MeasuringSink(pipeline_measure(runner, arch, errors)),
     )
     tuning_s = time.monotonic() - started
     best = outcome.best

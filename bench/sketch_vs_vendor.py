@@ -67,8 +67,7 @@ from kernelfleet.tvm_kernel import Kernel, build_kernel
 from service.models import TargetSpec, WorkloadSpec
 from service.tuning.compute import random_inputs, reference, tolerance
 from service.tuning.hardware import host_target
-from service.tuning.tuners.base import TuningTask
-from service.tuning.tuners.sketch import SketchTuner
+from service.tuning.tuners.sketch import SketchTask, SketchTuner
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "sketch_vs_vendor.json"
@@ -84,7 +83,7 @@ WORKLOAD = WorkloadSpec(op="dense", dims={"N": 2304, "K": 768}, symbolic=["M"])
 def tune_shape(m: int, target: TargetSpec, trials: int, checkpoint: int, seed: int | None) -> dict[str, Any]:
     sink = CheckpointSink(checkpoint=checkpoint, label=f"M={m}")
     with tempfile.TemporaryDirectory(prefix=f"kf-bench-M{m}-") as tmp:
-        task = TuningTask(WORKLOAD, {"M": m}, target, trials, Path(tmp), seed=seed)
+        task = SketchTask(WORKLOAD, {"M": m}, target, trials, Path(tmp), seed=seed)
         sink.started = time.perf_counter()
         outcome = SketchTuner().tune(task, sink)
     total_s = time.perf_counter() - sink.started

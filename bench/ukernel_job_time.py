@@ -1,6 +1,6 @@
 """How long one dense `ukernel` job takes, and what its vendor routes cost at run time (issue 22 item 6).
 
-Runs `UKernelTuner.tune_range` for one dense layer (default N = K = 768, BERT's attention output) over
+Runs `UKernelTuner.tune` for one dense layer (default N = K = 768, BERT's attention output) over
 M = 1..S_max (default 512), as the job runner does, and prints the job's wall time, how many S were timed
 against the vendor (numpy) to decide the routes and how each S was decided.
 
@@ -79,7 +79,7 @@ def run_job(args: argparse.Namespace, rule: str, validate: list[int]) -> tuple[D
             work_dir=Path(work),
         )
         began = time.perf_counter()
-        out = UKernelTuner().tune_range(task, QuietRangeSink())
+        out = UKernelTuner().tune(task, QuietRangeSink())
         wall = time.perf_counter() - began
     routes = out.validation["vendor_routes"]
     print(f"[{rule}] job wall time: {wall:.1f} s (the job's own account: {out.seconds:.1f} s)")

@@ -31,12 +31,12 @@ Every table may route a shape to numpy or to PyTorch, whichever the job timed fa
 For each covered layer:
 
 1. **Tune** as the job runner sets the job up, with the README's budget (`trials` 8 = up to 8 uKernels):
-   - dense: one `UKernelTuner.tune_range` run for a uniform distribution over M = 1..S_max (`max_shapes` 4:
+   - dense: one `UKernelTuner.tune` run for a uniform distribution over M = 1..S_max (`max_shapes` 4:
      the hot shapes it validates are the 4 largest M; the rules' representative M is the distribution's mean);
    - batch_matmul: the `ukernel` kind's batch_matmul unit (kinds/ukernel_bmm.py) for a joint distribution
      over T (an Explicit one, uniform over T = 1..S_max with T in both symbolic dims: the diagonal of the
      tuple table's classes): the job is admitted (`check_job`) and planned (the unit's uKernel count) by the
-     service's own code, then `tune_bmm_range` with the kind's `BmmRangeTask` (the target resolved by the
+     service's own code, then `BmmUKernelTuner.tune` with the kind's `BmmRangeTask` (the target resolved by the
      llvm platform, vendor routes on as in the service's settings) and `verify_bmm`, which the job runs
      before it publishes. The dispatcher is a `BmmDispatcher` over the uKernels loaded back from their
      exported libraries (sha256 checked), as the SDK loads them;
@@ -46,8 +46,9 @@ For each covered layer:
      the conv dispatcher at the support's corners and past them. The dispatcher is the outcome's
      `ConvDispatcher`.
 
-   The tuning wall time is the time around that (dense: `tune_range`; batch_matmul: `tune_bmm_range` and
-   `verify_bmm`; conv2d: `tune_conv_range`); the job's own account (`seconds`) is recorded too. It
+   The tuning wall time is the time around that (dense: `UKernelTuner.tune`; batch_matmul:
+   `BmmUKernelTuner.tune` and `verify_bmm`; conv2d: `tune_conv_range`); the job's own account (`seconds`) is
+   recorded too. It
    runs in this process before torch is used (`import tvm` imports torch when it is installed; nothing in a
    uKernel job starts a Python worker that would import it again).
 2. **Measure** the SDK dispatcher over the job's table and uKernels, called as a user calls it (plain numpy
@@ -398,7 +399,7 @@ def tune_dense(layer: DenseLayer, s_max: int, args: argparse.Namespace, work_dir
         representative_m=max(1, round((1 + s_max) / 2)),
     )
     began = time.perf_counter()
-    out = UKernelTuner().tune_range(task, QuietRangeSink())
+    out = UKernelTuner().tune(task, QuietRangeSink())
     wall = time.perf_counter() - began
     routes = out.validation["vendor_routes"]
     info = {
@@ -448,7 +449,8 @@ def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Pa
     from service.tuning.hardware import host_target
     from service.tuning.kinds import KINDS
     from service.tuning.platforms import PLATFORMS, tvm_target
-    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, tune_bmm_range, verify_bmm
+    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeTask, BmmUKernelTuner, verify_bmm
+    from service.tuning.tuners.ukernel.tuner import QuietRangeSink
 
     workload, distribution = bmm_workload(layer, s_max)
     budget = Budget(trials=args.max_ukernels, max_shapes=BUDGET_HOT_SHAPES)
@@ -467,7 +469,7 @@ def tune_bmm(layer: BmmLayer, s_max: int, args: argparse.Namespace, work_dir: Pa
         vendor_routes=Settings.model_fields["ukernel_vendor_routes"].default,
     )
     began = time.perf_counter()
-    out = tune_bmm_range(task)
+    out = BmmUKernelTuner().tune(task, QuietRangeSink())
     error = verify_bmm(out.dispatcher(static), static)  # the job verifies before it publishes
     wall = time.perf_counter() - began
     kernels = {uid: load_bmm_ukernel(a.path, a.spec, a.sha256) for uid, a in out.artifacts.items()}

@@ -6,7 +6,7 @@ threads: PyTorch eager, the model under `kernelfleet.torch.accelerate`, and `tor
 
 1. Tuning (wall time measured, for the whole model): `kernelfleet.model_import.extract_torch` lists the model's
    distinct dense workloads; each one (grouped by its workload hash: BERT's pooler shares the 768×768 table of
-   Q/K/V/attention-output) is tuned on this host with `UKernelTuner.tune_range` over M = 1..S_max, S_max the
+   Q/K/V/attention-output) is tuned on this host with `UKernelTuner.tune` over M = 1..S_max, S_max the
    largest M the measured distribution runs (batch·seq; the pooler's M is the batch), as a `ukernel` job would.
    The outcome is signed (Ed25519, a key kept in the cache directory) and written into a KernelFleet dispatch
    cache exactly as the SDK caches what the service serves (tests/clients/test_accelerate.py does the same), then
@@ -329,7 +329,7 @@ def tune_workload(w: Workload, args: argparse.Namespace, target: Any, work: Path
         work_dir=work,
         representative_m=representative,
     )
-    return UKernelTuner().tune_range(task, QuietRangeSink())
+    return UKernelTuner().tune(task, QuietRangeSink())
 
 
 def tune_all(workloads: Sequence[Workload], args: argparse.Namespace, signed: SignedCache) -> dict[str, Any]:

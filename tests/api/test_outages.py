@@ -73,7 +73,7 @@ def test_sdk_dispatcher_serves_from_its_cache_while_the_store_is_down(proxied_pg
 
     target = host_target()
     spec = WorkloadSpec.model_validate(DENSE)
-    out = UKernelTuner().tune_range(
+    out = UKernelTuner().tune(
         # uKernels at every S (numpy would win all of them on this tiny layer): the test is about the cache
         RangeTask(spec, 12, [12], target, 2, tmp_path / "wd", min_repeat_ms=2, vendor_routes=False),
         QuietRangeSink(),

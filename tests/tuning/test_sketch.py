@@ -12,8 +12,8 @@ from service.models import WorkloadSpec
 from service.models.config import MeasuredCandidate
 from service.tuning.compute import random_inputs, reference, tolerance
 from service.tuning.hardware import host_target
-from service.tuning.tuners.base import TuningStopped, TuningTask
-from service.tuning.tuners.sketch import SketchTuner
+from service.tuning.tuners.base import TuningStopped
+from service.tuning.tuners.sketch import SketchTask, SketchTuner
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ class ListSink:
 )
 def test_tuned_config_rebuilds_and_matches_numpy(workload: WorkloadSpec, shape: dict[str, int], tmp_path: Path) -> None:
     sink = ListSink()
-    outcome = SketchTuner().tune(TuningTask(workload, shape, host_target(), trials=4, work_dir=tmp_path, seed=0), sink)
+    outcome = SketchTuner().tune(SketchTask(workload, shape, host_target(), trials=4, work_dir=tmp_path, seed=0), sink)
     assert outcome.measured == len(sink.candidates) >= 4
     ok = [c for c in sink.candidates if c.status == "ok"]
     assert ok and outcome.best_config is not None and outcome.best_latency_s is not None
@@ -56,7 +56,7 @@ def test_sink_can_stop_the_search(tmp_path: Path) -> None:
     workload = WorkloadSpec(op="dense", dims={"N": 16, "K": 16}, symbolic=["M"])
     sink = ListSink(stop_after=1)
     with pytest.raises(TuningStopped):
-        SketchTuner().tune(TuningTask(workload, {"M": 4}, host_target(), trials=32, work_dir=tmp_path), sink)
+        SketchTuner().tune(SketchTask(workload, {"M": 4}, host_target(), trials=32, work_dir=tmp_path), sink)
     assert 1 <= len(sink.candidates) < 32
 
 
@@ -66,7 +66,7 @@ def test_crashing_and_hanging_candidates_fail_only_themselves(tmp_path: Path, mo
     monkeypatch.setenv("KF_TEST_FAULTS", str(tmp_path / "calls"))
     workload = WorkloadSpec(op="dense", dims={"N": 16, "K": 16}, symbolic=["M"])
     sink = ListSink()
-    task = TuningTask(
+    task = SketchTask(
         workload, {"M": 4}, host_target(), trials=9, work_dir=tmp_path / "wd", seed=0, measure_timeout_s=4
     )
     outcome = SketchTuner(run_evaluator=crash_or_hang_evaluator).tune(task, sink)

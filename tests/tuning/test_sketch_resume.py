@@ -17,8 +17,7 @@ from service.models import WorkloadSpec
 from service.models.config import MeasuredCandidate
 from service.tuning.compute import random_inputs, reference, tolerance
 from service.tuning.hardware import host_target
-from service.tuning.tuners.base import TuningTask
-from service.tuning.tuners.sketch import SketchTuner
+from service.tuning.tuners.sketch import SketchTask, SketchTuner
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +55,7 @@ class _Sink:
 def test_a_retry_whose_budget_was_measured_picks_the_best_of_it_and_measures_nothing(tmp_path: Path) -> None:
     earlier = (_measured(4, 3e-6), _measured(8, 1e-6), _measured(16, None))
     sink = _Sink()
-    task = TuningTask(WORKLOAD, SHAPE, host_target(), trials=3, work_dir=tmp_path / "work", resume_from=earlier)
+    task = SketchTask(WORKLOAD, SHAPE, host_target(), trials=3, work_dir=tmp_path / "work", resume_from=earlier)
     outcome = SketchTuner().tune(task, sink)
     assert sink.candidates == []  # the budget was spent by the killed attempt
     assert (outcome.measured, outcome.errors) == (3, 1)

@@ -96,20 +96,15 @@ class GemminiKind(JobKind):
         from service.tuning.tuners.gemmini.backend_pick import SHORTLIST, measure_shortlist, network_edp
         from service.tuning.tuners.gemmini.best_flow import default_options, measured_best
         from service.tuning.tuners.gemmini.calibration import correlate
-        from service.tuning.tuners.gemmini.search import best_fixed_hw, co_explore
+        from service.tuning.tuners.gemmini.tuner import BacoTask, BacoTuner
 
         backend = ctx.platform.backend  # type: ignore[attr-defined]
         support = ctx.distribution.support()
         layers = [layer_of(ctx.workload, s, w, shape_key(s)) for s, w in support]
-        seed = ctx.budget.seed or 0
+        # a backend bound to built hardware (FireSim bitstreams) tunes mappings on those configs only
         choices = backend.hardware_choices()
         try:
-            # a backend bound to built hardware (FireSim bitstreams) tunes mappings on those configs only
-            result = (
-                co_explore(layers, unit.trials, seed=seed)
-                if choices is None
-                else best_fixed_hw(layers, choices, unit.trials, seed=seed)
-            )
+            result = BacoTuner().tune(BacoTask(layers, unit.trials, ctx.budget.seed or 0, choices), ctx.sink)
         except RuntimeError as exc:
             return UnitResult(fatal=f"{backend.name}: {exc}")
         # the search's budget is spent (it may stop a little early); the explored configs recorded below are

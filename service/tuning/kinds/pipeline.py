@@ -29,6 +29,8 @@ from service.tuning import planning
 from service.tuning.kinds.base import JobKind, Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
 
 if TYPE_CHECKING:
+    from service.tuning.tuners.pipeline.model import GPUConstants, Sample
+    from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig
     from service.tuning.tuners.pipeline.tuner import Mode
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class PipelineKind(JobKind):
         from service.tuning.tuners.base import TuningStopped
         from service.tuning.tuners.pipeline import lowering
         from service.tuning.tuners.pipeline.model import predict
-        from service.tuning.tuners.pipeline.tuner import PipelineTask, PipelineTuner
+        from service.tuning.tuners.pipeline.tuner import MeasuringSink, PipelineTask, PipelineTuner
 
         (key,) = unit.shape_keys
         shape = parse_shape_key(key)
@@ -106,7 +108,7 @@ class PipelineKind(JobKind):
         mode = search_mode(ctx.tags)
         measure = lowering.Measurer(ctx.workload, shape, ctx.target, ctx.settings.measure_timeout_s)
 
-        def measure_and_report(configs: Any) -> list[float]:
+        def measure_and_report(configs: Sequence[PipelineConfig]) -> list[float]:
             seconds = measure(configs)
             predicted = {c: predict(gemm, c, gpu).seconds for c in configs}  # kept with each measurement
             pairs = zip(configs, seconds, strict=True)
@@ -118,7 +120,7 @@ class PipelineKind(JobKind):
         earlier = earlier_measurements(ctx.sink.earlier_candidates(key))
         task = PipelineTask(gemm, gpu, unit.trials, mode, seed=ctx.budget.seed or 0, resume_from=earlier)
         try:
-            outcome = PipelineTuner().tune(task, measure_and_report, ctx.sink.should_stop)
+            outcome = PipelineTuner().tune(task, MeasuringSink(measure_and_report, ctx.sink.should_stop))
             seconds, error = measure.verify(outcome.best.config) if outcome.best else (math.inf, None)
         finally:
             measure.close()
@@ -169,7 +171,7 @@ def search_mode(tags: Mapping[str, str]) -> Mode:
     raise ValueError(f"tag {SEARCH_TAG}={value!r}: the search is one of {', '.join(MODES)}")
 
 
-def config_record(gemm: Any, config: Any, arch: str, op: str = "") -> dict[str, Any]:
+def config_record(gemm: GemmShape, config: PipelineConfig, arch: str, op: str = "") -> dict[str, Any]:
     """A published pipeline config: self-describing, so later jobs calibrate the model from it."""
     record = {
         "format": CONFIG_FORMAT,
@@ -183,7 +185,7 @@ def config_record(gemm: Any, config: Any, arch: str, op: str = "") -> dict[str, 
 
 
 def candidate(
-    gemm: Any, config: Any, seconds: float, error: str | None, predicted_s: float | None = None
+    gemm: GemmShape, config: PipelineConfig, seconds: float, error: str | None, predicted_s: float | None = None
 ) -> MeasuredCandidate:
     """A measured proposal as the store keeps it; candidates are recorded in proposal order, with the model's
     prediction, so best-in-top-k and the rank correlation can be recomputed for any job."""
@@ -199,7 +201,7 @@ def candidate(
     )
 
 
-def earlier_measurements(candidates: Sequence[MeasuredCandidate]) -> tuple[tuple[Any, float], ...]:
+def earlier_measurements(candidates: Sequence[MeasuredCandidate]) -> tuple[tuple[PipelineConfig, float], ...]:
     """(configuration, seconds; inf where it failed) of the pipeline candidates a killed attempt recorded, in
     the order it measured them: the retry's search starts from them instead of measuring them again."""
     from service.tuning.tuners.pipeline.space import PipelineConfig
@@ -211,7 +213,7 @@ def earlier_measurements(candidates: Sequence[MeasuredCandidate]) -> tuple[tuple
     return tuple(out)
 
 
-def calibration_samples(candidates: Sequence[MeasuredCandidate]) -> list[tuple[Any, Any, float]]:
+def calibration_samples(candidates: Sequence[MeasuredCandidate]) -> list[Sample]:
     """(GEMM, configuration, seconds) of the pipeline kernels among `candidates` (what this target measured)."""
     from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig
 
@@ -223,7 +225,7 @@ def calibration_samples(candidates: Sequence[MeasuredCandidate]) -> list[tuple[A
     return out
 
 
-def gpu_constants(target: TargetSpec, samples: list[tuple[Any, Any, float]], min_samples: int = 16) -> Any:
+def gpu_constants(target: TargetSpec, samples: list[Sample], min_samples: int = 16) -> GPUConstants:
     """The arch's model constants, fitted to what this target measured once there is enough of it."""
     from service.tuning.tuners.pipeline.model import GPUConstants, calibrate
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from service.models import Budget, WorkloadSpec, parse_shape_key, shape_key
-from service.models.config import TraceConfig
+from service.models.config import MeasuredCandidate, TraceConfig
 from service.models.distribution import ShapeDistribution
 from service.tuning import planning
 from service.tuning.kinds.base import JobKind, Plan, ShapeOutcome, UnitContext, UnitResult, WorkUnit
@@ -40,8 +40,7 @@ class SketchKind(JobKind):
     def run_unit(self, unit: WorkUnit, ctx: UnitContext) -> UnitResult:
         from kernelfleet.tvm_kernel import build_kernel
         from service.tuning.compute import random_inputs, reference, tolerance
-        from service.tuning.tuners.base import TuningTask
-        from service.tuning.tuners.sketch import SketchTuner
+        from service.tuning.tuners.sketch import SketchTask, SketchTuner
 
         platform = ctx.platform
         assert isinstance(platform, TVMPlatform)
@@ -49,7 +48,7 @@ class SketchKind(JobKind):
         shape = parse_shape_key(key)
 
         class _ShapeSink:
-            def on_candidates(self, candidates: list) -> None:  # type: ignore[type-arg]
+            def on_candidates(self, candidates: list[MeasuredCandidate]) -> None:
                 ctx.sink.on_candidates(key, candidates)
 
             def should_stop(self) -> bool:
@@ -60,7 +59,7 @@ class SketchKind(JobKind):
         if earlier:
             log.info("job %s: resuming %s from %d measured candidates", ctx.job_id, key, len(earlier))
             ctx.sink.on_progress(key, len(earlier))  # they count toward the shape's progress again
-        task = TuningTask(
+        task = SketchTask(
             ctx.workload,
             shape,
             ctx.target,

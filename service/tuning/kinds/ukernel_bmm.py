@@ -86,9 +86,9 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
     from service.tuning.tuners.base import TuningStopped
     from service.tuning.tuners.ukernel.bmm_tuner import (
         BmmRangeTask,
+        BmmUKernelTuner,
         time_programs,
         timed_key,
-        tune_bmm_range,
         verify_bmm,
     )
 
@@ -101,7 +101,7 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
         max_ukernels=unit.trials,
         vendor_routes=ctx.settings.ukernel_vendor_routes,
     )
-    outcome = tune_bmm_range(task)
+    outcome = BmmUKernelTuner().tune(task, ctx.sink)
     ctx.sink.on_candidates(
         unit.key,
         [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,10 @@ from service.tuning.kinds.base import DispatchPublication, ShapeOutcome, UnitCon
 from service.tuning.kinds.host_library import host_library, route_libraries
 from service.tuning.platforms import Platform
 from service.tuning.platforms.base import check_result
+
+if TYPE_CHECKING:  # annotations only: the tuners (and TVM with them) load when a unit runs
+    from service.tuning.tuners.base import Tuner
+    from service.tuning.tuners.ukernel.tuner import RangeOutcome, RangeSink, RangeTask
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ def _next_prime(n: int) -> int:
     return n
 
 
-def verification_shapes(outcome: Any) -> list[int]:
+def verification_shapes(outcome: RangeOutcome) -> list[int]:
     """Every S up to 256, both ends of every interval (so every program shape runs), and primes past the
     tuned range (where the table extends its last interval)."""
     s_max = outcome.table.s_max
@@ -59,7 +63,7 @@ def verification_shapes(outcome: Any) -> list[int]:
     return sorted(shapes)
 
 
-def verify(outcome: Any, workload: WorkloadSpec, platform: Platform | None = None) -> str | None:
+def verify(outcome: RangeOutcome, workload: WorkloadSpec, platform: Platform | None = None) -> str | None:
     """Run the dispatcher exactly as the SDK will and compare with the reference; the first error, or None."""
     from kernelfleet.dispatcher import Dispatcher
     from service.tuning.compute import random_inputs, reference, tolerance
@@ -79,7 +83,7 @@ def verify(outcome: Any, workload: WorkloadSpec, platform: Platform | None = Non
     return None
 
 
-def artifacts_of(outcome: Any) -> list[Artifact]:
+def artifacts_of(outcome: RangeOutcome) -> list[Artifact]:
     """The outcome's libraries, read while its work dir exists."""
     return [
         Artifact(ukernel_id=uid, sha256=a.sha256, spec=a.spec.to_dict(), data=a.path.read_bytes())
@@ -87,7 +91,7 @@ def artifacts_of(outcome: Any) -> list[Artifact]:
     ]
 
 
-def validation_record(outcome: Any, worker: str) -> dict[str, Any]:
+def validation_record(outcome: RangeOutcome, worker: str) -> dict[str, Any]:
     """What is stored with a table about how it was chosen and how well the models ranked."""
     return {
         **outcome.validation,
@@ -99,14 +103,16 @@ def validation_record(outcome: Any, worker: str) -> dict[str, Any]:
     }
 
 
-def tune_unit(unit: WorkUnit, ctx: UnitContext, task: Any, progress_key: Callable[[int], str | None]) -> Any:
-    """Run a dense range task (tuners.ukernel.tuner.RangeTask) as a job's unit: the target's tuner, every uKernel
-    reported as a candidate as soon as it is measured, a retry resuming from what an earlier attempt measured,
-    each validated S counted on the shape row `progress_key(S)` names. Returns the RangeOutcome."""
+def tune_unit(
+    unit: WorkUnit, ctx: UnitContext, task: RangeTask, progress_key: Callable[[int], str | None]
+) -> RangeOutcome:
+    """Run a dense range task as a job's unit: the target's tuner, every uKernel reported as a candidate as soon
+    as it is measured, a retry resuming from what an earlier attempt measured, each validated S counted on the
+    shape row `progress_key(S)` names."""
     from service.tuning.tuners.base import TuningStopped
     from service.tuning.tuners.ukernel.tuner import UKernelTuner
 
-    tuner: Any = UKernelTuner()
+    tuner: Tuner[RangeTask, RangeSink, RangeOutcome] = UKernelTuner()
     if ctx.target.kind == "cuda":  # FTuner's GPU rules, pipelined uKernels, depth searched on the GPU
         from service.tuning.tuners.ukernel.gpu_tuner import GPUUKernelTuner
 
@@ -140,14 +146,18 @@ def tune_unit(unit: WorkUnit, ctx: UnitContext, task: Any, progress_key: Callabl
         vendor_libraries=route_libraries(ctx.tags),
         measure_timeout_s=ctx.settings.measure_timeout_s,
     )
-    outcome = tuner.tune_range(task, _Progress())
+    outcome = tuner.tune(task, _Progress())
     if ctx.sink.should_stop():
         raise TuningStopped("stopped by the job")
     return outcome
 
 
 def publish_range(
-    outcome: Any, ctx: UnitContext, shapes: list[ShapeOutcome], covers: str, extra: Mapping[str, Any] | None = None
+    outcome: RangeOutcome,
+    ctx: UnitContext,
+    shapes: list[ShapeOutcome],
+    covers: str,
+    extra: Mapping[str, Any] | None = None,
 ) -> UnitResult:
     """A verified range outcome as the unit's dispatch table over M (`extra`: more keys in the table), or why
     it is not published: the hosts' library (the job's host_library) is fastest at every S it `covers` (e.g.

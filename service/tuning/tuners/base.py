@@ -1,54 +1,36 @@
-"""Small interfaces between a tuning job and the tuner that runs it.
+"""The one interface every tuner implements (as MetaSchedule's `builder/` declares `Builder` beside its
+implementations): a tuner gets its own typed task, reports what it measures to its own typed sink while it
+runs, and returns its own typed outcome. Each tuner's task, sink and outcome live beside it; `registry` names
+them all.
 
-Tuners know nothing of Celery, HTTP or the store: they get a `TuningTask`, report measured candidates
-to a `CandidateSink`, and return a `TuneOutcome`.
+Tuners know nothing of Celery, HTTP or the store: the job kinds (service.tuning.kinds) adapt a job's unit to
+a task and a sink, and the benchmarks call the same `tune`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:  # annotations only: the GPU kernel path imports this module without pydantic
-    from service.models import TargetSpec, WorkloadSpec
-    from service.models.config import MeasuredCandidate
+from typing import Protocol, TypeVar, runtime_checkable
 
 
 class TuningStopped(Exception):
     """Raised inside a tuner when its sink asks it to stop (cancelled job, lost lease)."""
 
 
-@dataclass(frozen=True)
-class TuningTask:
-    workload: WorkloadSpec
-    shape: dict[str, int]
-    target: TargetSpec
-    trials: int
-    work_dir: Path
-    seed: int | None = None
-    measure_timeout_s: int = 30
-    # What earlier attempts of the same job measured for this task: a retry counts them against `trials` and
-    # searches on from them instead of starting over.
-    resume_from: tuple[MeasuredCandidate, ...] = ()
-
-
-@dataclass
-class TuneOutcome:
-    best_config: dict[str, Any] | None
-    best_latency_s: float | None
-    measured: int
-    errors: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class CandidateSink(Protocol):
-    def on_candidates(self, candidates: list[MeasuredCandidate]) -> None: ...
+class StopSignal(Protocol):
+    """What every sink answers: whether the job still wants the run (a cancelled job or a lost lease does not)."""
 
     def should_stop(self) -> bool: ...
 
 
-class Tuner(Protocol):
+TaskT_contra = TypeVar("TaskT_contra", contravariant=True)
+SinkT_contra = TypeVar("SinkT_contra", bound=StopSignal, contravariant=True)
+OutcomeT_co = TypeVar("OutcomeT_co", covariant=True)
+
+
+@runtime_checkable
+class Tuner(Protocol[TaskT_contra, SinkT_contra, OutcomeT_co]):
+    """`name` is the tuner's key in `registry.TUNERS`."""
+
     name: str
 
-    def tune(self, task: TuningTask, sink: CandidateSink) -> TuneOutcome: ...
+    def tune(self, task: TaskT_contra, sink: SinkT_contra) -> OutcomeT_co: ...

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 import tvm
 import tvm_ffi
@@ -23,14 +25,42 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
 
 from kernelfleet.tvm_kernel import CONFIG_FORMAT_TRACE
+from service.models import TargetSpec, WorkloadSpec
 from service.models.config import MeasuredCandidate
 from service.tuning.compute import prim_func
 from service.tuning.platforms import TVMPlatform, platform_for, tvm_target
 from service.tuning.tuners import tensor_intrinsics
-from service.tuning.tuners.base import CandidateSink, TuneOutcome, TuningStopped, TuningTask
+from service.tuning.tuners.base import StopSignal, TuningStopped
 from service.tuning.tuners.trace_json import FAILED_RUN_SECS, to_py
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SketchTask:
+    workload: WorkloadSpec
+    shape: dict[str, int]
+    target: TargetSpec
+    trials: int
+    work_dir: Path
+    seed: int | None = None
+    measure_timeout_s: int = 30
+    # What earlier attempts of the same job measured for this task: a retry counts them against `trials` and
+    # searches on from them instead of starting over.
+    resume_from: tuple[MeasuredCandidate, ...] = ()
+
+
+@dataclass
+class SketchOutcome:
+    best_config: dict[str, Any] | None
+    best_latency_s: float | None
+    measured: int
+    errors: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class CandidateSink(StopSignal, Protocol):
+    def on_candidates(self, candidates: list[MeasuredCandidate]) -> None: ...
 
 
 def _batch_size(trials: int) -> int:
@@ -90,7 +120,7 @@ class SketchTuner:
     def __init__(self, run_evaluator: Callable[..., list[float]] | None = None) -> None:
         self.run_evaluator = run_evaluator
 
-    def tune(self, task: TuningTask, sink: CandidateSink) -> TuneOutcome:
+    def tune(self, task: SketchTask, sink: CandidateSink) -> SketchOutcome:
         mod = prim_func(task.workload, task.shape)
         target_dict = tvm_target(task.target)
         target = tvm.target.Target(target_dict)
@@ -140,10 +170,10 @@ class SketchTuner:
             shutil.rmtree(work_dir, ignore_errors=True)
         record = database.query_tuning_record(mod, target, workload_name="main")
         if record is None or not record.run_secs:
-            return TuneOutcome(None, None, counts["measured"], counts["errors"])
+            return SketchOutcome(None, None, counts["measured"], counts["errors"])
         latency = sum(float(s) for s in record.run_secs) / len(record.run_secs)
         if latency >= FAILED_RUN_SECS:
-            return TuneOutcome(None, None, counts["measured"], counts["errors"])
+            return SketchOutcome(None, None, counts["measured"], counts["errors"])
         config = {
             "format": CONFIG_FORMAT_TRACE,
             "trace": to_py(record.trace.as_json()),
@@ -154,7 +184,7 @@ class SketchTuner:
         options = platform.pass_config(task.target)
         if options:  # e.g. async copies on CUDA: the SDK must build the kernel as it was measured
             config["pass_config"] = options
-        return TuneOutcome(config, latency, counts["measured"], counts["errors"])
+        return SketchOutcome(config, latency, counts["measured"], counts["errors"])
 
 
 def resumed_database(mod: Any, target: Any, earlier: Sequence[MeasuredCandidate]) -> Any:

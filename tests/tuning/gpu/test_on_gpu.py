@@ -286,8 +286,7 @@ def test_sketch_search_on_cuda_builds_runs_and_beats_nothing_silently(tmp_path: 
     """MetaSchedule's builder and runner on CUDA through the sketch tuner: candidates built by the fast CUDA
     builder, measured on the GPU, most of them successfully."""
     from service.models import TargetSpec, WorkloadSpec
-    from service.tuning.tuners.base import TuningTask
-    from service.tuning.tuners.sketch import SketchTuner
+    from service.tuning.tuners.sketch import SketchTask, SketchTuner
 
     card = _card()
     workload = WorkloadSpec(op="dense", dims={"N": N, "K": K}, symbolic=["M"])
@@ -301,7 +300,7 @@ def test_sketch_search_on_cuda_builds_runs_and_beats_nothing_silently(tmp_path: 
         def should_stop(self) -> bool:
             return False
 
-    outcome = SketchTuner().tune(TuningTask(workload, {"M": 16}, target, 16, tmp_path), Sink())
+    outcome = SketchTuner().tune(SketchTask(workload, {"M": 16}, target, 16, tmp_path), Sink())
     ok = [c for c in seen if c.status == "ok"]
     assert outcome.best_latency_s is not None and len(ok) >= len(seen) // 2, [c.error for c in seen][:3]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from service.tuning.tuners.pipeline.model import GPUConstants, predict
 from service.tuning.tuners.pipeline.space import GemmShape, PipelineConfig
 from service.tuning.tuners.pipeline.tuner import (
     CostModel,
+    MeasuringSink,
     Mode,
     PipelineTask,
     PipelineTuner,
@@ -59,7 +61,7 @@ def test_pretraining_on_predictions_alone_learns_the_analytical_ranking() -> Non
 
 def test_analytical_only_measures_the_model_top_k_in_order() -> None:
     measure = SyntheticMeasure(RN50_FC)
-    out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=20, mode="analytical"), measure)
+    out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=20, mode="analytical"), MeasuringSink(measure))
     assert len(out.proposals) == len(measure.calls) == 20
     predicted = [p.predicted_s for p in out.proposals]
     assert predicted == sorted(predicted)
@@ -69,7 +71,7 @@ def test_analytical_only_measures_the_model_top_k_in_order() -> None:
 
 def test_anal_xgb_measures_each_proposal_once_and_records_its_quality() -> None:
     measure = SyntheticMeasure(RN50_FC)
-    out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=50, batch_size=10), measure)
+    out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=50, batch_size=10), MeasuringSink(measure))
     assert len(measure.calls) == len(set(measure.calls)) == 50
     best = out.best
     assert best is not None and math.isfinite(best.measured_s)
@@ -88,7 +90,8 @@ def test_anal_xgb_measures_each_proposal_once_and_records_its_quality() -> None:
 def test_a_stopped_search_stops_between_rounds() -> None:
     measure = SyntheticMeasure(RN50_FC)
     rounds = iter([False, True])
-    out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=40, batch_size=8), measure, lambda: next(rounds))
+    sink = MeasuringSink(measure, lambda: next(rounds))
+    out = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=40, batch_size=8), sink)
     assert len(out.proposals) == 8
 
 
@@ -104,18 +107,15 @@ def test_a_retry_resumes_from_the_killed_attempts_measurements(mode: Mode) -> No
                 for c in configs]  # fmt: skip
 
     calls: list[PipelineConfig] = []
-    whole = PipelineTuner().tune(PipelineTask(RN50_FC, PRIOR, trials=24, mode=mode, batch_size=8), seconds_of)
+    task = PipelineTask(RN50_FC, PRIOR, trials=24, mode=mode, batch_size=8)
+    whole = PipelineTuner().tune(task, MeasuringSink(seconds_of))
     calls.clear()
     rounds = iter([False, False, True])
-    killed = PipelineTuner().tune(
-        PipelineTask(RN50_FC, PRIOR, trials=24, mode=mode, batch_size=8), seconds_of, lambda: next(rounds)
-    )
+    killed = PipelineTuner().tune(task, MeasuringSink(seconds_of, lambda: next(rounds)))
     assert len(killed.proposals) == len(calls) == 16
     earlier = tuple((p.config, p.measured_s) for p in killed.proposals)
     calls.clear()
-    retry = PipelineTuner().tune(
-        PipelineTask(RN50_FC, PRIOR, trials=24, mode=mode, batch_size=8, resume_from=earlier), seconds_of
-    )
+    retry = PipelineTuner().tune(replace(task, resume_from=earlier), MeasuringSink(seconds_of))
     assert len(calls) == 8 and not set(calls) & {c for c, _ in earlier}  # only the rest of the budget
     assert [p.config for p in retry.proposals] == [p.config for p in whole.proposals]
     assert retry.best is not None and whole.best is not None and retry.best.config == whole.best.config
@@ -126,7 +126,8 @@ def test_a_retry_counts_a_repeated_earlier_measurement_once() -> None:
     earlier = (*((c, 1e-5 * (i + 1)) for i, c in enumerate(space[:3])), (space[0], 1e-9))  # the first one counts
     calls: list[PipelineConfig] = []
     out = PipelineTuner().tune(
-        PipelineTask(RN50_FC, PRIOR, trials=4, resume_from=earlier), lambda cs: calls.extend(cs) or [1.0] * len(cs)
+        PipelineTask(RN50_FC, PRIOR, trials=4, resume_from=earlier),
+        MeasuringSink(lambda cs: calls.extend(cs) or [1.0] * len(cs)),
     )
     assert len(calls) == 1 and calls[0] not in space[:3] and len(out.proposals) == 4
     assert out.best is not None and out.best.config == space[0] and out.best.measured_s == 1e-5

@@ -28,10 +28,11 @@ from service.tuning.tuners.ukernel.bmm_tuner import (
     VENDOR_MARGIN,
     BmmRangeOutcome,
     BmmRangeTask,
+    BmmUKernelTuner,
     random_pair,
-    tune_bmm_range,
     verify_bmm,
 )
+from service.tuning.tuners.ukernel.tuner import QuietRangeSink
 
 HEADS, D = 2, 64
 QK = {"B": HEADS, "K": D}  # QKᵀ: T in M and N
@@ -92,7 +93,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> BmmRangeOutcome:
         min_seconds=0.0005,
         rounds=1,
     )
-    return tune_bmm_range(task)
+    return BmmUKernelTuner().tune(task, QuietRangeSink())
 
 
 def test_tuner_plans_the_diagonal_and_verifies(tuned: BmmRangeOutcome) -> None:
@@ -159,7 +160,7 @@ def test_with_vendor_routes_each_class_runs_what_was_fastest_over_its_tuples(tmp
         min_seconds=0.0005,
         rounds=1,
     )
-    out = tune_bmm_range(task)
+    out = BmmUKernelTuner().tune(task, QuietRangeSink())
     table = out.table
     by_class: dict[tuple[int, ...], list[dict[str, float]]] = {}
     for key, times in out.measured.items():
@@ -178,6 +179,7 @@ def test_with_vendor_routes_each_class_runs_what_was_fastest_over_its_tuples(tmp
                 fastest = [min(t[f"{r}@{layout}"] for r in routes) for t in timed]
                 assert all(t[f"{cell}@{layout}"] * (1 + VENDOR_MARGIN) < f for t, f in zip(timed, fastest, strict=True))
     assert verify_bmm(out.dispatcher(QK), QK) is None
+
 
 # seconds per call (uKernel, numpy, PyTorch) by (Bt layout, T ≤ 8), made up (which library wins is the machine's
 # business): at T ≤ 8 numpy and PyTorch each win one layout, PyTorch on the sum of both; at T > 8 the uKernel wins
@@ -212,7 +214,7 @@ def test_each_bt_layout_is_routed_on_its_own_timings(tmp_path: Path, monkeypatch
         work_dir=tmp_path,
         max_ukernels=1,
     )
-    out = tune_bmm_range(task)
+    out = BmmUKernelTuner().tune(task, QuietRangeSink())
     (uid,) = out.kernels
     small, large = ({**QK, "M": t, "N": t} for t in (2, 24))
     d = out.dispatcher(QK)

@@ -149,7 +149,7 @@ def test_the_range_tuner_fuses_bias_and_gelu_and_times_the_vendor_with_them(tmp_
         min_repeat_ms=2,
         vendor_routes=False,  # keep every S on uKernels: this layer is small enough for numpy to win
     )
-    out = UKernelTuner().tune_range(task, _Sink())
+    out = UKernelTuner().tune(task, _Sink())
     assert out.table.epilogue == Epilogue(True, "gelu") and out.table.to_dict()["epilogue"]["activation"] == "gelu"
     assert all(k.spec.epilogue == out.table.epilogue for k in out.kernels.values())
     assert all(a.spec.bias and a.spec.activation == "gelu" for a in out.artifacts.values())

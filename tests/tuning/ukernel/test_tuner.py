@@ -37,7 +37,7 @@ def _task(tmp_path: Path, **kw: object) -> RangeTask:
 
 def test_one_tuning_covers_the_range_and_every_program_matches_numpy(tmp_path: Path) -> None:
     sink = Sink()
-    out = UKernelTuner().tune_range(_task(tmp_path), sink)
+    out = UKernelTuner().tune(_task(tmp_path), sink)
     assert sink.validated == [128, 13]
     assert out.table.intervals[0].lo == 1 and out.table.s_max == 128 and len(out.predicted_s) == 128
     assert set(out.kernels) == set(out.artifacts) == set(out.table.mts)  # only used uKernels ship
@@ -55,11 +55,11 @@ def test_one_tuning_covers_the_range_and_every_program_matches_numpy(tmp_path: P
 
 def test_a_stop_request_stops_the_tuner(tmp_path: Path) -> None:
     with pytest.raises(TuningStopped):
-        UKernelTuner().tune_range(_task(tmp_path), Sink(stop=True))
+        UKernelTuner().tune(_task(tmp_path), Sink(stop=True))
 
 
 def test_workloads_outside_the_tuner_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="float32"):
-        UKernelTuner().tune_range(_task(tmp_path, workload=WORKLOAD.model_copy(update={"dtype": "float16"})), Sink())
+        UKernelTuner().tune(_task(tmp_path, workload=WORKLOAD.model_copy(update={"dtype": "float16"})), Sink())
     with pytest.raises(ValueError, match="s_max"):
-        UKernelTuner().tune_range(_task(tmp_path, s_max=5000), Sink())
+        UKernelTuner().tune(_task(tmp_path, s_max=5000), Sink())

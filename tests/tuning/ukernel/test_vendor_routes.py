@@ -102,7 +102,7 @@ def _task(tmp_path: Path, n: int, k: int, s_max: int, **kw: object) -> RangeTask
 
 def test_every_timed_s_runs_on_whichever_was_faster(tmp_path: Path) -> None:
     task = _task(tmp_path, 256, 256, 48)
-    out = UKernelTuner().tune_range(task, QuietRangeSink())
+    out = UKernelTuner().tune(task, QuietRangeSink())
     routes = out.validation["vendor_routes"]
     timed = {int(S): (t["tuned"], t["vendor"]) for S, t in routes["timed_s"].items()}
     # the geometric grid and the hot shapes, as the SDK calls both, plus what the crossings and the model asked for
@@ -139,10 +139,10 @@ def test_every_timed_s_runs_on_whichever_was_faster(tmp_path: Path) -> None:
 
 def test_a_layer_numpy_always_wins_routes_everything_to_the_vendor(tmp_path: Path) -> None:
     # 16×16 weights: numpy needs about a microsecond, less than any call into TVM costs
-    out = UKernelTuner().tune_range(_task(tmp_path, 16, 16, 8), QuietRangeSink())
+    out = UKernelTuner().tune(_task(tmp_path, 16, 16, 8), QuietRangeSink())
     assert not out.serves_ukernels and out.table.intervals == (Interval(1, 8, None),)
     assert out.kernels == {} and out.artifacts == {} and out.padding_ratio == 0.0
-    kept = UKernelTuner().tune_range(_task(tmp_path / "off", 16, 16, 8, vendor_routes=False), QuietRangeSink())
+    kept = UKernelTuner().tune(_task(tmp_path / "off", 16, 16, 8, vendor_routes=False), QuietRangeSink())
     assert kept.serves_ukernels and all(not iv.vendor for iv in kept.table.intervals)
 
 

@@ -14,7 +14,7 @@ Two searches over the legal configurations of the space (`space` + `rules`):
 Either way the proposals are kept in order, so the job reports best-in-top-k (the best of the first k
 proposals as a share of the best found) and the model's Spearman ρ against what was measured.
 
-Measuring is a callable (configurations → seconds, inf for a failure): the GPU worker builds and times
+Measuring is the sink's (configurations → seconds, inf for a failure): the GPU worker builds and times
 on its device; nothing here needs a GPU, TVM or the service.
 """
 
@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from service.tuning.tuners.base import StopSignal
 from service.tuning.tuners.pipeline.model import GPUConstants, best_in_top_k, occupancy, predict, rank_correlation
 from service.tuning.tuners.pipeline.rules import check_config
 from service.tuning.tuners.pipeline.space import (
@@ -56,6 +57,25 @@ class PipelineTask:
     limits: SpaceLimits = field(default_factory=SpaceLimits)
     # what a killed attempt of the job measured (inf: failed): counted against `trials`, never measured again
     resume_from: tuple[tuple[PipelineConfig, float], ...] = ()
+
+
+class PipelineSink(StopSignal, Protocol):
+    def measure(self, configs: Sequence[PipelineConfig]) -> list[float]:
+        """Seconds of each configuration (inf: it failed), reported to the job as they are measured."""
+
+
+@dataclass(frozen=True)
+class MeasuringSink:
+    """A PipelineSink from a measuring function and, optionally, a stop signal: what the job and benches pass."""
+
+    measure_configs: Measure
+    stop: Callable[[], bool] = lambda: False
+
+    def measure(self, configs: Sequence[PipelineConfig]) -> list[float]:
+        return self.measure_configs(configs)
+
+    def should_stop(self) -> bool:
+        return self.stop()
 
 
 @dataclass
@@ -185,9 +205,7 @@ def _labels(seconds: Sequence[float]) -> np.ndarray:
 class PipelineTuner:
     name = "pipeline"
 
-    def tune(
-        self, task: PipelineTask, measure: Measure, should_stop: Callable[[], bool] = lambda: False
-    ) -> PipelineOutcome:
+    def tune(self, task: PipelineTask, sink: PipelineSink) -> PipelineOutcome:
         space, rejected = legal_space(task.gemm, task.limits)
         predicted = [predict(task.gemm, c, task.gpu).seconds for c in space]
         outcome = PipelineOutcome(proposals=[], candidates=len(space), rejected=rejected)
@@ -197,10 +215,10 @@ class PipelineTuner:
         measured = self._resume(outcome, task.resume_from[:budget], predicted, space)
         if task.mode == "analytical":
             order = [i for i in sorted(range(len(space)), key=lambda i: predicted[i]) if i not in measured]
-            while len(measured) < budget and not should_stop():
+            while len(measured) < budget and not sink.should_stop():
                 batch = order[: min(task.batch_size, budget - len(measured))]
                 order = order[len(batch) :]
-                seconds = self._measure(outcome, [space[i] for i in batch], predicted, space, measure)
+                seconds = self._measure(outcome, [space[i] for i in batch], predicted, space, sink)
                 measured.update(zip(batch, seconds, strict=True))
             return outcome
         x = np.asarray([features(task.gemm, c, task.gpu) for c in space])
@@ -209,11 +227,11 @@ class PipelineTuner:
         model.fit(x, prior)  # pre-training: analytical labels only, nothing built or measured
         if measured:
             self._refit(model, x, prior, measured)
-        while len(measured) < budget and not should_stop():
+        while len(measured) < budget and not sink.should_stop():
             scores = model.score(x)
             pending = [i for i in np.argsort(-scores, kind="stable") if int(i) not in measured]
             batch = [int(i) for i in pending[: min(task.batch_size, budget - len(measured))]]
-            seconds = self._measure(outcome, [space[i] for i in batch], predicted, space, measure)
+            seconds = self._measure(outcome, [space[i] for i in batch], predicted, space, sink)
             measured.update(zip(batch, seconds, strict=True))
             self._refit(model, x, prior, measured)
         return outcome
@@ -242,9 +260,9 @@ class PipelineTuner:
         configs: list[PipelineConfig],
         predicted: list[float],
         space: list[PipelineConfig],
-        measure: Measure,
+        sink: PipelineSink,
     ) -> list[float]:
-        seconds = measure(configs)
+        seconds = sink.measure(configs)
         index = {c: i for i, c in enumerate(space)}
         for c, s in zip(configs, seconds, strict=True):
             outcome.proposals.append(Proposal(c, predicted[index[c]], s))

@@ -37,6 +37,7 @@ from kernelfleet.bmm_ukernel import BMM_DIMS, BmmArtifact, BmmUKernel
 from kernelfleet.tuple_dispatch import TupleDispatchTable, geometric_starts
 from kernelfleet.vendor import is_vendor
 from service.tuning.hardware_model import HardwareModel
+from service.tuning.tuners.base import StopSignal
 from service.tuning.tuners.ukernel.bmm_kernel import build_bmm_ukernel
 from service.tuning.tuners.ukernel.rules import dense_candidates, padded
 from service.tuning.tuners.ukernel.tuner import Weighted, settle, weighted_mean
@@ -251,37 +252,42 @@ def cell_samples(points: Sequence[tuple[dict[str, int], float]]) -> list[dict[st
     return out
 
 
-def tune_bmm_range(task: BmmRangeTask) -> BmmRangeOutcome:
-    began = time.perf_counter()
-    symbolic = task.symbolic
-    if not 1 <= len(symbolic) <= MAX_SYMBOLIC:
-        raise ValueError(f"batch_matmul uKernels take 1..{MAX_SYMBOLIC} symbolic dims, got {list(symbolic)}")
-    hw = task.hardware or HardwareModel.from_host()
-    tiles = bmm_tiles(hw, task.static, task.support, task.max_ukernels)
-    static_mnk = {d: v for d, v in task.static.items() if d != "B"}
-    kernels: dict[str, BmmUKernel] = {}
-    records: list[dict[str, Any]] = []
-    for mt, nt, kt in tiles:
-        uid = f"bmm{mt}x{nt}x{kt}"
-        kernels[uid] = build_bmm_ukernel(
-            mt, nt, kt, task.target, M=static_mnk.get("M", 0), N=static_mnk.get("N", 0), K=static_mnk.get("K", 0)
-        )
-        records.append({"id": uid, "tile": [mt, nt, kt]})
-    empty, groups = plan_cells(symbolic, task.support)
-    cells: dict[str, list[str | None]] = {layout: list(empty.cells) for layout in BT_LAYOUTS}
-    measured: dict[str, dict[str, float]] = {}
-    for index, points in sorted(groups.items()):
-        samples = [{**task.static, **sample} for sample in cell_samples(points)]
-        routes, timed = route_cell(kernels, samples, task)
-        for shape, times in zip(samples, timed, strict=True):
-            measured[",".join(f"{d}={shape[d]}" for d in symbolic)] = times
-        for layout, route in routes.items():
-            cells[layout][index] = route
-    table = per_layout_table(empty, cells)
-    used = table.ukernel_ids()
-    kernels = {uid: k for uid, k in kernels.items() if uid in used}
-    artifacts = {uid: k.export(task.work_dir) for uid, k in kernels.items()}
-    return BmmRangeOutcome(table, kernels, artifacts, measured, records, time.perf_counter() - began)
+class BmmUKernelTuner:
+    name = "ukernel-bmm"
+
+    def tune(self, task: BmmRangeTask, sink: StopSignal) -> BmmRangeOutcome:
+        """The whole run, not interrupted: it reports nothing as it goes (the job records the tiles and a retry
+        runs it again from the start), so the job asks `sink` whether to go on once this returns."""
+        began = time.perf_counter()
+        symbolic = task.symbolic
+        if not 1 <= len(symbolic) <= MAX_SYMBOLIC:
+            raise ValueError(f"batch_matmul uKernels take 1..{MAX_SYMBOLIC} symbolic dims, got {list(symbolic)}")
+        hw = task.hardware or HardwareModel.from_host()
+        tiles = bmm_tiles(hw, task.static, task.support, task.max_ukernels)
+        static_mnk = {d: v for d, v in task.static.items() if d != "B"}
+        kernels: dict[str, BmmUKernel] = {}
+        records: list[dict[str, Any]] = []
+        for mt, nt, kt in tiles:
+            uid = f"bmm{mt}x{nt}x{kt}"
+            kernels[uid] = build_bmm_ukernel(
+                mt, nt, kt, task.target, M=static_mnk.get("M", 0), N=static_mnk.get("N", 0), K=static_mnk.get("K", 0)
+            )
+            records.append({"id": uid, "tile": [mt, nt, kt]})
+        empty, groups = plan_cells(symbolic, task.support)
+        cells: dict[str, list[str | None]] = {layout: list(empty.cells) for layout in BT_LAYOUTS}
+        measured: dict[str, dict[str, float]] = {}
+        for index, points in sorted(groups.items()):
+            samples = [{**task.static, **sample} for sample in cell_samples(points)]
+            routes, timed = route_cell(kernels, samples, task)
+            for shape, times in zip(samples, timed, strict=True):
+                measured[",".join(f"{d}={shape[d]}" for d in symbolic)] = times
+            for layout, route in routes.items():
+                cells[layout][index] = route
+        table = per_layout_table(empty, cells)
+        used = table.ukernel_ids()
+        kernels = {uid: k for uid, k in kernels.items() if uid in used}
+        artifacts = {uid: k.export(task.work_dir) for uid, k in kernels.items()}
+        return BmmRangeOutcome(table, kernels, artifacts, measured, records, time.perf_counter() - began)
 
 
 def per_layout_table(empty: TupleDispatchTable, cells: Mapping[str, Sequence[str | None]]) -> TupleDispatchTable:

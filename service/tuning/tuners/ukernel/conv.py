@@ -251,7 +251,7 @@ def tune_conv_range(
     """Tune an NHWC conv2d layer (CPU) for every tuple of `support` (over its symbolic N, H, W): the dense
     uKernels over M, checked as a conv at the support's corners and past them. Raises when the check fails."""
     task = conv_range_task(workload, support, target, work_dir, max_ukernels=max_ukernels, validate=validate)
-    dense = UKernelTuner().tune_range(task, sink or QuietRangeSink())
+    dense = UKernelTuner().tune(task, sink or QuietRangeSink())
     out = ConvRangeOutcome(workload, route_conv(dense, workload, support) if vendor_routes else dense)
     error = verify_conv(out.dispatcher(), workload, check_tuples(workload, support))
     if error:

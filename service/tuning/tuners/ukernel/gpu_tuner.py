@@ -97,7 +97,7 @@ class DenseRange:
 class GPUUKernelTuner:
     name = "ukernel-cuda"
 
-    def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
+    def tune(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
         from service.tuning.platforms import tvm_target  # here: GPU hosts import this module without pydantic
 
         attrs = task.workload.attrs

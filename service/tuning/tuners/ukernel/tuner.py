@@ -36,7 +36,7 @@ from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
 from service.tuning.hardware_model import HardwareModel
-from service.tuning.tuners.base import TuningStopped
+from service.tuning.tuners.base import StopSignal, TuningStopped
 from service.tuning.tuners.ukernel.bounds import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
 from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
@@ -85,13 +85,11 @@ class RangeTask:
 NOISE_TIE = 0.03
 
 
-class RangeSink(Protocol):
+class RangeSink(StopSignal, Protocol):
     def on_ukernel(self, record: dict[str, Any]) -> None:
         """One uKernel newly measured (or failed), as soon as it is: a retried job resumes from these."""
 
     def on_validated(self, S: int, measured: int) -> None: ...
-
-    def should_stop(self) -> bool: ...
 
 
 class QuietRangeSink:
@@ -285,7 +283,7 @@ def time_against_vendor(dispatcher: Dispatcher, N: int, K: int, S: int, seed: in
 class UKernelTuner:
     name = "ukernel"
 
-    def tune_range(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
+    def tune(self, task: RangeTask, sink: RangeSink) -> RangeOutcome:
         began = time.perf_counter()
         if not 1 <= task.s_max <= MAX_S:
             raise ValueError(f"s_max must be in 1..{MAX_S}, got {task.s_max}")

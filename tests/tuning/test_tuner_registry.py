@@ -13,14 +13,15 @@ import pytest
 
 import service.tuning.tuners
 from service.tuning.tuners.base import StopSignal, Tuner
-from service.tuning.tuners.registry import TUNERS, tuner_class
+from service.tuning.tuners.registry import TUNERS
 
 
-@pytest.mark.parametrize("name", sorted(TUNERS))
+@pytest.mark.parametrize("name", TUNERS.names())
 def test_each_registered_tuner_implements_the_interface(name: str) -> None:
-    cls = tuner_class(name)
-    assert cls.name == name
-    assert isinstance(cls(), Tuner)
+    tuner = TUNERS.get(name)
+    cls = type(tuner)
+    assert tuner.name == name
+    assert isinstance(tuner, Tuner)
     assert list(inspect.signature(cls.tune).parameters) == ["self", "task", "sink"]
     hints = typing.get_type_hints(cls.tune)
     assert dataclasses.is_dataclass(hints["task"]), f"{name}: a task is a typed dataclass beside its tuner"
@@ -29,7 +30,7 @@ def test_each_registered_tuner_implements_the_interface(name: str) -> None:
 
 
 def test_every_tuner_class_is_registered() -> None:
-    registered = {tuner_class(name) for name in TUNERS}
+    registered = {type(tuner) for tuner in TUNERS.all()}
     found = set()
     for module in pkgutil.walk_packages(service.tuning.tuners.__path__, "service.tuning.tuners."):
         for _, cls in inspect.getmembers(importlib.import_module(module.name), inspect.isclass):
@@ -39,5 +40,5 @@ def test_every_tuner_class_is_registered() -> None:
 
 
 def test_an_unknown_tuner_names_the_registered_ones() -> None:
-    with pytest.raises(KeyError, match="registered: gemmini-baco"):
-        tuner_class("nope")
+    with pytest.raises(KeyError, match=r"unknown tuner 'nope'; known: gemmini-baco"):
+        TUNERS.get("nope")

@@ -1,73 +1,41 @@
-"""Every tuner by name. Each entry imports its tuner only when asked (a tuner pulls in TVM, CUDA or the
-Gemmini model), and its return type is where mypy checks that the tuner implements `base.Tuner` with its
-own task, sink and outcome."""
+"""Every tuner by name, in the project's one registry mechanism (service/registry.py), which holds one instance of
+each, as it does for job kinds and platforms: each built-in is imported only when asked (a tuner pulls in TVM, CUDA
+or the Gemmini model), and deployments may register more as plugins.
+
+The block under TYPE_CHECKING is where mypy checks that each built-in implements `base.Tuner` with its own task,
+sink and outcome (a registry of classes cannot carry those types itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from service.registry import Registry
 from service.tuning.tuners.base import StopSignal, Tuner
+
+TUNERS: Registry[Tuner[Any, Any, Any]] = Registry(
+    "tuner",
+    {
+        "sketch": "service.tuning.tuners.sketch:SketchTuner",
+        "ukernel": "service.tuning.tuners.ukernel.tuner:UKernelTuner",
+        "ukernel-cuda": "service.tuning.tuners.ukernel.gpu_tuner:GPUUKernelTuner",
+        "ukernel-bmm": "service.tuning.tuners.ukernel.bmm_tuner:BmmUKernelTuner",
+        "pipeline": "service.tuning.tuners.pipeline.tuner:PipelineTuner",
+        "gemmini-baco": "service.tuning.tuners.gemmini.tuner:BacoTuner",
+    },
+)
 
 if TYPE_CHECKING:
     from service.tuning.tuners.gemmini.search import SearchResult
-    from service.tuning.tuners.gemmini.tuner import BacoTask
-    from service.tuning.tuners.pipeline.tuner import PipelineOutcome, PipelineSink, PipelineTask
-    from service.tuning.tuners.sketch import CandidateSink, SketchOutcome, SketchTask
-    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeOutcome, BmmRangeTask
-    from service.tuning.tuners.ukernel.tuner import RangeOutcome, RangeSink, RangeTask
-
-
-def _sketch() -> type[Tuner[SketchTask, CandidateSink, SketchOutcome]]:
-    from service.tuning.tuners.sketch import SketchTuner
-
-    return SketchTuner
-
-
-def _ukernel() -> type[Tuner[RangeTask, RangeSink, RangeOutcome]]:
-    from service.tuning.tuners.ukernel.tuner import UKernelTuner
-
-    return UKernelTuner
-
-
-def _ukernel_cuda() -> type[Tuner[RangeTask, RangeSink, RangeOutcome]]:
+    from service.tuning.tuners.gemmini.tuner import BacoTask, BacoTuner
+    from service.tuning.tuners.pipeline.tuner import PipelineOutcome, PipelineSink, PipelineTask, PipelineTuner
+    from service.tuning.tuners.sketch import CandidateSink, SketchOutcome, SketchTask, SketchTuner
+    from service.tuning.tuners.ukernel.bmm_tuner import BmmRangeOutcome, BmmRangeTask, BmmUKernelTuner
     from service.tuning.tuners.ukernel.gpu_tuner import GPUUKernelTuner
+    from service.tuning.tuners.ukernel.tuner import RangeOutcome, RangeSink, RangeTask, UKernelTuner
 
-    return GPUUKernelTuner
-
-
-def _ukernel_bmm() -> type[Tuner[BmmRangeTask, StopSignal, BmmRangeOutcome]]:
-    from service.tuning.tuners.ukernel.bmm_tuner import BmmUKernelTuner
-
-    return BmmUKernelTuner
-
-
-def _pipeline() -> type[Tuner[PipelineTask, PipelineSink, PipelineOutcome]]:
-    from service.tuning.tuners.pipeline.tuner import PipelineTuner
-
-    return PipelineTuner
-
-
-def _gemmini_baco() -> type[Tuner[BacoTask, StopSignal, SearchResult]]:
-    from service.tuning.tuners.gemmini.tuner import BacoTuner
-
-    return BacoTuner
-
-
-TUNERS: Mapping[str, Callable[[], type[Tuner[Any, Any, Any]]]] = {
-    "sketch": _sketch,
-    "ukernel": _ukernel,
-    "ukernel-cuda": _ukernel_cuda,
-    "ukernel-bmm": _ukernel_bmm,
-    "pipeline": _pipeline,
-    "gemmini-baco": _gemmini_baco,
-}
-
-
-def tuner_class(name: str) -> type[Tuner[Any, Any, Any]]:
-    """The tuner registered as `name`; KeyError names the registered ones."""
-    try:
-        load = TUNERS[name]
-    except KeyError:
-        raise KeyError(f"no tuner {name!r}; registered: {', '.join(sorted(TUNERS))}") from None
-    return load()
+    _sketch: type[Tuner[SketchTask, CandidateSink, SketchOutcome]] = SketchTuner
+    _ukernel: type[Tuner[RangeTask, RangeSink, RangeOutcome]] = UKernelTuner
+    _ukernel_cuda: type[Tuner[RangeTask, RangeSink, RangeOutcome]] = GPUUKernelTuner
+    _ukernel_bmm: type[Tuner[BmmRangeTask, StopSignal, BmmRangeOutcome]] = BmmUKernelTuner
+    _pipeline: type[Tuner[PipelineTask, PipelineSink, PipelineOutcome]] = PipelineTuner
+    _gemmini_baco: type[Tuner[BacoTask, StopSignal, SearchResult]] = BacoTuner

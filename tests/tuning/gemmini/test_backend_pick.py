@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.tuning.gemmini.backends import get_backend
-from service.tuning.gemmini.space import DEFAULT_HW, Layer
+from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer
 from service.tuning.tuners.gemmini.backend_pick import measure_shortlist, network_edp
 from service.tuning.tuners.gemmini.best_flow import flow_options, measured_best
 from service.tuning.tuners.gemmini.search import co_explore
@@ -41,3 +41,20 @@ def test_the_winner_is_the_lowest_edp_zigzag_measures_among_the_shortlist() -> N
     # each candidate ran every layer in its fastest dataflow, exactly as measured_best measures one config
     maps, direct = measured_best(zz, own.hw, layers, flow_options(own.hw, layers, r.mappings))
     assert own.mappings == maps and network_edp(layers, direct) == own.measured_edp
+
+
+def test_the_grid_covers_every_legal_capacity_including_the_defaults() -> None:
+    """Issue 36 item 4: the grid baseline is the full space (it skipped every other capacity, the default's too)."""
+    from service.tuning.gemmini.area import default_budget
+    from service.tuning.gemmini.space import legal_acc_kibs, legal_sp_kibs
+    from service.tuning.tuners.gemmini.search import Limits, hw_grid
+
+    equal_area = hw_grid(Limits(buses=(128,), accept=default_budget().fits))
+    assert DEFAULT_HW in equal_area
+    full = hw_grid(Limits(buses=(128,), dataflows=("WS",)))
+    assert {(h.dim, h.sp_kib, h.acc_kib) for h in full if h.dim == 16} == {
+        (16, sp, acc)
+        for sp in legal_sp_kibs(16)
+        for acc in legal_acc_kibs(16)
+        if HwConfig(16, sp, acc, "WS").problem() is None
+    }

@@ -465,12 +465,13 @@ def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, see
 
 
 def hw_grid(limits: Limits = Limits()) -> list[HwConfig]:
-    """A regular grid over the hardware: every array dim, every other legal capacity (×4 steps), every
-    dataflow and bus width the limits allow; legal points within the limits only."""
+    """The full hardware grid: every array dim, every legal scratchpad and accumulator capacity, every dataflow
+    and bus width the limits allow; legal points within the limits only. (It took every other capacity before
+    issue 36 item 4, which skipped the default's own 256/64 KiB.)"""
     out = []
     for dim in ARRAY_DIMS:
-        for sp in legal_sp_kibs(dim)[::2]:
-            for acc in legal_acc_kibs(dim)[::2]:
+        for sp in legal_sp_kibs(dim):
+            for acc in legal_acc_kibs(dim):
                 for flow in limits.dataflows:
                     for bus in limits.buses:
                         hw = HwConfig(dim=dim, sp_kib=sp, acc_kib=acc, dataflow=flow, dma_buswidth=bus)

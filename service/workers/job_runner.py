@@ -251,7 +251,7 @@ def _publish(
                 workload_hash=ctx.workload.workload_hash,
                 target_fingerprint=fingerprint,
                 dim=d.dim,
-                table=d.table,
+                table=d.table.to_json(),
                 artifacts=d.artifacts,
                 predicted=d.predicted,
                 measured=d.measured,

@@ -615,3 +615,34 @@ def test_a_layer_without_a_table_holds_calls_out_too_so_the_fleet_learns_its_bas
     held = record["holdout"]
     assert held["baseline"] == "torch" and held["baseline_calls"] == 3 and held["served_calls"] == 6
     fast.close()
+
+
+def test_a_table_of_another_operator_family_is_not_run_as_a_linear_layer(tmp_path: Path) -> None:
+    from tests.clients.row_scale_table import RowScaleTable  # a test-only family (tests/clients/test_tables.py)
+
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    model = nn.Sequential(nn.Linear(H, H)).eval()
+    wh = workload_hash(dense_workload(H, H, Epilogue(True)))
+    doc = DispatchDoc(
+        workload_hash=wh,
+        target_fingerprint=TARGET,
+        dim="M",
+        s_max=4,
+        table=RowScaleTable(4, 2.0).to_json(),
+        ukernels=[],
+        predicted_latency_s=[1e-6] * 4,
+        measured_latency_s={},
+        created_at=dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
+    )
+    body = doc.model_dump_json().encode()
+    cache = DispatchCache(tmp_path)
+    cache.write_doc(wh, TARGET, CachedDoc('"e"', body, _sign(key, wh, body)))
+    fast = accelerate(model, tmp_path, target=TARGET, trusted_key=public, workloads={"0": wh}, print_summary=False)
+    (layer,) = fast.summary().layers
+    assert (
+        layer.runs_on == "pytorch" and layer.reason is not None and "a RowScale table, not a dense one" in layer.reason
+    )
+    x = torch.randn(3, H)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), model(x))

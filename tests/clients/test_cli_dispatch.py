@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelfleet import cli, vendor
-from kernelfleet.conv_dispatcher import TABLE_KEY, ConvGeometry
+from kernelfleet.conv_dispatcher import ConvGeometry
 from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.models import DispatchDoc, UKernelRef
+from kernelfleet.tables import CONV_KEY
 from kernelfleet.tuple_dispatch import TupleDispatchTable
 
 UKERNEL = UKernelRef(id="u16", sha256="ab" * 32, spec={"mt": 16}, size_bytes=1234)
@@ -61,7 +62,7 @@ def test_a_conv_table_shows_the_range_its_intervals_cover(monkeypatch: pytest.Mo
     table = DispatchTable(
         (Interval(1, 3000, Shape((), "u16")), Interval(3001, 7840, None, vendor.NUMPY)), {"u16": 16}
     ).to_dict()
-    table[TABLE_KEY] = ConvGeometry(stride=1, padding=1, filter=(3, 3, 64, 64), static={"H": 28, "W": 28}).to_dict()
+    table[CONV_KEY] = ConvGeometry(stride=1, padding=1, filter=(3, 3, 64, 64), static={"H": 28, "W": 28}).to_dict()
     out = _dispatch(monkeypatch, _doc(table, "M", 4096, {"784": 3e-6, "7840": 9e-5}))
     assert "M = N·OH·OW = 1..7840" in out and "1..4096 (larger" not in out
     assert "predicted latencies cover M = 1..4096" in out

@@ -83,6 +83,7 @@ def test_ukernel_job_publishes_a_table_the_sdk_serves_every_shape_from(fleet: Fl
     doc, etag = doc_and_etag
     assert doc.s_max == S_MAX and doc.job_id == job.id and len(doc.predicted_latency_s) == S_MAX
     assert doc.table["epilogue"] == GELU.to_dict() and all(u.spec["activation"] == "gelu" for u in doc.ukernels)
+    assert doc.table["kind"] == "dense"  # served as stored: tagged with its family (kernelfleet.tables)
     assert (
         doc.ukernels
         and client._http.get("/v1/dispatch", params={"workload": workload, "target": target}).headers[

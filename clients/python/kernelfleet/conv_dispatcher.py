@@ -11,8 +11,8 @@ to numpy or where there is no table (then every call counts as a miss). Where th
 the dispatcher runs PyTorch's own conv2d on the NHWC input (a channels_last view, no im2col: kernelfleet.vendor),
 the library the job measured fastest there.
 
-The service publishes a conv table as a dense dispatch document whose table carries the geometry under
-"conv2d" (`ConvGeometry.to_dict`); it is signed and cached like any other (kernelfleet.dispatch_cache).
+The service publishes a conv table as a `kernelfleet.tables.ConvTable` (the dense table and the geometry); it is
+signed and cached like any other (kernelfleet.dispatch_cache).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from kernelfleet import vendor
 from kernelfleet.dispatch import Piece
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 
-TABLE_KEY = "conv2d"  # where a dense dispatch table carries the conv geometry
 _now = time.perf_counter
 CONV_DIMS = ("N", "H", "W")  # the dims a conv table may leave symbolic: those that only change M
 

@@ -44,15 +44,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 import numpy as np
 
-from kernelfleet.conv_dispatcher import TABLE_KEY as CONV_KEY
-from kernelfleet.conv_dispatcher import ConvDispatcher, ConvGeometry
+from kernelfleet.conv_dispatcher import ConvDispatcher
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
 from kernelfleet.errors import KernelFleetError
 from kernelfleet.models import DispatchDoc
 from kernelfleet.signing import UntrustedArtifact, verify_bytes, verify_document
-from kernelfleet.tuple_dispatch import FORMAT as TUPLE_FORMAT
+from kernelfleet.tables import BatchMatmulTable, ConvTable, DenseTable, table_from_json
 
 if TYPE_CHECKING:
     from kernelfleet.bmm_dispatcher import BmmDispatcher
@@ -292,88 +291,131 @@ def _timings(doc: DispatchDoc) -> dict[str, Any]:
     return {"timed_s": timed} if isinstance(timed, dict) and timed else {}
 
 
+class DispatcherLoader(Protocol):
+    """Builds a table family's dispatcher from a verified document and its table (the family's
+    kernelfleet.tables variant), loading each uKernel from the cache with `verified_artifact`."""
+
+    def __call__(
+        self, doc: DispatchDoc, table: Any, cache: DispatchCache, source: str, epilogue: Epilogue | None
+    ) -> Any: ...
+
+
+_LOADERS: dict[str, DispatcherLoader] = {}
+
+
+def register_loader(kind: str, loader: DispatcherLoader) -> None:
+    """Load tables of `kind` (a kernelfleet.tables variant's tag) with `loader`."""
+    known = _LOADERS.get(kind)
+    if known is not None and known is not loader:
+        raise ValueError(f"tables of kind {kind!r} already load with {known!r}")
+    _LOADERS[kind] = loader
+
+
+def verified_artifact(cache: DispatchCache, sha256: str) -> Path:
+    """The cached library with this sha256, once its bytes hash to it."""
+    path = cache.artifact_path(sha256)
+    verify_bytes(path.read_bytes(), sha256)
+    return path
+
+
 def dispatcher_from_doc(
     doc: DispatchDoc, cache: DispatchCache, source: str, epilogue: Epilogue | None = None
 ) -> Dispatcher | CudaDispatcher | BmmDispatcher | ConvDispatcher:
-    """Load a verified document's uKernels from the cache, checking each library's hash before loading it.
-    `epilogue`, when given, must be the table's (the layer the caller runs is the layer that was tuned)."""
-    from kernelfleet.cuda_ukernel import is_cuda_spec
-
-    if doc.table.get("format") == TUPLE_FORMAT:  # batch_matmul over several dynamic dims
-        return bmm_dispatcher_from_doc(doc, cache, source)
-    if doc.ukernels and is_cuda_spec(doc.ukernels[0].spec):
-        return cuda_dispatcher_from_doc(doc, cache, source)
-    from kernelfleet.ukernel import UKernelSpec, load_ukernel
-
-    kernels = {}
-    for u in doc.ukernels:
-        path = cache.artifact_path(u.sha256)
-        verify_bytes(path.read_bytes(), u.sha256)
-        kernels[u.id] = load_ukernel(path, UKernelSpec.from_dict(u.spec))
-    spec = next(iter(kernels.values())).spec if kernels else None  # None: every S routed to the vendor
-    dense = Dispatcher(
-        DispatchTable.from_dict(doc.table),
-        kernels,
-        N=spec.N if spec else None,
-        K=spec.K if spec else None,
-        exact={o.S: _LazyKernel(o.config) for o in doc.overrides},
-        source=source,
-        epilogue=epilogue,
-        meta={
-            "workload_hash": doc.workload_hash,
-            "target_fingerprint": doc.target_fingerprint,
-            "dim": doc.dim,
-            "job_id": doc.job_id,
-            **_timings(doc),
-        },
+    """Load a verified document's uKernels from the cache, checking each library's hash before loading it, into
+    the dispatcher its table's family loads with (`register_loader`). `epilogue`, when given, must be the table's
+    (the layer the caller runs is the layer that was tuned)."""
+    table = table_from_json(doc.table)
+    loader = _LOADERS.get(table.kind)
+    if loader is None:
+        raise ValueError(f"this SDK reads {table.kind} tables but cannot load them into a dispatcher")
+    dispatcher: Dispatcher | CudaDispatcher | BmmDispatcher | ConvDispatcher = loader(
+        doc, table, cache, source, epilogue
     )
-    if CONV_KEY in doc.table:  # a conv2d layer as an implicit GEMM over M = N·OH·OW
-        return ConvDispatcher(dense, ConvGeometry.from_dict(doc.table[CONV_KEY]))
-    return dense
+    return dispatcher
 
 
-def bmm_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> BmmDispatcher:
-    """A batch_matmul tuple table's dispatcher (kernelfleet.bmm_dispatcher), each library's hash checked first."""
-    from kernelfleet.bmm_dispatcher import BmmDispatcher
-    from kernelfleet.bmm_ukernel import BmmSpec, load_bmm_ukernel
-    from kernelfleet.tuple_dispatch import TupleDispatchTable
-
-    kernels = {}
-    for u in doc.ukernels:
-        path = cache.artifact_path(u.sha256)
-        verify_bytes(path.read_bytes(), u.sha256)
-        kernels[u.id] = load_bmm_ukernel(path, BmmSpec.from_dict(u.spec))
-    static = {str(d): int(v) for d, v in doc.table.get("static", {}).items()}
-    return BmmDispatcher(TupleDispatchTable.from_dict(doc.table), kernels, static, source)
-
-
-def cuda_dispatcher_from_doc(doc: DispatchDoc, cache: DispatchCache, source: str) -> CudaDispatcher:
-    """A CUDA table's dispatcher: device tensors in and out. Raises NoCudaDevice on a host without a GPU
-    (a CUDA table is for GPU inference hosts; there is no CPU fallback that would honour it)."""
-    from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernelSpec, load_cuda_ukernel, require_cuda
-
-    require_cuda()
-    kernels = {}
-    for u in doc.ukernels:
-        path = cache.artifact_path(u.sha256)
-        verify_bytes(path.read_bytes(), u.sha256)
-        kernels[u.id] = load_cuda_ukernel(path, CudaUKernelSpec.from_dict(u.spec))
-    spec = next(iter(kernels.values())).spec
-    meta = {
+def _meta(doc: DispatchDoc) -> dict[str, Any]:
+    return {
         "workload_hash": doc.workload_hash,
         "target_fingerprint": doc.target_fingerprint,
         "dim": doc.dim,
         "job_id": doc.job_id,
         **_timings(doc),
     }
-    return CudaDispatcher(
-        DispatchTable.from_dict(doc.table),
+
+
+def _dense_dispatcher(
+    doc: DispatchDoc, table: DispatchTable, cache: DispatchCache, source: str, epilogue: Epilogue | None
+) -> Dispatcher | CudaDispatcher:
+    """A dense table's dispatcher: on CUDA uKernels when its uKernels are CUDA ones (the table itself is the same
+    on both platforms), else on CPU uKernels."""
+    from kernelfleet.cuda_ukernel import is_cuda_spec
+
+    if doc.ukernels and is_cuda_spec(doc.ukernels[0].spec):
+        return _cuda_dispatcher(doc, table, cache, source)
+    from kernelfleet.ukernel import UKernelSpec, load_ukernel
+
+    kernels = {
+        u.id: load_ukernel(verified_artifact(cache, u.sha256), UKernelSpec.from_dict(u.spec)) for u in doc.ukernels
+    }
+    spec = next(iter(kernels.values())).spec if kernels else None  # None: every S routed to the vendor
+    return Dispatcher(
+        table,
         kernels,
-        N=spec.N,
-        K=spec.K,
+        N=spec.N if spec else None,
+        K=spec.K if spec else None,
+        exact={o.S: _LazyKernel(o.config) for o in doc.overrides},
         source=source,
-        meta=meta,
+        epilogue=epilogue,
+        meta=_meta(doc),
     )
+
+
+def _load_dense(
+    doc: DispatchDoc, table: DenseTable, cache: DispatchCache, source: str, epilogue: Epilogue | None
+) -> Dispatcher | CudaDispatcher:
+    return _dense_dispatcher(doc, table.table, cache, source, epilogue)
+
+
+def _load_conv(
+    doc: DispatchDoc, table: ConvTable, cache: DispatchCache, source: str, epilogue: Epilogue | None
+) -> ConvDispatcher:
+    """A conv2d layer as an implicit GEMM over M = N·OH·OW: the dense dispatcher behind the layer's geometry."""
+    dense = _dense_dispatcher(doc, table.table, cache, source, epilogue)
+    assert isinstance(dense, Dispatcher), "conv2d tables are published for CPU targets only"
+    return ConvDispatcher(dense, table.geometry)
+
+
+def _load_batch_matmul(
+    doc: DispatchDoc, table: BatchMatmulTable, cache: DispatchCache, source: str, epilogue: Epilogue | None
+) -> BmmDispatcher:
+    """A batch_matmul tuple table's dispatcher (kernelfleet.bmm_dispatcher)."""
+    from kernelfleet.bmm_dispatcher import BmmDispatcher
+    from kernelfleet.bmm_ukernel import BmmSpec, load_bmm_ukernel
+
+    kernels = {
+        u.id: load_bmm_ukernel(verified_artifact(cache, u.sha256), BmmSpec.from_dict(u.spec)) for u in doc.ukernels
+    }
+    return BmmDispatcher(table.table, kernels, dict(table.static), source)
+
+
+def _cuda_dispatcher(doc: DispatchDoc, table: DispatchTable, cache: DispatchCache, source: str) -> CudaDispatcher:
+    """A CUDA table's dispatcher: device tensors in and out. Raises NoCudaDevice on a host without a GPU
+    (a CUDA table is for GPU inference hosts; there is no CPU fallback that would honour it)."""
+    from kernelfleet.cuda_ukernel import CudaDispatcher, CudaUKernelSpec, load_cuda_ukernel, require_cuda
+
+    require_cuda()
+    kernels = {
+        u.id: load_cuda_ukernel(verified_artifact(cache, u.sha256), CudaUKernelSpec.from_dict(u.spec))
+        for u in doc.ukernels
+    }
+    spec = next(iter(kernels.values())).spec
+    return CudaDispatcher(table, kernels, N=spec.N, K=spec.K, source=source, meta=_meta(doc))
+
+
+register_loader(DenseTable.kind, _load_dense)
+register_loader(ConvTable.kind, _load_conv)
+register_loader(BatchMatmulTable.kind, _load_batch_matmul)
 
 
 # What a service that cannot answer looks like to the SDK: unreachable, 503, a revoked key (401/403), a

@@ -1,6 +1,6 @@
 """What `kernelfleet dispatch` says about a dispatch document, for each kind of table the service publishes.
 
-A document holds one of three tables (kernelfleet.dispatch_cache loads each into its dispatcher):
+A document holds one of three tables (kernelfleet.tables; kernelfleet.dispatch_cache loads each into its dispatcher):
 - dense: a DispatchTable of intervals over one dim;
 - conv2d: the same dense table over M = N·OH·OW, with the layer's geometry under "conv2d". Its intervals run to
   the largest M of the job's support: the routes the job timed there extend them past the range the tuner's cost
@@ -16,38 +16,33 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kernelfleet import vendor
-from kernelfleet.conv_dispatcher import TABLE_KEY as CONV_KEY
-from kernelfleet.conv_dispatcher import ConvGeometry
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.models import DispatchDoc
-from kernelfleet.tuple_dispatch import FORMAT as TUPLE_FORMAT
+from kernelfleet.tables import BatchMatmulTable, ConvTable, DenseTable, TableVariant, table_from_json
 from kernelfleet.tuple_dispatch import TupleDispatchTable
 
 ROUTED = "measured faster than the uKernels and the other vendor libraries as the SDK calls them"
 MAX_BOXES = 8  # routed cells listed per library; a grid has up to hundreds
 
 
-def table_kind(doc: DispatchDoc) -> str:
-    """Which dispatcher the document loads into: "batch_matmul", "conv2d" or "dense"."""
-    if doc.table.get("format") == TUPLE_FORMAT:
-        return "batch_matmul"
-    return "conv2d" if CONV_KEY in doc.table else "dense"
-
-
 def describe(doc: DispatchDoc) -> list[str]:
     """The document as lines: the table's true ranges and routes, its uKernels, then what the job measured."""
-    kind = table_kind(doc)
-    if kind == "batch_matmul":
-        head = _tuple_lines(doc, TupleDispatchTable.from_dict(doc.table))
-    else:
-        head = _interval_lines(doc, DispatchTable.from_dict(doc.table), kind)
-    return [*head, *_ukernel_lines(doc), *_measurement_lines(doc)]
+    return [*_table_lines(doc, table_from_json(doc.table)), *_ukernel_lines(doc), *_measurement_lines(doc)]
 
 
-def _interval_lines(doc: DispatchDoc, table: DispatchTable, kind: str) -> list[str]:
+def _table_lines(doc: DispatchDoc, variant: TableVariant) -> list[str]:
+    if isinstance(variant, BatchMatmulTable):
+        return _tuple_lines(doc, variant)
+    if isinstance(variant, ConvTable | DenseTable):
+        return _interval_lines(doc, variant)
+    return [f"a {variant.kind} table from job {doc.job_id}"]  # a family this view has no summary for
+
+
+def _interval_lines(doc: DispatchDoc, variant: DenseTable | ConvTable) -> list[str]:
+    table: DispatchTable = variant.table
     lo, hi = table.intervals[0].lo, table.s_max
-    if kind == "conv2d":
-        g = ConvGeometry.from_dict(doc.table[CONV_KEY])
+    if isinstance(variant, ConvTable):
+        g = variant.geometry
         flt = "any" if g.filter is None else "×".join(map(str, g.filter))
         static = ", ".join(f"{k}={v}" for k, v in g.static.items()) or "none"
         where = f"conv2d as an implicit GEMM over {doc.dim} = N·OH·OW"
@@ -94,8 +89,8 @@ def _cell_lines(table: TupleDispatchTable, cells: tuple[str | None, ...], layout
     return lines + [f"  routed to {lib} ({ROUTED}): {_boxes(table.dims, boxes)}" for lib, boxes in routed.items()]
 
 
-def _tuple_lines(doc: DispatchDoc, table: TupleDispatchTable) -> list[str]:
-    static = doc.table.get("static") or {}
+def _tuple_lines(doc: DispatchDoc, variant: BatchMatmulTable) -> list[str]:
+    table, static = variant.table, variant.static
     ranges = ", ".join(
         f"{d} = {s[0]}..{hi} ({len(s)} classes)" for d, s, hi in zip(table.dims, table.starts, table.his, strict=True)
     )

@@ -804,9 +804,7 @@ def accelerate(
 
     def dispatcher_for(h: str) -> Dispatcher | CudaDispatcher | None:
         if h not in loaded:
-            from kernelfleet.bmm_dispatcher import BmmDispatcher
-            from kernelfleet.conv_dispatcher import ConvDispatcher
-            from kernelfleet.cuda_ukernel import NoCudaDevice
+            from kernelfleet.cuda_ukernel import CudaDispatcher, NoCudaDevice
 
             loaded[h] = None
             try:
@@ -815,7 +813,7 @@ def accelerate(
             except NoCudaDevice as exc:  # a CUDA table on a host without a GPU: PyTorch runs the layer
                 why_not[h] = str(exc)
                 return None
-            if isinstance(d, BmmDispatcher | ConvDispatcher):  # Linear layers run dense tables only
+            if not isinstance(d, Dispatcher | CudaDispatcher):  # Linear layers run dense tables only
                 why_not[h] = f"its table is a {type(d).__name__.removesuffix('Dispatcher')} table, not a dense one"
             else:
                 loaded[h] = d

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from kernelfleet.tables import TableVariant
 from service.models import Budget, TargetSpec, Workload, WorkloadSpec
 from service.models.artifact import Artifact
 from service.models.config import MeasuredCandidate
@@ -107,7 +108,7 @@ class DispatchPublication:
     """A dispatch table covering a dynamic dimension, with the artifacts it names."""
 
     dim: str
-    table: dict[str, Any]
+    table: TableVariant
     artifacts: list[Artifact]
     predicted: list[float]
     measured: dict[int, float]

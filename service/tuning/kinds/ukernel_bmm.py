@@ -16,6 +16,7 @@ from typing import Any
 
 from kernelfleet.bmm_dispatcher import BNK
 from kernelfleet.bmm_ukernel import BMM_DIMS
+from kernelfleet.tables import BatchMatmulTable
 from kernelfleet.vendor import is_vendor
 from service.models import TargetSpec, WorkloadSpec, shape_key
 from service.models.artifact import Artifact
@@ -33,6 +34,7 @@ from service.tuning.kinds.base import (
     WorkUnit,
 )
 from service.tuning.kinds.host_library import host_library
+from service.tuning.kinds.ukernel_ops import UKernelOperator, every_dim_up_to_max_s, register_operator
 from service.tuning.tuners.ukernel.bounds import MAX_S
 
 MAX_SYMBOLIC = 3
@@ -144,10 +146,15 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
     ]
     publication = DispatchPublication(
         dim=dims,
-        table={**outcome.table.to_dict(), "static": static},
+        table=BatchMatmulTable(outcome.table, static),
         artifacts=artifacts,
         predicted=[],
         measured={},
         validation=validation,
     )
     return UnitResult(shapes=shapes, dispatch=publication)
+
+
+BATCH_MATMUL = register_operator(
+    UKernelOperator("batch_matmul", validate_bmm, plan_bmm, run_bmm_unit, every_dim_up_to_max_s)
+)

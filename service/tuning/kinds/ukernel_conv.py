@@ -4,10 +4,10 @@ The layer is the dense layer Y[M, CO] = im2col(I)[M, KH·KW·CI]·Wᵀ over M = 
 job tunes that dense layer over the distribution its tuples induce on M with the dense machinery (rules, cost
 model, combination DP) up to M = MAX_S (the table's last interval serves larger M), routes M to a vendor
 library's conv where one is faster at the support's own M (numpy's im2col GEMM, PyTorch's conv2d:
-tuners.ukernel.conv.route_conv), and publishes the dense table
-over M with the conv's geometry under "conv2d" (stride, padding, filter sizes, static dims), signed like any
-other; the SDK loads it as a ConvDispatcher (kernelfleet.conv_dispatcher), which maps a tuple to M in O(1). Its
-shape rows are the hot tuples, timed through the conv dispatcher (im2col included) next to the vendor's conv.
+tuners.ukernel.conv.route_conv), and publishes the dense table over M with the conv's geometry (stride, padding,
+filter sizes, static dims) as a kernelfleet.tables.ConvTable, signed like any other; the SDK loads it as a
+ConvDispatcher (kernelfleet.conv_dispatcher), which maps a tuple to M in O(1). Its shape rows are the hot
+tuples, timed through the conv dispatcher (im2col included) next to the vendor's conv.
 
 Before publishing, the dense dispatcher is verified over M as for a dense job, and the conv dispatcher against
 the numpy conv at every corner of the support's box and past it. Not covered: CUDA targets, float16, symbolic
@@ -18,12 +18,16 @@ another layout or those attributes is refused when it is registered (422 at `wor
 
 from __future__ import annotations
 
-from kernelfleet.conv_dispatcher import CONV_DIMS, TABLE_KEY
+from collections.abc import Mapping
+
+from kernelfleet.conv_dispatcher import CONV_DIMS
+from kernelfleet.tables import ConvTable
 from service.models import TargetSpec, WorkloadSpec, shape_key
 from service.models.distribution import ShapeDistribution
 from service.models.plan import PlannedShape
 from service.tuning import planning
 from service.tuning.kinds.base import Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
+from service.tuning.kinds.ukernel_ops import UKernelOperator, register_operator
 from service.tuning.tuners.ukernel.bounds import MAX_CONV_M
 
 
@@ -88,6 +92,16 @@ def run_conv_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> 
         ShapeOutcome(p.shape, latency_s=conv.time_conv(dispatcher, w, p.shape), vendor=ctx.platform.vendor(w, p.shape))
         for p in hot
     ]
-    geometry = {TABLE_KEY: conv.geometry(w).to_dict()}
     high = max(conv.rows(w, shape) for shape, _ in support)
-    return publish_range(outcome, ctx, shapes, f"M = N·OH·OW in 1..{high}", geometry)
+    table = ConvTable(outcome.table, conv.geometry(w))
+    return publish_range(outcome, ctx, shapes, f"M = N·OH·OW in 1..{high}", table)
+
+
+def conv_in_scope(workload: WorkloadSpec, shape: Mapping[str, int]) -> bool:
+    """Whether one job can tune up to `shape`: its M = N·OH·OW up to MAX_CONV_M."""
+    from service.tuning.tuners.ukernel.conv import rows
+
+    return rows(workload, shape) <= MAX_CONV_M
+
+
+CONV2D = register_operator(UKernelOperator("conv2d", validate_conv, plan_conv, run_conv_unit, conv_in_scope))

@@ -6,12 +6,13 @@ and publish its table over M or say why not.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernelfleet.tables import TableVariant
 from service.models import WorkloadSpec
 from service.models.artifact import Artifact
 from service.models.config import MeasuredCandidate
@@ -153,15 +154,11 @@ def tune_unit(
 
 
 def publish_range(
-    outcome: RangeOutcome,
-    ctx: UnitContext,
-    shapes: list[ShapeOutcome],
-    covers: str,
-    extra: Mapping[str, Any] | None = None,
+    outcome: RangeOutcome, ctx: UnitContext, shapes: list[ShapeOutcome], covers: str, table: TableVariant
 ) -> UnitResult:
-    """A verified range outcome as the unit's dispatch table over M (`extra`: more keys in the table), or why
-    it is not published: the hosts' library (the job's host_library) is fastest at every S it `covers` (e.g.
-    "M in 1..128")."""
+    """A verified range outcome as the unit's dispatch `table` over M (the outcome's table, as its family's
+    variant), or why it is not published: the hosts' library (the job's host_library) is fastest at every S it
+    `covers` (e.g. "M in 1..128")."""
     library = host_library(ctx.tags)
     if not outcome.changes_for(library) and ctx.settings.publish_only_faster_than_vendor:
         # every S went to the library the hosts run anyway: the table would change nothing for them
@@ -173,7 +170,7 @@ def publish_range(
         )
     publication = DispatchPublication(
         dim=DIM,
-        table={**outcome.table.to_dict(), **(extra or {})},
+        table=table,
         artifacts=artifacts_of(outcome),
         predicted=outcome.predicted_s,
         measured=outcome.measured_s,

@@ -45,7 +45,7 @@ def test_a_unit_publishes_a_tuple_table_the_sdk_runs(tmp_path: Path) -> None:
     result, _ = run_ukernel_unit(AV, AV_T, tmp_path / "work")
     assert result.fatal is None and result.dispatch is not None
     pub = result.dispatch
-    assert pub.dim == "M,K" and pub.table["static"] == {"B": 2, "N": 64} and len(result.shapes) == 2
+    assert pub.dim == "M,K" and pub.table.static == {"B": 2, "N": 64} and len(result.shapes) == 2
     cache = DispatchCache(tmp_path / "cache")
     for a in pub.artifacts:
         cache.put_artifact(a.sha256, a.data)

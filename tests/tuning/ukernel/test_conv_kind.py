@@ -80,7 +80,7 @@ def test_a_unit_publishes_a_table_the_sdk_runs_offline_from_its_signed_cache(tmp
     assert result.fatal is None and result.dispatch is not None and sink.candidates
     pub = result.dispatch
     assert pub.dim == "M" and len(pub.predicted) == 2 * 9 * 9  # the largest M = N·OH·OW
-    assert pub.table["conv2d"] == {"stride": 1, "padding": 1, "filter": [3, 3, CI, CO], "static": {}}
+    assert pub.table.to_json()["conv2d"] == {"stride": 1, "padding": 1, "filter": [3, 3, CI, CO], "static": {}}
     assert [s.shape for s in result.shapes] == [{"N": 2, "H": 9, "W": 9}, {"N": 2, "H": 6, "W": 6}]
     assert all(s.latency_s and s.vendor for s in result.shapes)
 
@@ -126,7 +126,8 @@ def test_a_table_routing_every_m_to_pytorch_is_published_and_runs_offline(
     result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
     assert result.fatal is None and result.dispatch is not None and result.dispatch.artifacts == []
     pub = result.dispatch
-    assert pub.table["intervals"] == [[1, 2 * 9 * 9, "vendor:torch"]] and pub.table["mts"] == {}
+    wire = pub.table.to_json()
+    assert wire["intervals"] == [[1, 2 * 9 * 9, "vendor:torch"]] and wire["mts"] == {}
     key = Ed25519PrivateKey.generate()
     public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
     body = publication_doc(pub, WH, TARGET).model_dump_json().encode()
@@ -160,7 +161,7 @@ def test_the_gemm_sweep_never_routes_a_conv_whose_ukernels_won_as_a_conv(
     result, _ = run_ukernel_unit(CONV, DIST, tmp_path / "work", vendor_routes=True)
     assert result.fatal is None and result.dispatch is not None, result.not_published
     pub = result.dispatch
-    table = DispatchTable.from_dict(pub.table)
+    table = DispatchTable.from_dict(pub.table.to_json())
     assert not any(iv.vendor for iv in table.intervals) and table.mts and pub.artifacts
     assert pub.validation["conv_routes"]["spans"] == [] and pub.validation["vendor_routes"]["vendor_S"] == 0
 
@@ -189,4 +190,4 @@ def test_a_conv_route_that_stands_alone_is_confirmed_before_it_counts(
     first = next(iter(calls))
     assert calls[first] == 2 and first in routes["confirmed_M"]  # re-timed: 5 wins of 8 rounds is no win
     assert routes["timed_s"][str(first)]["route"] == "torch" and routes["timed_s"][str(first)]["rounds"] == 8
-    assert result.dispatch.table["intervals"] == [[1, 2 * 9 * 9, "vendor:torch"]]
+    assert result.dispatch.table.to_json()["intervals"] == [[1, 2 * 9 * 9, "vendor:torch"]]

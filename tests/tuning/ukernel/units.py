@@ -48,7 +48,7 @@ def publication_doc(pub: DispatchPublication, workload_hash: str, target_fingerp
         target_fingerprint=target_fingerprint,
         dim=pub.dim,
         s_max=len(pub.predicted),
-        table=pub.table,
+        table=pub.table.to_json(),
         ukernels=[
             UKernelRef(id=a.ukernel_id, sha256=a.sha256, spec=a.spec, size_bytes=len(a.data)) for a in pub.artifacts
         ],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelfleet.dispatch import DispatchTable
+from kernelfleet.tables import ConvTable, DenseTable, table_from_json
 from service.api.dashboard import panels as ui
 from service.api.dashboard.job_pages.base import JobPage
 
@@ -19,9 +21,10 @@ class UKernelPage(JobPage):
             "best seconds per row",
             "a uKernel's best time per row of M over the M it was timed at (uKernels differ in M-tile)",
         )
-        # a batch_matmul table is over several dims (kernelfleet.tuple_dispatch): no M-range panels for it yet
-        ranged = data.dispatch is not None and data.dispatch.table.get("format") is None
-        out = [*(_range_panels(data) if ranged else []), shapes_table, *curves]
+        # a table over several dims (batch_matmul: kernelfleet.tuple_dispatch) has no M-range panels yet
+        table = table_from_json(data.dispatch.table) if data.dispatch is not None else None
+        ranged = table.table if isinstance(table, DenseTable | ConvTable) else None
+        out = [*(_range_panels(data, ranged) if ranged is not None else []), shapes_table, *curves]
         return [*out, _ukernels_table(data, describe), ui.errors_table(data)]
 
 
@@ -37,12 +40,9 @@ def _program(table: Any, S: int) -> str:
     return on_ukernels or f"the vendor library ({table.vendor_library(S)})"
 
 
-def _range_panels(data: ui.JobData) -> list[ui.Panel]:
-    from kernelfleet.dispatch import DispatchTable
-
+def _range_panels(data: ui.JobData, table: DispatchTable) -> list[ui.Panel]:
     doc = data.dispatch
     assert doc is not None
-    table = DispatchTable.from_dict(doc.table)
     dim = doc.dim
     programs = [_program(table, S) for S in range(1, doc.s_max + 1)]
 

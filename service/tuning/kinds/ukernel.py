@@ -14,7 +14,7 @@ runs every S ≤ 256, both ends of every interval and two primes past S_max agai
 A layer's bias and activation (dense attrs) are fused into every uKernel on CPU targets, and the vendor side
 of every timing runs them too (numpy, as a host would); CUDA uKernels do not fuse them yet.
 
-Each operator family is one module that registers how it validates, plans and runs its unit (kinds/ukernel_ops.py):
+Each operator family is one module that says how it validates, plans and runs its unit (kinds/ukernel_ops.py):
 dense layers in kinds/ukernel_dense.py, batch_matmul (several dynamic dims, a tuple table) in kinds/ukernel_bmm.py,
 conv2d (NHWC, an implicit GEMM over M = N·OH·OW through the same range unit, kinds/ukernel_range.py) in
 kinds/ukernel_conv.py. The kind itself branches on no op.
@@ -30,7 +30,6 @@ from pydantic import BaseModel
 from service.models import Budget, TargetSpec, WorkloadSpec
 from service.models.config import UKernelTileConfig
 from service.models.distribution import ShapeDistribution
-from service.tuning.kinds import ukernel_bmm, ukernel_conv, ukernel_dense  # noqa: F401  (each registers its op)
 from service.tuning.kinds.base import (
     JobKind,
     Plan,
@@ -40,7 +39,7 @@ from service.tuning.kinds.base import (
     WorkUnit,
 )
 from service.tuning.kinds.host_library import check_host_library
-from service.tuning.kinds.ukernel_ops import UKernelOperator, operator_for, operator_names
+from service.tuning.kinds.ukernel_ops import UKERNEL_OPERATORS, UKernelOperator
 from service.tuning.kinds.ukernel_range import DIM, artifacts_of, validation_record, verification_shapes, verify
 from service.tuning.tuners.ukernel.bounds import MAX_UKERNELS
 
@@ -61,10 +60,9 @@ class UKernelKind(JobKind):
     def validate(
         self, workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec, budget: Budget
     ) -> Problem | None:
-        operator = operator_for(workload.op)
-        if operator is None:
-            return Problem(("workload",), f"ukernel jobs tune the ops {', '.join(operator_names())}")
-        return operator.validate(workload, distribution, target)
+        if workload.op not in UKERNEL_OPERATORS.names():
+            return Problem(("workload",), f"ukernel jobs tune the ops {', '.join(UKERNEL_OPERATORS.names())}")
+        return UKERNEL_OPERATORS.get(workload.op).validate(workload, distribution, target)
 
     def check_tags(self, tags: Mapping[str, str]) -> Problem | None:
         return check_host_library(tags)
@@ -99,10 +97,7 @@ class UKernelKind(JobKind):
 
 
 def _operator(workload: WorkloadSpec) -> UKernelOperator:
-    operator = operator_for(workload.op)
-    if operator is None:
-        raise ValueError(f"no ukernel operator family tunes op {workload.op!r} (validate refuses it)")
-    return operator
+    return UKERNEL_OPERATORS.get(workload.op)  # KeyError for an op validate refuses
 
 
 # -- the dashboard ----------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from service.tuning.kinds.base import (
     WorkUnit,
 )
 from service.tuning.kinds.host_library import host_library
-from service.tuning.kinds.ukernel_ops import UKernelOperator, every_dim_up_to_max_s, register_operator
+from service.tuning.kinds.ukernel_ops import UKernelOperator, every_dim_up_to_max_s
 from service.tuning.tuners.ukernel.bounds import MAX_S
 
 MAX_SYMBOLIC = 3
@@ -155,6 +155,6 @@ def run_bmm_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) -> U
     return UnitResult(shapes=shapes, dispatch=publication)
 
 
-BATCH_MATMUL = register_operator(
-    UKernelOperator("batch_matmul", validate_bmm, plan_bmm, run_bmm_unit, every_dim_up_to_max_s)
-)
+def batch_matmul_operator() -> UKernelOperator:
+    """This family, as kinds/ukernel_ops.UKERNEL_OPERATORS loads it."""
+    return UKernelOperator("batch_matmul", validate_bmm, plan_bmm, run_bmm_unit, every_dim_up_to_max_s)

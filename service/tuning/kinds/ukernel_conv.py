@@ -27,7 +27,7 @@ from service.models.distribution import ShapeDistribution
 from service.models.plan import PlannedShape
 from service.tuning import planning
 from service.tuning.kinds.base import Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
-from service.tuning.kinds.ukernel_ops import UKernelOperator, register_operator
+from service.tuning.kinds.ukernel_ops import UKernelOperator
 from service.tuning.tuners.ukernel.bounds import MAX_CONV_M
 
 
@@ -104,4 +104,6 @@ def conv_in_scope(workload: WorkloadSpec, shape: Mapping[str, int]) -> bool:
     return rows(workload, shape) <= MAX_CONV_M
 
 
-CONV2D = register_operator(UKernelOperator("conv2d", validate_conv, plan_conv, run_conv_unit, conv_in_scope))
+def conv2d_operator() -> UKernelOperator:
+    """This family, as kinds/ukernel_ops.UKERNEL_OPERATORS loads it."""
+    return UKernelOperator("conv2d", validate_conv, plan_conv, run_conv_unit, conv_in_scope)

@@ -9,7 +9,7 @@ from service.models.distribution import ShapeDistribution
 from service.models.plan import PlannedShape
 from service.tuning import planning
 from service.tuning.kinds.base import Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
-from service.tuning.kinds.ukernel_ops import UKernelOperator, every_dim_up_to_max_s, register_operator
+from service.tuning.kinds.ukernel_ops import UKernelOperator, every_dim_up_to_max_s
 from service.tuning.kinds.ukernel_range import DIM, publish_range, tune_unit, verify
 from service.tuning.tuners.ukernel.bounds import MAX_S
 
@@ -68,4 +68,6 @@ def run_dense_unit(unit: WorkUnit, ctx: UnitContext, hot: list[PlannedShape]) ->
     return publish_range(outcome, ctx, shapes, f"{DIM} in 1..{s_max}", DenseTable(outcome.table))
 
 
-DENSE = register_operator(UKernelOperator("dense", validate_dense, plan_dense, run_dense_unit, every_dim_up_to_max_s))
+def dense_operator() -> UKernelOperator:
+    """This family, as kinds/ukernel_ops.UKERNEL_OPERATORS loads it."""
+    return UKernelOperator("dense", validate_dense, plan_dense, run_dense_unit, every_dim_up_to_max_s)

@@ -1,8 +1,8 @@
 """The operator families a `ukernel` job tunes, one module each, registered by the op they tune.
 
 `UKernelKind` (kinds/ukernel.py) validates, plans and runs a job through the family of its workload's op, and
-keeps nothing per operator itself: a new operator family is one module that registers a `UKernelOperator` here
-(and, in the SDK, the variant of dispatch table it publishes: kernelfleet.tables).
+keeps nothing per operator itself: a new operator family is one module with a `UKernelOperator`, registered in
+`UKERNEL_OPERATORS` (and, in the SDK, the variant of dispatch table it publishes: kernelfleet.tables).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from service.models import TargetSpec, WorkloadSpec
 from service.models.distribution import ShapeDistribution
 from service.models.plan import PlannedShape
+from service.registry import Registry
 from service.tuning.kinds.base import Plan, Problem, UnitContext, UnitResult, WorkUnit
 from service.tuning.tuners.ukernel.bounds import MAX_S
 
@@ -31,23 +32,16 @@ class UKernelOperator:
     in_scope: Callable[[WorkloadSpec, Mapping[str, int]], bool]
 
 
-_OPERATORS: dict[str, UKernelOperator] = {}
-
-
-def register_operator(operator: UKernelOperator) -> UKernelOperator:
-    known = _OPERATORS.get(operator.op)
-    if known is not None and known is not operator:
-        raise ValueError(f"op {operator.op!r} is already tuned by {known}")
-    _OPERATORS[operator.op] = operator
-    return operator
-
-
-def operator_for(op: str) -> UKernelOperator | None:
-    return _OPERATORS.get(op)
-
-
-def operator_names() -> list[str]:
-    return sorted(_OPERATORS)
+# by op, in the project's one registry mechanism (service/registry.py): each built-in family is imported when a job
+# of its op first needs it; deployments and tests add theirs with `UKERNEL_OPERATORS.register(op, operator)`
+UKERNEL_OPERATORS: Registry[UKernelOperator] = Registry(
+    "ukernel operator family",
+    {
+        "dense": "service.tuning.kinds.ukernel_dense:dense_operator",
+        "batch_matmul": "service.tuning.kinds.ukernel_bmm:batch_matmul_operator",
+        "conv2d": "service.tuning.kinds.ukernel_conv:conv2d_operator",
+    },
+)
 
 
 def every_dim_up_to_max_s(workload: WorkloadSpec, shape: Mapping[str, int]) -> bool:

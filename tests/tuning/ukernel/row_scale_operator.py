@@ -14,7 +14,7 @@ from service.models.operators import OPERATORS, OperatorDef, TensorDef
 from service.models.plan import PlannedShape
 from service.tuning import planning
 from service.tuning.kinds.base import DispatchPublication, Plan, Problem, UnitContext, UnitResult, WorkUnit
-from service.tuning.kinds.ukernel_ops import UKernelOperator, operator_for, register_operator
+from service.tuning.kinds.ukernel_ops import UKERNEL_OPERATORS, UKernelOperator
 from tests.clients.row_scale_table import RowScaleTable
 
 ROW_SCALE = OperatorDef(
@@ -55,5 +55,4 @@ OPERATOR = UKernelOperator("row_scale", validate, plan, run_unit, in_scope)
 def install(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plug the family in: its operator definition for this test only, its ukernel operator once."""
     monkeypatch.setitem(OPERATORS, ROW_SCALE.name, ROW_SCALE)
-    if operator_for(OPERATOR.op) is None:
-        register_operator(OPERATOR)
+    UKERNEL_OPERATORS.register(OPERATOR.op, OPERATOR)

@@ -13,11 +13,61 @@ from typing import Any
 from kernelfleet.epilogue import ACTIVATIONS, NO_EPILOGUE, Epilogue
 from kernelfleet.tvm_runtime import import_tvm
 
-__all__ = ["ACTIVATIONS", "NO_EPILOGUE", "Epilogue", "te_activation", "te_epilogue"]
+__all__ = ["ACTIVATIONS", "NO_EPILOGUE", "Epilogue", "te_activation", "te_epilogue", "te_erf", "te_exp"]
+
+
+# exp(x) = 2**n · e**r with n = round(x·log2 e) and |r| ≤ ln2/2 (Cody–Waite split of ln 2 so r stays exact):
+# e**r by its Taylor series to r**7 (truncation ≤ 0.347**8/8! ≈ 5e-9 relative, below float32's 6e-8), 2**n built
+# in the exponent bits. x is clamped to [-87, 88] so 2**n stays a normal float.
+_LN2_HI = 0.693359375  # 8 significant bits: n·_LN2_HI is exact for |n| ≤ 2**15
+_LN2_LO = -2.12194440e-4
+_EXP_TAYLOR = (1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0)
+
+# Abramowitz & Stegun 7.1.26 (the SDK's numpy erf, kernelfleet.epilogue.erf): |error| ≤ 1.5e-7
+_ERF_P = 0.3275911
+_ERF_A = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+
+
+def te_exp(x: Any, dtype: str = "float32") -> Any:
+    """e**x from multiplies, adds, floor and bit moves only, so LLVM vectorises it. `tirx.exp` (and erf, tanh,
+    sigmoid built on it) lowers to one scalar libm call per lane on x86: in a fused epilogue that cost 4–35 ns
+    per output element, more than the GEMM itself at small M (a 3072×768 layer at M = 32: 1.07 ms bare, 2.35 ms
+    with erf-GELU, 4.40 ms with tanh-GELU; Intel Xeon, one thread)."""
+    tvm = import_tvm()
+    tirx = tvm.tirx
+
+    def c(v: float) -> Any:
+        return tirx.const(v, dtype)
+
+    x = tirx.min(tirx.max(x, c(-87.0)), c(88.0))
+    n = tirx.floor(x * c(1.0 / math.log(2.0)) + c(0.5))
+    r = x - n * c(_LN2_HI) - n * c(_LN2_LO)
+    poly = c(_EXP_TAYLOR[0])
+    for coefficient in _EXP_TAYLOR[1:]:
+        poly = poly * r + c(coefficient)
+    bits = tirx.shift_left(n.astype("int32") + tirx.const(127, "int32"), tirx.const(23, "int32"))
+    return poly * tirx.reinterpret(dtype, bits)
+
+
+def te_erf(x: Any, dtype: str = "float32") -> Any:
+    """erf(x) within 1.5e-7, vectorisable (see te_exp)."""
+    tvm = import_tvm()
+    tirx = tvm.tirx
+
+    def c(v: float) -> Any:
+        return tirx.const(v, dtype)
+
+    a = tirx.abs(x)
+    t = c(1.0) / (c(1.0) + c(_ERF_P) * a)
+    poly = c(_ERF_A[0])
+    for coefficient in _ERF_A[1:]:
+        poly = poly * t + c(coefficient)
+    y = c(1.0) - poly * t * te_exp(-a * a, dtype)
+    return tirx.Select(x < c(0.0), -y, y)
 
 
 def te_activation(expr: Any, activation: str, dtype: str = "float32") -> Any:
-    """`activation` of a scalar TIR expression (erf lowers to LLVM's polynomial on CPU targets)."""
+    """`activation` of a scalar TIR expression, built from vectorisable arithmetic only (te_exp, te_erf)."""
     tvm = import_tvm()
     tirx = tvm.tirx
 
@@ -29,12 +79,13 @@ def te_activation(expr: Any, activation: str, dtype: str = "float32") -> Any:
     if activation == "relu":
         return tirx.max(expr, c(0.0))
     if activation == "gelu":
-        return c(0.5) * expr * (c(1.0) + tirx.erf(expr * c(1.0 / math.sqrt(2.0))))
+        return c(0.5) * expr * (c(1.0) + te_erf(expr * c(1.0 / math.sqrt(2.0)), dtype))
     if activation == "gelu_tanh":
         inner = c(math.sqrt(2.0 / math.pi)) * (expr + c(0.044715) * expr * expr * expr)
-        return c(0.5) * expr * (c(1.0) + tirx.tanh(inner))
+        tanh = c(1.0) - c(2.0) / (c(1.0) + te_exp(c(2.0) * inner, dtype))  # → ±1 at the clamp ends
+        return c(0.5) * expr * (c(1.0) + tanh)
     if activation == "silu":
-        return expr * tirx.sigmoid(expr)
+        return expr / (c(1.0) + te_exp(-expr, dtype))
     raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
 
 

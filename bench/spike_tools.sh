@@ -10,7 +10,8 @@
 #   ROCC_TESTS_SRC, ROCC_SOFTWARE_SRC, RISCV_TESTS_SRC, RISCV_TEST_ENV_SRC: bare git dirs of
 #                   ucb-bar/gemmini-rocc-tests, IBM/rocc-software, riscv/riscv-tests, riscv/riscv-test-env; when all
 #                   exist, PREFIX/src/gemmini-rocc-tests is assembled as docs/firesim.md §2 says (GEMMINI_ROCC_TESTS)
-#   JOBS            make -j (default 2: the build shares the machine)
+#   JOBS            make -j (default 2: the build shares the machine; ~10 min on 2 cores)
+#   KEEP_SPIKE_BUILD=1 keeps Spike's 2.4 GB build tree
 # then: export KERNELFLEET_RISCV=PREFIX (spike.py finds PREFIX/bin/spike and PREFIX/src/libgemmini)
 # Needs g++, make, dtc (device-tree-compiler: Spike runs it at start-up) and, for the programs themselves,
 # riscv64-unknown-elf-gcc + picolibc (Debian: gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf).
@@ -45,6 +46,8 @@ else
   stage "$spike_src" "$SPIKE_COMMIT" "$prefix/src/riscv-isa-sim"
   mkdir -p "$prefix/src/riscv-isa-sim/build"
   (cd "$prefix/src/riscv-isa-sim/build" && ../configure --prefix="$prefix" && make -j"$jobs" && make install)
+  # the build tree is 2.4 GB of objects; the install (bin/, lib/, include/riscv/) is all libgemmini and runs need
+  [[ -n "${KEEP_SPIKE_BUILD:-}" ]] || rm -rf "$prefix/src/riscv-isa-sim"
 fi
 stage "$lib_src" "$LIBGEMMINI_COMMIT" "$prefix/src/libgemmini"
 echo "$SPIKE_COMMIT" >"$prefix/src/riscv-isa-sim.commit"

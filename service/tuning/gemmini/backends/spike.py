@@ -38,7 +38,7 @@ PICOLIBC_SPECS = Path("/usr/lib/picolibc/riscv64-unknown-elf/picolibc.specs")
 # libgemmini's Makefile rule (ucb-bar/libgemmini@5b1254a), run in a directory holding the config's header
 LIBGEMMINI_CXXFLAGS = ["-shared", "-std=c++17", "-fPIC", "-O3"]
 # what the kind checks by default (KERNELFLEET_SPIKE_MAX_MACS overrides): Spike interprets the CPU reference too,
-# ~37 M MACs/s here (BERT's FFN1, 302 M MACs, in 8 s on an AMD EPYC core), so ~30 s a config: all of BERT-base's
+# ~37 M MACs/s here (BERT's FFN1, 302 M MACs, in 8 s on one Intel Xeon core), so ~30 s a config: all of BERT-base's
 # distinct layers, part of ResNet-50's; layers past this total are listed as not run, never guessed
 DEFAULT_MAX_MACS = 1_000_000_000
 

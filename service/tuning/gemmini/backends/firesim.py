@@ -274,9 +274,7 @@ class FireSimBackend(Backend):
         return runtime, hwdb
 
     # -- one FireSim run ----------------------------------------------------------------------------
-    def _run_batch(
-        self, hw: HwConfig, entry: dict[str, Any], cands: list[tuple[Layer, Mapping]]
-    ) -> list[TuneResult]:
+    def _run_batch(self, hw: HwConfig, entry: dict[str, Any], cands: list[tuple[Layer, Mapping]]) -> list[TuneResult]:
         tag = uuid.uuid4().hex[:10]
         bench = f"kf-gemmini-{tag}"
         runtime, hwdb = self.write_run_files(hw, entry, bench, tag)

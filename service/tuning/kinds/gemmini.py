@@ -135,6 +135,7 @@ class GemminiKind(JobKind):
         calibration = correlate(model_cycles, [m.cycles for m in tuned + base], backend.name)
 
         tuned_edp, base_edp = winner.measured_edp, network_edp(layers, base) if base else None
+        spike_check = spike_provenance(winner.hw, tuned_maps, default_maps if base else None, layers)
         hw = winner.hw.to_dict()
         candidates = []
         outcomes = []
@@ -200,6 +201,7 @@ class GemminiKind(JobKind):
                     # the model's best configs as this backend measured them; the first is the winner
                     "shortlist": [m.to_dict() for m in ranked],
                     "calibration": calibration,
+                    "spike": spike_check,
                 },
             )
             if ctx.settings.publish_only_faster_than_vendor and tuned_edp and base_edp and tuned_edp >= base_edp:
@@ -208,6 +210,21 @@ class GemminiKind(JobKind):
         candidates += explored
         ctx.sink.on_candidates(unit.key, candidates)
         return UnitResult(shapes=outcomes)
+
+
+def spike_provenance(
+    hw: Any, tuned_maps: list[Any], default_maps: list[Any] | None, layers: list[Any]
+) -> dict[str, Any]:
+    """The winner's (and the measured default's) generated program run under Spike with libgemmini built for
+    its config: functional correctness only, never timing (backends/spike.py). Where the tools are absent or a
+    step fails it says "not run: <why>" and the job goes on: Spike is a check, not a measurement."""
+    from service.tuning.gemmini.backends.spike import verdict
+    from service.tuning.gemmini.space import DEFAULT_HW
+
+    out = {"winner": verdict(hw, layers, tuned_maps)}
+    if default_maps is not None:
+        out["default"] = verdict(DEFAULT_HW, layers, default_maps)
+    return out
 
 
 MAX_EXPLORED_RECORDED = 200  # the lowest-EDP hardware configs of a search; enough to show its frontier

@@ -154,7 +154,7 @@ def test_fake_firesim_missing_bitstream(fake_firesim: FireSimBackend, tmp_path: 
 def test_generated_program_calls_tiled_matmul_with_explicit_tiles() -> None:
     src = render_program(DEFAULT_HW, [(Layer.gemm("g", 64, 32, 48), Mapping({"N": 32, "K": 32, "C": 48}))])
     assert "tiled_matmul(64, 32, 48," in src and "0, false, 2, 2, 3, false" in src
-    assert 'printf("TUNE_RESULT id=0 cycles=%llu correct=%d\\n"' in src
+    assert 'printf("TUNE_RESULT id=0 cycles=%llu correct=%d saturated=%lu\\n"' in src
 
 
 def test_a_registry_entry_that_records_another_generator_config_is_refused(fake_firesim: FireSimBackend) -> None:

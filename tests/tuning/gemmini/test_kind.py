@@ -13,6 +13,7 @@ from service.models import Budget, TargetSpec, Workload
 from service.models.distribution import Explicit, ShapePoint
 from service.settings import Settings
 from service.tuning.admission import check_job
+from service.tuning.gemmini.backends.spike import SpikeNotInstalled, SpikeTools
 from service.tuning.kinds import KINDS
 from service.tuning.kinds.base import UnitContext
 from service.tuning.platforms import PLATFORMS
@@ -81,6 +82,14 @@ def test_gemmini_kind_cotunes_a_weighted_layer_list_measured_by_zigzag(
     problem = kind.check_config(broken)
     assert problem is not None and problem.loc == ("measured_cycles",)
     assert plan.trials_total == 800 + 4
+    # Spike in the loop (issue 36 item 5): the winner's and the default's programs, functional only
+    spike = result.shapes[0].provenance["spike"]
+    try:
+        SpikeTools.from_env()
+        assert spike["winner"]["status"] == spike["default"]["status"] == "passed", spike
+        assert all("timing" not in c and "cycles" not in c for c in spike["winner"]["checks"])
+    except SpikeNotInstalled as exc:
+        assert spike == {"winner": {"status": f"not run: {exc}"}, "default": {"status": f"not run: {exc}"}}
     # what the dashboard's latency/energy scatter reads from these candidates
     now = dt.datetime.now(dt.UTC)
     points = panels.energy_points(

@@ -30,7 +30,12 @@ from typing import Any
 
 from service.tuning.gemmini.backends import firesim_schema as schema
 from service.tuning.gemmini.backends.base import Backend, BackendError, Measurement
-from service.tuning.gemmini.backends.firesim_program import baremetal_build_cmd, parse_uartlog, render_program
+from service.tuning.gemmini.backends.firesim_program import (
+    TuneResult,
+    baremetal_build_cmd,
+    parse_uartlog,
+    render_program,
+)
 from service.tuning.gemmini.backends.gemmini_params import generator_args, render_params_h
 from service.tuning.gemmini.space import HwConfig, Layer, Mapping
 
@@ -171,9 +176,10 @@ class FireSimBackend(Backend):
                 chunk = items[start : start + self.batch]
                 cands = [(requests[r].layers[i], requests[r].mappings[i]) for r, i in chunk]
                 results = self._run_batch(hw, entry, cands)
-                for (r, i), (cycles, correct) in zip(chunk, results, strict=True):
+                for (r, i), res in zip(chunk, results, strict=True):
                     lay = requests[r].layers[i]
-                    out[r][i] = Measurement(self.name, lay.name, float(cycles), None, {"correct": correct})
+                    detail = {"correct": res.correct, "saturated": res.saturated}
+                    out[r][i] = Measurement(self.name, lay.name, float(res.cycles), None, detail)
         return [[m for m in row if m is not None] for row in out]
 
     # -- the manager's files --------------------------------------------------------------------------
@@ -268,9 +274,7 @@ class FireSimBackend(Backend):
         return runtime, hwdb
 
     # -- one FireSim run ----------------------------------------------------------------------------
-    def _run_batch(
-        self, hw: HwConfig, entry: dict[str, Any], cands: list[tuple[Layer, Mapping]]
-    ) -> list[tuple[int, bool]]:
+    def _run_batch(self, hw: HwConfig, entry: dict[str, Any], cands: list[tuple[Layer, Mapping]]) -> list[TuneResult]:
         tag = uuid.uuid4().hex[:10]
         bench = f"kf-gemmini-{tag}"
         runtime, hwdb = self.write_run_files(hw, entry, bench, tag)

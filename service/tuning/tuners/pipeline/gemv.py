@@ -108,6 +108,10 @@ class GemvTile:
         """Elements of W per global load instruction."""
         return min(self.tile_r, LOAD_BYTES // _BYTES[dtype]) if self.stage else self.vec
 
+    def load_bytes(self, dtype: str = "float32") -> int:
+        """Bytes of W per global load instruction (16: LDG.E.128)."""
+        return self.load_elements(dtype) * _BYTES[dtype]
+
     def problem(self, n: int, k: int, dtype: str = "float32") -> str | None:
         """Why this tile cannot serve an N×K weight, or None."""
         if dtype not in _BYTES:

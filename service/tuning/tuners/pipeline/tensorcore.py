@@ -176,8 +176,8 @@ class TensorCoreTile:
         found = _LABEL.fullmatch(label)
         if found is None:
             raise ValueError(f"not a tensor-core tile label: {label!r}")
-        *sizes, split_k = found.groups()
-        return cls(*(int(g) for g in sizes), split_k=int(split_k or 1))
+        bm, bn, bk, wm, wn, stages, split_k = found.groups()
+        return cls(int(bm), int(bn), int(bk), int(wm), int(wn), int(stages), int(split_k or 1))
 
 
 _LABEL = re.compile(r"tc(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)_s(\d+)(?:_sk(\d+))?")

@@ -1,11 +1,12 @@
 """BERT dense layers on one NVIDIA GPU: our uKernels alone against cuBLAS in the same dtype, kernel-only.
 
-Issue 32's measurement of the kernels themselves (no tuner, no routing), per `--dtype`:
-- float32: what the GPU tuner would measure, the static model's passing proposals (SIMT GEMM tiles and the GEMV
-  family, `service.tuning.tuners.ukernel.gpu_screen`);
-- float16 / bfloat16 (item 4): the tensor-core tiles (`service.tuning.tuners.pipeline.tensorcore`: ldmatrix,
-  mma.sync m16n8k16, cp.async pipeline), not yet in the tuner, and the fp16 GEMV family (`pipeline.gemv`, W
-  streamed into registers; no bf16 GEMV yet).
+Issue 32's measurement of the kernels themselves (no tuner, no routing), per `--dtype`: what the GPU tuner would
+measure, the static model's passing proposals (`service.tuning.tuners.ukernel.gpu_screen`):
+- float32: SIMT GEMM tiles and the GEMV family;
+- float16 / bfloat16: tensor-core tiles (`service.tuning.tuners.pipeline.tensorcore`: ldmatrix, mma.sync
+  m16n8k16, cp.async pipeline, split-K over blockIdx.z where N leaves SMs idle) from T = 16, and the GEMV family
+  (`pipeline.gemv`, W streamed into registers, fp16 and bf16) below. (The H200 session of 2026-11-27 measured a
+  fixed set of eight unsplit tensor-core tiles instead, and no bf16 GEMV.)
 Every kernel serves any M (symbolic M).
 
 Per layer and T, on the same tensors:
@@ -49,18 +50,6 @@ for extra in (ROOT, ROOT / "clients" / "python"):
         sys.path.insert(0, str(extra))
 
 TS = (1, 2, 4, 8, 16, 32, 64, 128)
-# the report's three tiles (gpu_model_report.TENSOR_CORE_TILES) and neighbours: narrower blocks for small T
-# (more CTAs over N), wider ones for T = 64..128
-TENSOR_CORE_TILES = (
-    "tc32x64x32_w16x32_s3",
-    "tc64x64x32_w32x32_s4",
-    "tc16x64x64_w16x16_s2",
-    "tc16x32x64_w16x16_s3",
-    "tc16x64x32_w16x32_s4",
-    "tc32x32x64_w16x16_s3",
-    "tc64x128x32_w32x64_s3",
-    "tc128x64x32_w64x32_s3",
-)
 GEMV_MAX_T = 16  # the GEMV family's range (pipeline/gemv.py: T <= 16)
 MAX_REL_ERR = 1e-2
 
@@ -104,38 +93,24 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def kernel_tiles(n: int, k: int, dtype: str, arch: str) -> list[Any]:
-    """float32: what the GPU tuner would measure (the static model's passing proposals, SIMT GEMM and GEMV).
-    Half precision: the tensor-core tiles that can serve N×K, then the GEMV candidates (valid ones only)."""
-    from service.tuning.tuners.pipeline.gemv import gemv_candidates
-    from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile
+    """What the GPU tuner would measure: the static model's passing proposals (`gpu_screen.model_ukernels`) at
+    T = 1, 16, 64, 128. float32: SIMT GEMM tiles and the GEMV family; float16 / bfloat16 on sm_80+: tensor-core
+    tiles (split-K where N leaves SMs idle) from T = 16 and the GEMV family below."""
+    from service.tuning.builder.cuda import cuda_target
+    from service.tuning.hardware_model import HardwareModel
+    from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
+    from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
 
-    if dtype == "float32":
-        from service.tuning.builder.cuda import cuda_target
-        from service.tuning.hardware_model import HardwareModel
-        from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits
-        from service.tuning.tuners.ukernel.gpu_screen import model_ukernels
-
-        hw = HardwareModel.for_gpu(arch.rstrip("a"))
-        screened = model_ukernels(hw, n, k, [1, 16, 64, 128], cuda_target(arch), limits=GPURuleLimits())
-        return [s.tile for s in screened if s.passed]
-
-    tiles: list[Any] = [TensorCoreTile.from_label(label) for label in TENSOR_CORE_TILES]
-    tiles = [t for t in tiles if t.problem(n, k, dtype) is None]
-    try:
-        return tiles + gemv_candidates(n, k, dtype)
-    except KeyError:  # the GEMV family has no bfloat16 yet (pipeline/gemv.py)
-        return tiles
+    hw = HardwareModel.for_gpu(arch.rstrip("a"))
+    screened = model_ukernels(hw, n, k, [1, 16, 64, 128], cuda_target(arch), dtype, limits=GPURuleLimits())
+    return [s.tile for s in screened if s.passed]
 
 
 def build(tile: Any, n: int, k: int, arch: str, dtype: str) -> Any:
     from service.tuning.builder.cuda import cuda_target
-    from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, build_tensorcore
     from service.tuning.tuners.ukernel.gpu_kernels import build_module
 
-    target = cuda_target(arch)
-    if isinstance(tile, TensorCoreTile):
-        return build_tensorcore(tile, n, k, target, dtype)
-    return build_module(tile, n, k, target, dtype)  # SIMT GEMM or GEMV
+    return build_module(tile, n, k, cuda_target(arch), dtype)  # SIMT GEMM, GEMV or tensor-core tile
 
 
 def build_all(layer: str, arch: str, dtype: str) -> tuple[dict[str, Any], dict[str, str]]:

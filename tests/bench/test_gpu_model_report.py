@@ -16,3 +16,9 @@ def test_the_report_lists_every_measured_point_and_labels_predictions(tmp_path: 
     ratios = [float(line.split("|")[6]) for line in rows]
     assert all(0.9 <= r <= 1.25 for r in ratios), ratios
     assert "PREDICTED, not measured" in text and text.count("Geomean cuBLAS / predicted") == 2
+    # §3: the screen's fp16 / bf16 proposals, predicted with the model version named, next to the H200's cuBLAS
+    section = text.split("## 3.", 1)[1]
+    assert "model version 2" in section and "PREDICTED" in section
+    summary = [line for line in section.splitlines() if line.startswith(("| fp16 |", "| bf16 |"))]
+    assert len(summary) == 4 and all("predicted" in line for line in summary)
+    assert "_sk" in section and "gemv_" in section

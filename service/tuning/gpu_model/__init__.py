@@ -13,3 +13,7 @@ bound — the max of the shared-memory, FFMA-issue and DRAM terms. This package 
 
 Nothing here needs a GPU or imports Celery, HTTP or the store; TVM and the CUDA wheels are imported lazily.
 """
+
+# Which model a prediction came from (reports print it next to every predicted figure). 2: the tensor-core
+# kernels' k-loop latency term, fitted on the H200 session of 2026-11-27 (docs/gpu_model.md); 1: before it.
+MODEL_VERSION = 2

@@ -90,6 +90,11 @@ class KernelAccess:
     fma_per_thread: int
     global_loads: tuple[GlobalLoad, ...] = ()
     mma_fma_per_thread: int = 0  # tensor-core FMAs (mma.sync), a warp's MMA shared evenly by its 32 threads
+    # the cp.async pipeline's serial k-loop: waits for copy groups each thread executes (one per k-step) and the
+    # most groups a wait leaves in flight (stages - 1): what bound.py's tensor-core latency term reads
+    async_waits: int = 0
+    async_inflight: int = 0
+    grid_dims: Callable[[int], tuple[int, int, int]] = lambda m: (1, 1, 1)  # M -> (gridDim.x, .y, .z)
 
     @property
     def threads(self) -> int:
@@ -125,6 +130,7 @@ class ModuleAccess:
                     "grid": k.grid(m),
                     "fma_per_thread": k.fma_per_thread,
                     "mma_fma_per_thread": k.mma_fma_per_thread,
+                    "async_waits": k.async_waits,
                     "shared_loads": [s.to_dict() for s in k.shared_loads],
                     "global_loads": [g.to_dict() for g in k.global_loads],
                 }
@@ -265,6 +271,8 @@ class _KernelBuilder:
     global_loads: list[_RawLoad] = field(default_factory=list)
     fma: int = 0
     mma_fma: int = 0
+    async_waits: int = 0
+    async_inflight: int = 0
 
     def finish(self, index: int) -> KernelAccess:
         block = (
@@ -275,12 +283,21 @@ class _KernelBuilder:
         extents = dict(self.blocks)
 
         def grid(m: int) -> int:
-            return math.prod(int(_evaluate(e, {}, m)) for e in extents.values()) if extents else 1
+            return math.prod(grid_dims(m))
+
+        def grid_dims(m: int) -> tuple[int, int, int]:
+            x, y, z = (
+                int(_evaluate(extents[f"blockIdx.{a}"], {}, m)) if f"blockIdx.{a}" in extents else 1 for a in "xyz"
+            )
+            return x, y, z
 
         env = self._thread_env(block)
         loads = tuple(_shared_load(raw, env, math.prod(block)) for raw in self.loads)
         global_loads = tuple(_global_load(raw, env, math.prod(block)) for raw in self.global_loads)
-        return KernelAccess(index, block, grid, loads, self.fma, global_loads, self.mma_fma)
+        return KernelAccess(
+            index, block, grid, loads, self.fma, global_loads, self.mma_fma,
+            self.async_waits, self.async_inflight, grid_dims,
+        )  # fmt: skip
 
     def _thread_env(self, block: tuple[int, int, int]) -> Env:
         tid = np.arange(math.prod(block), dtype=np.int64)
@@ -308,6 +325,12 @@ class _Walker:
                 self.stmt(child, scope)
         elif isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
             self._launch(node, scope)
+        elif isinstance(node, tirx.AttrStmt) and node.attr_key == "async_wait_inflight_count":
+            # a cp.async.wait_group (InjectSoftwarePipeline's wait before a k-step's math), executed once per trip
+            if self.current is not None:
+                self.current.async_waits += math.prod(extent for _, extent in scope.loops)
+                self.current.async_inflight = max(self.current.async_inflight, int(_evaluate(node.value, {}, 1)))
+            self.stmt(node.body, scope)
         elif isinstance(node, tirx.For):
             extent = _evaluate(node.extent, {}, 1)
             self.stmt(node.body, _Scope((*scope.loops, (str(node.loop_var.name), int(extent))), scope.lets))

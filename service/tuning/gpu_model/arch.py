@@ -31,6 +31,14 @@ class SMSpec:
     # An assumption, not a fit: the first light's fastest kernel (cuBLAS fp16, qkv T = 1) took 4.55 µs for 1.2 µs
     # of DRAM time, and graph-replayed kernel nodes are commonly ~2 µs apart. `Prediction.with_launch_s` adds it.
     launch_floor_s: float = 2.0e-6
+    # The tensor-core kernels' serial k-loop (bound.py's latency term): per k-step, the copy latency divided by
+    # the copy groups in flight (stages - 1) plus a fixed cost (wait, barrier, ldmatrix -> mma.sync chain).
+    # FITTED, not read off a data sheet: least squares on log(measured / predicted) over the 192 tensor-core
+    # points of the H200 session (bench/results/gpu-h200-2026-11-27/{fp16,bf16}.json, 6 tiles x 8 T x 2 layers
+    # x 2 dtypes), with the H200's DRAM rate (`h200_spec`). 0.265 µs is ~525 clocks at the 1.98 GHz boost, the
+    # order of a Hopper global-memory round trip; only sm_90 was measured, other arches reuse it unverified.
+    tc_copy_latency_s: float = 0.265e-6
+    tc_step_s: float = 0.125e-6
 
     def resident_blocks(self, threads: int, registers: int, smem_bytes: int) -> int:
         """Blocks of this kernel one SM holds at once (registers are allocated per warp, in 256s)."""
@@ -80,3 +88,17 @@ def sm_spec(arch: str, sm_count: int | None = None) -> SMSpec:
 
         spec = replace(spec, sm_count=sm_count)
     return spec
+
+
+H200_DRAM_PEAK = 4.8e12  # bytes/s, the H200 SXM's HBM3e (data sheet)
+
+
+def h200_spec() -> SMSpec:
+    """The H200 SXM as the bound sees it: the H100 SXM's SMs and clocks (both GH100, 132 SMs) with HBM3e. Its
+    streaming rate is an assumption: the H100's streaming fraction of its peak (3.0 of 3.35 TB/s) applied to the
+    H200's 4.8 TB/s. Used to compare with the H200 session; workers read their own GPU (`sm_spec`)."""
+    from dataclasses import replace
+
+    h100 = SM_SPECS["sm_90"]
+    peak = GPU_PARTS["sm_90"].dram_bw or 3.35e12
+    return replace(h100, name="H200 SXM", dram_bytes_per_s=h100.dram_bytes_per_s * H200_DRAM_PEAK / peak)

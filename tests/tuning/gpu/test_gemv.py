@@ -11,7 +11,7 @@ defines the few CUDA features it uses. Each CUDA thread of a block is a ucontext
 `__syncthreads` and each half of a warp shuffle yield to the next thread, so every thread reaches a barrier before
 any passes it. Blocks run one after another (so `__shared__` arrays are function statics). A thread that finishes
 while another still waits at a barrier fails the run (the kernels here meet the same barriers in the same order).
-fp16 kernels are not emulated (the shim has no half type).
+fp16 and bf16 kernels are not emulated (the shim has no half type).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _fp32_candidates() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("layer", sorted(LAYERS))
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("bucket", [4, 8])
 def test_dlight_parameters_give_dlights_own_schedule(layer: str, dtype: str, bucket: int) -> None:
     import tvm
@@ -89,10 +89,12 @@ def test_tiles_labels_defaults_and_problems() -> None:
     assert default_gemv(*LAYERS["ffn_down"]).label() == "gemv_2x128_s1_r4v4_b4"
     assert default_gemv(*LAYERS["qkv"], "float16").label() == "gemv_8x32_s1_r8v4_b4_st"
     assert default_gemv(*LAYERS["ffn_down"], "float16").label() == "gemv_4x64_s1_r8v4_b4_st"
+    for layer, (n, k) in LAYERS.items():  # bf16: the same 2-byte elements, so the same tiles as fp16
+        assert gemv_candidates(n, k, "bfloat16") == gemv_candidates(n, k, "float16"), layer
     assert GemvTile.dlight(*LAYERS["qkv"]) == GemvTile(4, 64, 2, 4, 4, 4)
     assert GemvTile.dlight(*LAYERS["ffn_down"]) == GemvTile(16, 32, 2, 8, 4, 4)
     for layer, (n, k) in LAYERS.items():
-        for dtype in ("float32", "float16"):
+        for dtype in ("float32", "float16", "bfloat16"):
             tiles = gemv_candidates(n, k, dtype)
             assert len(tiles) >= 4 and len(set(tiles)) == len(tiles), (layer, dtype)
             for tile in tiles:
@@ -119,7 +121,7 @@ def test_calling_convention_is_the_gemm_ukernels() -> None:
         return [(str(b.name), [str(s) for s in b.shape], str(b.dtype)) for b in func.params]
 
     gemm = params(schedule_gemm(GemmTile(8, 32, 32, 1, 1, 2), n, k).mod["main"])
-    for dtype in ("float32", "float16"):
+    for dtype in ("float32", "float16", "bfloat16"):
         ours = params(schedule_gemv(default_gemv(n, k, dtype), n, k, dtype).mod["main"])
         assert ours == [("X", ["M", str(k)], dtype), ("W", [str(n), str(k)], dtype), ("Y", ["M", str(n)], "float32")]
         if dtype == "float32":
@@ -255,17 +257,22 @@ def test_fp32_kernels_stream_w_into_registers(layer: str, label: str, tmp_path: 
     _check_kernel(GemvTile.from_label(label), n, k, "float32", tmp_path)
 
 
-def _fp16_headers_reason() -> str | None:
-    """Why nvcc cannot compile TVM's fp16 CUDA here (cuda_fp16.h includes CCCL's <nv/target>, which the pinned
-    wheels lack without nvidia-cuda-cccl), or None."""
+_HALF_HEADERS = {"float16": ("cuda_fp16.h", "half* h) { h[0] = __float2half(1.f); }"),
+                 "bfloat16": ("cuda_bf16.h", "nv_bfloat16* h) { h[0] = __float2bfloat16(1.f); }")}  # fmt: skip
+
+
+def _half_headers_reason(dtype: str = "float16") -> str | None:
+    """Why nvcc cannot compile TVM's fp16 / bf16 CUDA here (cuda_fp16.h and cuda_bf16.h include CCCL's
+    <nv/target>, which the pinned wheels lack without nvidia-cuda-cccl), or None."""
     path = nvcc_path()
     if path is None or tool_path("cuobjdump") is None:
         return "no nvcc or cuobjdump"
     import tempfile
 
+    header, kernel = _HALF_HEADERS[dtype]
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / "probe.cu"
-        probe.write_text("#include <cuda_fp16.h>\n__global__ void k(half* h) { h[0] = __float2half(1.f); }\n")
+        probe.write_text(f"#include <{header}>\n__global__ void k({kernel}\n")
         done = subprocess.run(
             [str(path), "-cubin", f"-arch={ARCH}", "-o", str(Path(tmp) / "p.cubin"), str(probe)],
             capture_output=True,
@@ -273,29 +280,34 @@ def _fp16_headers_reason() -> str | None:
             check=False,
         )
     if done.returncode:
-        return "nvcc cannot compile cuda_fp16.h here (<nv/target> missing: pip install 'nvidia-cuda-cccl==13.0.*')"
+        return f"nvcc cannot compile {header} here (<nv/target> missing: pip install 'nvidia-cuda-cccl==13.0.*')"
     return None
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layer", sorted(LAYERS))
-def test_fp16_kernels_stream_w_into_registers(layer: str, tmp_path: Path) -> None:
-    reason = _fp16_headers_reason()
+def test_half_precision_kernels_stream_w_into_registers(layer: str, dtype: str, tmp_path: Path) -> None:
+    """fp16 and bf16 (2-byte elements, fp32 accumulate): the staged candidates load W and X 16 bytes at a time,
+    with no stack, spills or local memory (`_check_kernel`), for sm_90a."""
+    reason = _half_headers_reason(dtype)
     if reason:
         pytest.skip(reason)
     n, k = LAYERS[layer]
-    for tile in gemv_candidates(n, k, "float16"):
-        if tile.stage:  # dlight's own (unstaged) fp16 tile loads W 8 bytes at a time, as dlight does
-            _check_kernel(tile, n, k, "float16", tmp_path)
+    for tile in gemv_candidates(n, k, dtype):
+        if tile.stage:  # dlight's own (unstaged) tile loads W 8 bytes at a time in 2-byte types, as dlight does
+            _check_kernel(tile, n, k, dtype, tmp_path)
 
 
 @needs_nvcc
-def test_fp16_codegen_builds() -> None:
-    """fp16 in, fp32 accumulate and out: the CUDA source generates (compiling it needs cuda_fp16.h, above)."""
+@pytest.mark.parametrize(("dtype", "ctype"), [("float16", "half"), ("bfloat16", "nv_bfloat16")])
+def test_half_precision_codegen_builds(dtype: str, ctype: str) -> None:
+    """fp16 / bf16 in, fp32 accumulate and out: the CUDA source generates (compiling it needs cuda_fp16.h /
+    cuda_bf16.h, above)."""
     n, k = LAYERS["qkv"]
-    source = cuda_source(build_gemv(default_gemv(n, k, "float16"), n, k, cuda_target(ARCH), "float16"))
+    source = cuda_source(build_gemv(default_gemv(n, k, dtype), n, k, cuda_target(ARCH), dtype))
     signature = source.split("main_kernel(", 1)[1].split(")", 1)[0]
-    assert "half* __restrict__ W_ptr" in signature and "float* __restrict__ Y_ptr" in signature
-    assert "uint4" in source  # 16-byte vectors of 8 halves
+    assert f"{ctype}* __restrict__ W_ptr" in signature and "float* __restrict__ Y_ptr" in signature
+    assert "uint4" in source  # 16-byte vectors of 8 two-byte elements
 
 
 # --- the numbers, on the CPU -------------------------------------------------------------------------------------

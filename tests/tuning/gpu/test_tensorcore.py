@@ -3,9 +3,11 @@
 What runs here: the schedule for float16 and bfloat16 over a symbolic M, TVM's CUDA codegen, nvcc for sm_80 and
 sm_90a (`-Xptxas -v`: registers, stack frame, spills, shared memory) and cuobjdump's SASS: HMMA (f16 or bf16
 operands), LDSM (ldmatrix), LDGSTS (cp.async) with a multi-stage pipeline, no local memory. The bf16 intrinsics
-written in the module are compared with TVM's f16 ones. What does not: the numbers. No GPU here, and the CPU
-emulator of test_gemv.py has no half type and no inline PTX, so correctness of the mma/ldmatrix fragment layouts
-is taken from TVM's own tested f16 recipe; tests/tuning/gpu/test_on_gpu.py is where a run against numpy belongs.
+written in the module are compared with TVM's f16 ones. Split-K (`split_k`): two kernels, the K slice on blockIdx.z
+in the source and in the static model's launch geometry, HMMA and no local memory in both arches' SASS. What does
+not: the numbers. No GPU here, and the CPU emulator of test_gemv.py has no half type and no inline PTX, so
+correctness of the mma/ldmatrix fragment layouts is taken from TVM's own tested f16 recipe;
+tests/tuning/gpu/test_on_gpu.py is where a run against numpy belongs.
 """
 
 from __future__ import annotations
@@ -195,3 +197,95 @@ def test_sass_has_hmma_ldsm_ldgsts_and_no_local_memory(
     assert _count(ops, "LDL") == 0 and _count(ops, "STL") == 0
     assert found["shared_bytes"] == tile.smem_bytes(dtype)
     assert found["registers"] <= 128
+
+
+# --- split-K -------------------------------------------------------------------------------------------------------
+
+SPLIT = TensorCoreTile(16, 32, 64, 16, 16, 3, split_k=4)  # ffn_down: 24 blocks per row block -> 96
+
+
+def test_split_k_labels_grid_and_problems() -> None:
+    assert SPLIT.label() == "tc16x32x64_w16x16_s3_sk4"
+    assert TensorCoreTile.from_label(SPLIT.label()) == SPLIT
+    assert TensorCoreTile.from_label("tc16x32x64_w16x16_s3").split_k == 1
+    n, k = LAYERS["ffn_down"]
+    assert SPLIT.problem(n, k) is None and SPLIT.k_steps(k) == 12
+    assert SPLIT.grid(n, 1) == (24, 1, 4) and SPLIT.grid(n, 17) == (24, 2, 4)
+    assert "bk·split_k" in str(TensorCoreTile(16, 32, 64, 16, 16, 3, split_k=5).problem(n, k))
+    assert "stages" in str(TensorCoreTile(16, 32, 64, 16, 16, 3, split_k=32).problem(n, 4096))
+
+
+def test_candidates_add_k_splits_only_where_blocks_leave_sms_idle() -> None:
+    from service.tuning.tuners.pipeline.tensorcore import tensorcore_candidates
+
+    n, k = LAYERS["ffn_down"]
+    few = tensorcore_candidates(n, k, 16, 132)
+    assert SPLIT in few and TensorCoreTile(16, 32, 64, 16, 16, 3, split_k=8) in few
+    for tile in few:
+        assert tile.problem(n, k) is None
+        gx, gy, _ = tile.grid(n, 16)
+        assert tile.split_k == 1 or gx * gy * tile.split_k // 2 < 132
+    # qkv at T = 128: a block shape whose own grid fills 132 SMs gets no split (tc16x32x64: 72 x 8 blocks)
+    wide = tensorcore_candidates(*LAYERS["qkv"], 128, 132)
+    assert TILES_FFN in wide and not [t for t in wide if t.split_k > 1 and t.bm == 16 and t.bn == 32]
+
+
+@pytest.fixture(scope="module")
+def split_sources() -> dict[str, str]:
+    n, k = LAYERS["ffn_down"]
+    return {dtype: cuda_source(build_tensorcore(SPLIT, n, k, cuda_target("sm_80"), dtype)) for dtype in DTYPES}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_k_source_is_two_kernels_slices_on_blockidx_z(split_sources: dict[str, str], dtype: str) -> None:
+    source = split_sources[dtype]
+    kernels = re.findall(r"__global__ void __launch_bounds__\((\d+)\) (\w+)\(([^)]*)\) \{", source)
+    assert sorted(name for _, name, _ in kernels) == ["main_kernel", "main_kernel_1"]
+    mma = next(params for _, name, params in kernels if name == "main_kernel")
+    assert "Y_pad_rf_ptr" in mma and "Y_ptr" not in mma  # partial sums, not Y, from the mma kernel
+    threads, _, summing = next(k for k in kernels if k[1] == "main_kernel_1")
+    assert threads == "256" and "Y_ptr" in summing and "Y_pad_rf_ptr" in summing
+    assert "blockIdx.z) * 768" in source  # each z reads its own 768-wide K slice of X and W (3072 / 4)
+    assert "< M)" in source
+
+
+@needs_sass
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_k_sass_has_hmma_and_no_local_memory(split_sources: dict[str, str], dtype: str, arch: str) -> None:
+    log, listing = compile_listing(split_sources[dtype], arch)
+    figures = parse_ptxas(log)
+    ops = opcode_counts(listing)
+    assert set(figures) == set(ops) == {"main_kernel", "main_kernel_1"}
+    hmma = {"float16": "HMMA.16816.F32", "bfloat16": "HMMA.16816.F32.BF16"}[dtype]
+    assert ops["main_kernel"][hmma] >= SPLIT.fragments_per_warp() * 2 * (SPLIT.bk // 16)
+    assert _count(ops["main_kernel"], "LDGSTS") > 0 and _count(ops["main_kernel"], "LDSM") > 0
+    assert _count(ops["main_kernel_1"], "HMMA") == 0  # the slice sum: plain loads and FADDs
+    assert figures["main_kernel"]["shared_bytes"] == SPLIT.smem_bytes(dtype)
+    for name, fig in figures.items():
+        assert fig["stack_bytes"] == 0 and fig["spill_stores"] == 0 and fig["spill_loads"] == 0, (name, fig)
+        assert _count(ops[name], "LDL") == 0 and _count(ops[name], "STL") == 0
+        assert fig["registers"] <= 128
+
+
+def test_split_k_launch_geometry_in_the_model() -> None:
+    """The static model reads the split: grid (N/bn, ceil(M/bm), split_k) for the mma kernel, one thread per padded
+    output for the sum, every FMA of the padded problem once, and the partial sums' bytes written and read back."""
+    from service.tuning.builder.cuda import pass_config
+    from service.tuning.gpu_model.access import analyze
+
+    n, k = LAYERS["ffn_down"]
+    access = analyze(schedule_tensorcore(SPLIT, n, k).mod, cuda_target("sm_90a"), pass_config("sm_90a"))
+    mma, summed = access.kernels
+    unsplit = analyze(schedule_tensorcore(TILES_FFN, n, k).mod, cuda_target("sm_90a"), pass_config("sm_90a"))
+    for m in (1, 16, 17, 128):
+        rows = -(-m // SPLIT.bm) * SPLIT.bm
+        assert mma.grid_dims(m) == SPLIT.grid(n, m) and mma.grid_dims(m)[2] == SPLIT.split_k
+        assert summed.grid_dims(m) == (rows * n // 256, 1, 1) and summed.threads == 256
+        assert mma.mma_fma_per_thread * mma.threads * mma.grid(m) == rows * n * k
+        assert mma.async_waits == SPLIT.k_steps(k) and mma.async_inflight == SPLIT.stages - 1
+        assert access.dram_bytes(m) - unsplit.dram_bytes(m) == 2 * SPLIT.split_k * rows * n * 4
+    assert summed.mma_fma_per_thread == 0 and summed.async_waits == 0
+
+
+TILES_FFN = TensorCoreTile(16, 32, 64, 16, 16, 3)

@@ -12,9 +12,11 @@ padding (`pad_einsum` to a multiple of `bucket`) and the loop normalisation; onl
 dlight fixes inside `sch_inner_reduction` comes from a `GemvTile`. `GemvTile.dlight(n, k)` is dlight's own
 choice, and with it the schedule is structurally equal to `LowBatchGEMV(bucket)`'s (tests/tuning/gpu/test_gemv.py).
 One addition, off by default: `stage=True` reads each k-step's W and X elements into registers first
-(`cache_read` / the X padding block at "local", vectorized to 16 bytes), which gives fp16 its 16-byte W loads
-(dlight's 4-lane vectors are 8 bytes in fp16, and TVM 0.27's CUDA codegen cannot emit the 8-lane fp32
-accumulator vectors that 16-byte fp16 vectors would need) and loads X once per k-step rather than once per W row.
+(`cache_read` / the X padding block at "local", vectorized to 16 bytes), which gives fp16 and bf16 their 16-byte
+W loads (dlight's 4-lane vectors are 8 bytes in a 2-byte type, and TVM 0.27's CUDA codegen cannot emit the 8-lane
+fp32 accumulator vectors that 16-byte vectors would need) and loads X once per k-step rather than once per W row.
+bfloat16 is the fp16 path with the other 2-byte type (issue 32: the H200 session had no bf16 GEMV, and bf16 at
+small T ran on tensor-core tiles at 0.55-0.94x cuBLAS): the same tiles, fp32 accumulate, exact bf16 -> fp32 casts.
 
 API (for the GPU tuner):
 
@@ -31,12 +33,13 @@ API (for the GPU tuner):
 Its time is predicted by the same static model as every GPU kernel (service.tuning.gpu_model: DRAM share of
 the busiest SM, L1 lines of its global loads, FFMA issue), from the schedule's lowered TIR.
 
-Calling convention: the built module's `main(X, W, Y)` takes X[M, K] and W[N, K] in `dtype` and Y[M, N] in fp32,
-M symbolic (read from X's shape, not a separate argument): the same as `schedule.build_gemm`'s, so
-`kernelfleet.cuda_ukernel.CudaUKernel` launches it unchanged. It is correct for every M >= 1 (M = 0 would be an
-empty grid, which CUDA rejects; CudaDispatcher answers S = 0 without a launch): M is padded to a multiple of
-`bucket` inside the kernel (masked X loads, masked Y stores) and the grid is (N / (ts·tile_s), ceil(M / bucket))
-of ts×tr threads; past `max_rows` it stays correct but each further `bucket` rows read W again (from L2).
+Calling convention: the built module's `main(X, W, Y)` takes X[M, K] and W[N, K] in `dtype` (float32, float16 or
+bfloat16) and Y[M, N] in fp32, M symbolic (read from X's shape, not a separate argument): the same as
+`schedule.build_gemm`'s, so `kernelfleet.cuda_ukernel.CudaUKernel` launches it unchanged. It is correct for every M
+>= 1 (M = 0 would be an empty grid, which CUDA rejects; CudaDispatcher answers S = 0 without a launch): M is padded
+to a multiple of `bucket` inside the kernel (masked X loads, masked Y stores) and the grid is (N / (ts·tile_s),
+ceil(M / bucket)) of ts×tr threads; past `max_rows` it stays correct but each further `bucket` rows read W again
+(from L2).
 
 Nothing here needs a GPU. Imports TVM lazily and only schedule.py of this package: GPU measurement hosts have
 no pydantic.
@@ -53,7 +56,7 @@ from service.tuning.builder.cuda import cuda_target, pass_config
 from service.tuning.cuda_toolchain import configure_cuda_compile
 from service.tuning.tuners.pipeline.schedule import dense_module
 
-_BYTES = {"float32": 4, "float16": 2}
+_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 WARP = 32
 LOAD_BYTES = 16  # the widest global load: LDG.E.128
 BLOCK_THREADS = 256  # the default and candidates: two blocks per SM at <= 128 registers (65536 per SM)
@@ -104,6 +107,10 @@ class GemvTile:
     def load_elements(self, dtype: str = "float32") -> int:
         """Elements of W per global load instruction."""
         return min(self.tile_r, LOAD_BYTES // _BYTES[dtype]) if self.stage else self.vec
+
+    def load_bytes(self, dtype: str = "float32") -> int:
+        """Bytes of W per global load instruction (16: LDG.E.128)."""
+        return self.load_elements(dtype) * _BYTES[dtype]
 
     def problem(self, n: int, k: int, dtype: str = "float32") -> str | None:
         """Why this tile cannot serve an N×K weight, or None."""
@@ -178,8 +185,8 @@ def _max_factor(n: int, factors: list[int]) -> int:
 def _tile(
     tr: int, dtype: str, tile_s: int = 1, bucket: int = 4, stage: bool = False, threads: int = BLOCK_THREADS
 ) -> GemvTile:
-    """A tile of `threads` threads, `tr` lanes per output and 16-byte loads (staged in fp16, where dlight's
-    4-lane vectors are 8 bytes)."""
+    """A tile of `threads` threads, `tr` lanes per output and 16-byte loads (staged in fp16 and bf16, where
+    dlight's 4-lane vectors are 8 bytes)."""
     elems = LOAD_BYTES // _BYTES[dtype]
     return GemvTile(
         ts=max(1, threads // tr), tr=tr, tile_s=tile_s, tile_r=elems, vec=min(elems, 4), bucket=bucket,

@@ -15,6 +15,15 @@ symbolic M:
   math at stage `stages-1`); `build_tensorcore` sets `tirx.use_async_copy`.
 - epilogue: the fp32 accumulators go through shared memory (StorageRewrite reuses the W tile's space for it)
   and are written to Y as `float4` rows guarded by `row < M` — coalesced, and nothing past M is written.
+- split-K (`split_k > 1`, for weights whose N·M blocks leave most SMs idle: ffn_down's N = 768 gives 24 blocks
+  at bn = 32 on 132 SMs): `rfactor` over blockIdx.z, as `schedule.py`'s SIMT split-K. Each z computes one K slice
+  into fp32 partial sums Y_rf[split_k, M_pad, N] (the same epilogue, into its slice), and a second kernel adds
+  the slices in order and writes Y (rows < M). Why not fp32 atomics into a zeroed Y: that needs a zeroing pass
+  (a memset or a third kernel) anyway, and the sum order would change from call to call; this keeps it fixed.
+  Y_rf is a module-internal global buffer: TVM's host code takes it from the CUDA device API's workspace pool
+  (TVMBackendAllocWorkspace: per host thread, pages kept and reused), so cudaMalloc runs only the first time a
+  size is needed, not per call, and a CUDA-graph replay reuses the captured address. The calling convention
+  stays `main(X, W, Y)`.
 
 TVM 0.27 registers the f16 intrinsics only. The tensor intrinsics are TVM's designs rebuilt here for a free dtype
 (see "intrinsics" below): for float16 they equal TVM's registered ones; for bfloat16 they are the same with
@@ -23,8 +32,10 @@ TF32 for float32 inputs is not offered here: it changes numerics and must stay a
 
 API:
 
-    tile = TensorCoreTile(bm=32, bn=64, bk=32, wm=16, wn=32, stages=3)
-    tile.label() -> 'tc32x64x32_w16x32_s3';  TensorCoreTile.from_label(label)
+    tile = TensorCoreTile(bm=32, bn=64, bk=32, wm=16, wn=32, stages=3, split_k=1)
+    tile.label() -> 'tc32x64x32_w16x32_s3' ('_sk4' when split_k = 4);  TensorCoreTile.from_label(label)
+    tile.grid(n, m) -> (gridDim.x, .y, .z) of the mma kernel;  tile.k_steps(k)
+    tensorcore_candidates(n, k, m, sm_count, dtype) -> list[TensorCoreTile]   what the GPU screen ranks
     tile.problem(n, k, dtype) -> str | None              why the tile cannot serve N, K (None = fine)
     tile.warps / tile.threads / tile.smem_bytes(dtype)
     schedule_tensorcore(tile, n, k, dtype="float16", m=None) -> s_tir.Schedule
@@ -39,7 +50,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from service.tuning.builder.cuda import cuda_target, pass_config, supports_async_copy
@@ -47,6 +58,7 @@ from service.tuning.cuda_toolchain import configure_cuda_compile
 from service.tuning.tuners.pipeline.schedule import dense_module
 
 __all__ = [
+    "BLOCK_SHAPES",
     "DTYPES",
     "TensorCoreTile",
     "build_tensorcore",
@@ -54,6 +66,7 @@ __all__ = [
     "intrinsics",
     "register_intrinsics",
     "schedule_tensorcore",
+    "tensorcore_candidates",
 ]
 
 DTYPES = ("float16", "bfloat16")
@@ -62,6 +75,7 @@ WARP = 32
 COPY_BYTES = 16  # one cp.async / one float4
 SMEM_PAD = 8  # elements added to every shared row (storage_align factor 32, offset 8)
 MAX_STATIC_SMEM = 48 * 1024
+SUM_THREADS = 256  # split-K's slice-sum kernel: threads per block, one output each
 
 # the intrinsics this module registers, per role (see "intrinsics" below); {t} = f16 | bf16
 _NAMES = {
@@ -85,6 +99,7 @@ class TensorCoreTile:
     wm: int = 16
     wn: int = 32
     stages: int = 3
+    split_k: int = 1  # K split over blockIdx.z: fp32 partial sums, then a second kernel adds them
 
     @property
     def warps(self) -> int:
@@ -117,8 +132,8 @@ class TensorCoreTile:
         """Why this tile cannot serve an N×K weight of `dtype`, or None."""
         if dtype not in DTYPES:
             return f"dtype must be one of {DTYPES}, not {dtype!r}"
-        if min(self.bm, self.bn, self.bk, self.wm, self.wn, self.stages) < 1:
-            return "tile sizes and stages must be positive"
+        if min(self.bm, self.bn, self.bk, self.wm, self.wn, self.stages, self.split_k) < 1:
+            return "tile sizes, stages and split_k must be positive"
         if self.wm % MMA_M or self.wn % MMA_N or self.bk % MMA_K:
             return f"warp tile {self.wm}x{self.wn} and bk={self.bk} must be multiples of 16"
         if self.bm % self.wm or self.bn % self.wn:
@@ -133,28 +148,73 @@ class TensorCoreTile:
             return f"the {self.bm}x{self.bn} fp32 epilogue is not a whole number of float4 stores per thread"
         if n % self.bn:
             return f"bn={self.bn} must divide N={n}"
-        if k % self.bk:
-            return f"bk={self.bk} must divide K={k}"
-        steps = k // self.bk
+        if k % (self.bk * self.split_k):
+            return f"bk·split_k={self.bk * self.split_k} must divide K={k}"
+        steps = self.k_steps(k)
         if self.stages > 1 and steps < self.stages:
-            return f"{self.stages} stages need at least as many k-steps (K/bk = {steps})"
+            return f"{self.stages} stages need at least as many k-steps (K/(bk·split_k) = {steps})"
         if self.smem_bytes(dtype) > MAX_STATIC_SMEM:
             return f"{self.smem_bytes(dtype)} B of static shared memory (48 KiB allowed)"
         return None
 
+    def k_steps(self, k: int) -> int:
+        """Iterations of one block's pipelined k-loop: its slice of K (K / split_k) in bk steps."""
+        return k // (self.bk * self.split_k)
+
+    def grid(self, n: int, m: int) -> tuple[int, int, int]:
+        """(gridDim.x, gridDim.y, gridDim.z) of the mma kernel at M = m: N blocks, M blocks, K slices."""
+        return n // self.bn, -(-m // self.bm), self.split_k
+
     def label(self) -> str:
-        return f"tc{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}_s{self.stages}"
+        """e.g. 'tc32x64x32_w16x32_s3', with '_sk<n>' when K is split."""
+        sk = f"_sk{self.split_k}" if self.split_k > 1 else ""
+        return f"tc{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}_s{self.stages}{sk}"
 
     @classmethod
     def from_label(cls, label: str) -> TensorCoreTile:
-        """The tile a `label()` names, e.g. 'tc32x64x32_w16x32_s3'."""
+        """The tile a `label()` names, e.g. 'tc32x64x32_w16x32_s3' or 'tc16x32x64_w16x16_s3_sk4'."""
         found = _LABEL.fullmatch(label)
         if found is None:
             raise ValueError(f"not a tensor-core tile label: {label!r}")
-        return cls(*(int(g) for g in found.groups()))
+        bm, bn, bk, wm, wn, stages, split_k = found.groups()
+        return cls(int(bm), int(bn), int(bk), int(wm), int(wn), int(stages), int(split_k or 1))
 
 
-_LABEL = re.compile(r"tc(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)_s(\d+)")
+_LABEL = re.compile(r"tc(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)_s(\d+)(?:_sk(\d+))?")
+
+
+# the block shapes worth proposing (bench/gpu_ukernels.py measured the first eight on the H200): narrow blocks for
+# small T (more blocks over N), wider ones for T = 64..128; each with the K splits `tensorcore_candidates` adds
+BLOCK_SHAPES = (
+    TensorCoreTile(32, 64, 32, 16, 32, 3),
+    TensorCoreTile(64, 64, 32, 32, 32, 4),
+    TensorCoreTile(16, 64, 64, 16, 16, 2),
+    TensorCoreTile(16, 32, 64, 16, 16, 3),
+    TensorCoreTile(16, 64, 32, 16, 32, 4),
+    TensorCoreTile(32, 32, 64, 16, 16, 3),
+    TensorCoreTile(64, 128, 32, 32, 64, 3),
+    TensorCoreTile(128, 64, 32, 64, 32, 3),
+)
+SPLITS = (2, 4, 8)
+
+
+def tensorcore_candidates(n: int, k: int, m: int, sm_count: int, dtype: str = "float16") -> list[TensorCoreTile]:
+    """The tiles to rank for an N×K weight at M = m: every block shape that serves N, K, and for each the K splits
+    that still leave SMs idle without them: split s is added while the blocks of split s/2 number fewer than the
+    SMs (ffn_down, N = 768, at bn = 32: 24 blocks per row block, so 2, 4 and 8 on 132 SMs)."""
+    found: list[TensorCoreTile] = []
+    for shape in BLOCK_SHAPES:
+        if shape.problem(n, k, dtype) is not None:
+            continue
+        found.append(shape)
+        gx, gy, _ = shape.grid(n, max(m, 1))
+        for split in SPLITS:
+            if gx * gy * split // 2 >= sm_count:
+                break
+            tile = replace(shape, split_k=split)
+            if tile.problem(n, k, dtype) is None:
+                found.append(tile)
+    return found
 
 
 # ---------------------------------------------------------------- intrinsics
@@ -433,6 +493,11 @@ def _fragment_layout(i: Any, j: Any) -> Any:
     return (i // 16, j // 16, *shared_16x16_to_ldmatrix_32x8_layout(i % 16, j % 16))
 
 
+def _sliced_fragment_layout(z: Any, i: Any, j: Any) -> Any:
+    """The same for split-K's [split_k, M, N] partial sums: the K slice stays the outermost axis."""
+    return (z, *_fragment_layout(i, j))
+
+
 def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "float16", m: int | None = None) -> Any:
     """The scheduled, tensorized module (module docstring); ValueError when the tile cannot serve N, K."""
     problem = tile.problem(n, k, dtype)
@@ -448,13 +513,29 @@ def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "floa
     xpad = producers[0] if producers else None
     consumers = sch.get_consumers(blk)
     ycopy = consumers[0] if consumers else None
+    mma, summed = blk, None
+    if tile.split_k > 1:
+        # rfactor the outer K split into Y_rf[split_k, M_pad, N] (the mma kernel, K slice on blockIdx.z); `blk`
+        # then adds the slices (a second kernel). Y_rf is staged in shared memory like Y_pad, for coalesced
+        # float4 stores of the partial sums.
+        i, j, kk = sch.get_loops(blk)
+        ks, _ = sch.split(kk, [tile.split_k, None])
+        mma, summed = sch.rfactor(ks, 0), blk
+        ycopy = sch.cache_write(mma, 0, "shared")
 
-    i, j, kk = sch.get_loops(blk)
+    if summed is None:
+        i, j, kk = sch.get_loops(mma)
+        kz = None
+    else:
+        i, j, kz, kk = sch.get_loops(mma)  # rfactor keeps the loop order: the K slice sits above its k-loop
     bi, iw, i_frag, i_tc = sch.split(i, [None, tile.bm // tile.wm, tile.wm // MMA_M, MMA_M])
     bj, jw, j_frag, j_tc = sch.split(j, [None, tile.bn // tile.wn, tile.wn // MMA_N, MMA_N])
     k0, k1, k_tc = sch.split(kk, [None, tile.bk // MMA_K, MMA_K])
-    sch.reorder(bj, bi, iw, jw, k0, k1, i_frag, j_frag, i_tc, j_tc, k_tc)
+    order = [bj, bi, iw, jw, k0, k1, i_frag, j_frag, i_tc, j_tc, k_tc]
+    sch.reorder(*([kz, *order] if kz is not None else order))
     outer = sch.blockize(i_tc)  # one 16×16×16 fragment product per block instance
+    if kz is not None:
+        sch.bind(kz, "blockIdx.z")  # one K slice per z
     sch.bind(bj, "blockIdx.x")  # consecutive blocks share X rows, stream different W rows
     sch.bind(bi, "blockIdx.y")
     warp = sch.fuse(iw, jw)
@@ -484,7 +565,7 @@ def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "floa
     ajo, aji = sch.split(aj, [None, MMA_N])
     sch.reorder(aio, ajo, aii, aji)
 
-    # epilogue: accumulators → shared Y tile → Y rows < M, float4 per thread
+    # epilogue: accumulators → shared Y tile → Y rows < M (split-K: the Y_rf slice), float4 per thread
     sch.set_scope(acc, 0, "shared")
     if ycopy is not None:
         sch.reverse_compute_at(ycopy, bi)
@@ -495,7 +576,7 @@ def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "floa
         sch.vectorize(vec)
 
     sch.decompose_reduction(outer, k0)
-    init = sch.get_sblock("Y_init")
+    init = sch.get_sblock(f"{sch.get(mma).name_hint}_init")
 
     def fragment_loop(block: Any) -> Any:
         r, c = sch.get_loops(block)[-2:]
@@ -507,10 +588,10 @@ def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "floa
     load_a, load_b = fragment_loop(a_frag), fragment_loop(b_frag)
     sch.transform_layout(a_frag, ("write", 0), _fragment_layout)
     sch.transform_layout(b_frag, ("write", 0), _fragment_layout)
-    sch.transform_layout(acc, ("read", 0), _fragment_layout)
+    sch.transform_layout(acc, ("read", 0), _fragment_layout if summed is None else _sliced_fragment_layout)
     sch.tensorize(load_a, intrin["load_a"])
     sch.tensorize(load_b, intrin["load_b"])
-    sch.tensorize(sch.get_loops(blk)[-3], intrin["compute"])
+    sch.tensorize(sch.get_loops(mma)[-3], intrin["compute"])
     sch.tensorize(sch.get_loops(init)[-2], intrin["init"])
     sch.tensorize(sch.get_loops(acc)[-2], intrin["store"])
 
@@ -518,7 +599,22 @@ def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "floa
         sch.annotate(k0, "software_pipeline_stage", [0, 0, tile.stages - 1])
         sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
         sch.annotate(k0, "software_pipeline_async_stages", [0])
+    if summed is not None:
+        _schedule_slice_sum(sch, summed)
     return sch
+
+
+def _schedule_slice_sum(sch: Any, summed: Any) -> None:
+    """Split-K's second kernel: each thread adds the split_k fp32 partial sums of one output (reading them in
+    order: deterministic, unlike atomics) and writes it unpadded (rows < M), 256 threads per block."""
+    consumers = sch.get_consumers(summed)
+    i, j, _ = sch.get_loops(summed)
+    bx, tx = sch.split(sch.fuse(i, j), [None, SUM_THREADS])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    if consumers:
+        sch.reverse_compute_at(consumers[0], tx)
+        sch.set_scope(summed, 0, "local")  # the sum lives in a register until the unpadded write
 
 
 def build_tensorcore(

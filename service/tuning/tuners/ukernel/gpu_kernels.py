@@ -1,9 +1,11 @@
-"""The two families of CUDA uKernel the GPU tuner builds, behind one small set of functions.
+"""The three families of CUDA uKernel the GPU tuner builds, behind one small set of functions.
 
-  - GEMM tiles (pipeline/schedule.GemmTile): shared-memory tiles, pipelined, any M; a piece runs bm rows.
+  - GEMM tiles (pipeline/schedule.GemmTile): SIMT, shared-memory tiles, pipelined, any M; a piece runs bm rows.
   - GEMV (pipeline/gemv.GemvTile): W streamed into registers, warp-shuffle reductions, for T ≤ 16 (correct for
     any M); a piece runs `bucket` rows.
-Both compile to a module whose `main(X, W, Y)` takes a symbolic M, so kernelfleet.cuda_ukernel runs either.
+  - tensor-core tiles (pipeline/tensorcore.TensorCoreTile): fp16/bf16 X and W only, mma.sync on sm_80+, split-K
+    optional; a piece runs bm rows.
+All compile to a module whose `main(X, W, Y)` takes a symbolic M, so kernelfleet.cuda_ukernel runs any of them.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Any
 
 from service.tuning.tuners.pipeline.gemv import GemvTile, build_gemv, schedule_gemv
 from service.tuning.tuners.pipeline.schedule import GemmTile, build_gemm, schedule_gemm
+from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, build_tensorcore, schedule_tensorcore
 
-UKernelTile = GemmTile | GemvTile
+UKernelTile = GemmTile | GemvTile | TensorCoreTile
+_KIND = {GemmTile: "gemm", GemvTile: "gemv", TensorCoreTile: "tensorcore"}
 
 
 def rows_per_piece(tile: UKernelTile) -> int:
@@ -26,6 +30,8 @@ def rows_per_piece(tile: UKernelTile) -> int:
 def build_module(tile: UKernelTile, n: int, k: int, target: Mapping[str, Any], dtype: str = "float32") -> Any:
     if isinstance(tile, GemvTile):
         return build_gemv(tile, n, k, target, dtype)
+    if isinstance(tile, TensorCoreTile):
+        return build_tensorcore(tile, n, k, target, dtype)
     return build_gemm(tile, n, k, target, dtype=dtype)
 
 
@@ -33,9 +39,11 @@ def scheduled_module(tile: UKernelTile, n: int, k: int, dtype: str = "float32") 
     """The scheduled (unbuilt) IRModule, what the static GPU model lowers and reads."""
     if isinstance(tile, GemvTile):
         return schedule_gemv(tile, n, k, dtype).mod
+    if isinstance(tile, TensorCoreTile):
+        return schedule_tensorcore(tile, n, k, dtype).mod
     return schedule_gemm(tile, n, k, None, dtype).mod
 
 
 def tile_record(tile: UKernelTile) -> dict[str, Any]:
     """What a spec and a candidate record keep of the tile: its fields and its family."""
-    return {"kind": "gemv" if isinstance(tile, GemvTile) else "gemm", **dataclasses.asdict(tile)}
+    return {"kind": _KIND[type(tile)], **dataclasses.asdict(tile)}

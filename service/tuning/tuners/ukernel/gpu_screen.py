@@ -7,6 +7,11 @@ tiles are compiled (ptxas, SASS) and gated until `per_m` of distinct bm pass; th
 way are kept with their reasons for the job's record (never built on the GPU). For small T the best predicted
 GEMV-family kernel that passes the gate joins them (pipeline/gemv.py). The measurement still decides.
 
+float16 / bfloat16 on sm_80+: the pool per M ≥ TENSOR_CORE_MIN_M is the tensor-core tiles instead
+(pipeline/tensorcore.py: `tensorcore_candidates`, with K splits where N·M blocks leave SMs idle), ranked,
+compiled and gated the same way; below it the GEMV family alone serves.
+float32 never gets them: TF32 mma would change the numerics (an explicit opt-in, not built).
+
 Lowering costs ~0.07 s per tile, compiling ~1 s; without nvcc/cuobjdump (no `cuda-build`/`sass` extras) the
 gate judges shared loads alone and says so. An arch the model has no figures for keeps the rules' order.
 """
@@ -17,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.tuning.builder.cuda import pass_config
+from service.tuning.builder.cuda import pass_config, supports_async_copy
 from service.tuning.gpu_model import gate
 from service.tuning.gpu_model.access import analyze
 from service.tuning.gpu_model.arch import SMSpec, sm_spec
@@ -25,8 +30,10 @@ from service.tuning.gpu_model.bound import predict
 from service.tuning.gpu_model.cubin import compile_and_inspect, have_tools
 from service.tuning.gpu_model.profile import KernelProfile
 from service.tuning.hardware_model import HardwareModel
-from service.tuning.tuners.pipeline.gemv import GemvTile, gemv_candidates
+from service.tuning.tuners.pipeline.gemv import LOAD_BYTES, GemvTile, gemv_candidates
 from service.tuning.tuners.pipeline.schedule import cuda_source
+from service.tuning.tuners.pipeline.tensorcore import DTYPES as TENSOR_CORE_DTYPES
+from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile, tensorcore_candidates
 from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, scheduled_module, tile_record
 from service.tuning.tuners.ukernel.gpu_rules import GPURuleLimits, GPUTileCandidate, gpu_candidates
 
@@ -34,6 +41,9 @@ POOL_PER_M = 64
 POOL_PER_BM = 16
 MAX_CHECKS_PER_M = 8  # compiles spent per representative M looking for per_m passing tiles
 GEMV_MAX_ROWS = 16  # representative M up to which the GEMV family is proposed
+# representative M from which tensor-core tiles are ranked: below it an m16 mma fragment is at most half rows,
+# and on the H200 the fp16 GEMV beat every tensor-core tile at each T <= 8 (bench/results/gpu-h200-2026-11-27/)
+TENSOR_CORE_MIN_M = 16
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,7 @@ class _Profiles:
         except Exception:  # any schedule or lowering failure: the tile is not a candidate
             return float("inf")
 
-    def screened(self, cand: GPUTileCandidate | _GemvProposal) -> Screened:
+    def screened(self, cand: GPUTileCandidate | _GemvProposal | _TensorCoreProposal) -> Screened:
         try:
             profile = self.checked_profile(cand.tile)
         except Exception as exc:  # TVM or nvcc rejected it: gated, with the reason
@@ -139,8 +149,14 @@ def model_ukernels(
     profiles = _Profiles(n, k, target, spec, dtype)
     passed: dict[UKernelTile, Screened] = {}
     gated: dict[UKernelTile, Screened] = {}
+    tensor_cores = dtype in TENSOR_CORE_DTYPES and supports_async_copy(str(target["arch"]))
     for m in representative_ms:
-        pool = gpu_candidates(hw, n, k, m, dtype, top_k=POOL_PER_M, limits=limits, per_bm=POOL_PER_BM)
+        pool: Sequence[GPUTileCandidate | _TensorCoreProposal]
+        if tensor_cores:
+            fits = m >= TENSOR_CORE_MIN_M
+            pool = [_TensorCoreProposal(t, m) for t in tensorcore_candidates(n, k, m, spec.sm_count, dtype) if fits]
+        else:
+            pool = gpu_candidates(hw, n, k, m, dtype, top_k=POOL_PER_M, limits=limits, per_bm=POOL_PER_BM)
         ranked = sorted(pool, key=lambda c: (profiles.predicted_s(c.tile, m), c.tile.label()))
         kept_bm: set[int] = set()
         checks = 0
@@ -160,7 +176,15 @@ def model_ukernels(
     if small:  # the GEMV family for small T: the best predicted at the smallest M that passes the gate
         m = min(small)
         family = [_GemvProposal(tile, m) for tile in gemv_candidates(n, k, dtype)]
-        family.sort(key=lambda c: (profiles.predicted_s(c.tile, m), c.tile.label()))
+        # among ties (to 10 ns: the DRAM-bound ones) 16-byte W loads first: on the H200 the fp16 default took 3.5 µs
+        # at qkv T = 1 where dlight's 8-byte-load tile, predicted the same, took 4.7 (fp32's are all 16 bytes)
+        family.sort(
+            key=lambda c: (
+                round(profiles.predicted_s(c.tile, m), 8),
+                c.tile.load_bytes(dtype) < LOAD_BYTES,
+                c.tile.label(),
+            )
+        )
         for proposal in family[:MAX_CHECKS_PER_M]:
             result = profiles.screened(proposal)
             (passed if result.passed else gated).setdefault(proposal.tile, result)
@@ -179,3 +203,15 @@ class _GemvProposal:
     @property
     def reasons(self) -> tuple[str, ...]:
         return (f"GEMV family (T ≤ {self.tile.max_rows}): W streamed into registers, warp-shuffle reductions",)
+
+
+@dataclass(frozen=True)
+class _TensorCoreProposal:
+    tile: TensorCoreTile
+    representative_m: int
+    score: float = 0.0
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        split = f", K split {self.tile.split_k} ways over blockIdx.z" if self.tile.split_k > 1 else ""
+        return (f"tensor cores: mma.sync m16n8k16, fp32 accumulate, {self.tile.stages}-stage cp.async{split}",)

@@ -30,7 +30,6 @@ from service.tuning.builder.cuda import supports_async_copy
 from service.tuning.hardware_model import HardwareModel
 from service.tuning.isolation import IsolatedRunner
 from service.tuning.tuners.base import TuningStopped
-from service.tuning.tuners.pipeline.gemv import GemvTile
 from service.tuning.tuners.pipeline.schedule import GemmTile
 from service.tuning.tuners.ukernel.bounds import MAX_UKERNELS
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
@@ -248,8 +247,8 @@ class GPUUKernelTuner:
     @staticmethod
     def _variants(tile: UKernelTile, N: int, K: int, arch: str, hw: HardwareModel) -> list[UKernelTile]:
         """What ALCOP's depth question times for a proposal: every feasible depth of a GEMM tile; a GEMV kernel
-        (no shared-memory pipeline) as it is."""
-        return [tile] if isinstance(tile, GemvTile) else list(depth_candidates(tile, N, K, arch, hw))
+        (no shared-memory pipeline) or a tensor-core tile (its depth is part of the screened tile) as it is."""
+        return list(depth_candidates(tile, N, K, arch, hw)) if isinstance(tile, GemmTile) else [tile]
 
     @staticmethod
     def _best_depth(
@@ -262,8 +261,8 @@ class GPUUKernelTuner:
         """ALCOP's question per uKernel: time every built depth at the representative M in the measuring child
         (a depth that failed to build, hangs or faults is recorded and skipped). The depth is chosen on repeated
         medians: each time is the median of 5 rounds of at least 50 ms, L2 flushed before each launch. A GEMV
-        kernel has one variant and is returned as it is, untimed here."""
-        if len(variants) == 1 and isinstance(variants[0], GemvTile):
+        kernel or a tensor-core tile has one variant and is returned as it is, untimed here."""
+        if len(variants) == 1 and not isinstance(variants[0], GemmTile):
             return variants[0], {}
         best: tuple[float, UKernelTile] | None = None
         timings: dict[str, float | str] = {}

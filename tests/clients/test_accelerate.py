@@ -453,6 +453,7 @@ def test_each_ukernel_s_is_timed_against_pytorch_in_the_model_and_the_faster_kep
     the layer's PyTorch computation; the side made 30 ms slower here loses and later calls skip it."""
     model = nn.Sequential(nn.Linear(H, H)).eval()
     fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
+    fast._scope.check = False  # the layer's own check alone (the whole-forward one: test_torch_forward.py)
     ran = {"ukernels": 0, "pytorch": 0}
 
     def slowed(side: str, real: Any) -> Any:
@@ -514,12 +515,17 @@ def test_accelerate_prints_and_returns_a_summary_and_names_each_layer_pytorch_ru
         torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
     assert fast.stats()["3"]["reasons"] == {"no_table": 1}
 
-    assert "PyTorch's own ops on 1 thread during a forward" in str(summary)  # thread_policy="managed"
+    assert "PyTorch on 1 thread during a forward that runs uKernels" in str(summary)  # thread_policy="managed"
 
     quiet = accelerate(model, _client(service, tmp_path / "cache"), telemetry=False, print_summary=False)
     assert capsys.readouterr().err == "" and [layer.name for layer in quiet.summary().on_pytorch] == ["3"]
     host = accelerate(model, _client(service, tmp_path / "cache"), telemetry=False, thread_policy="host")
-    assert "as the caller set them" in str(host.summary()) and not host._hooks
+    # host threads: nothing narrowed, but the whole-forward check still runs (check_in_model)
+    assert "as the caller set them" in str(host.summary()) and not host._scope.narrow_threads and host._scope.check
+    unchecked = accelerate(
+        model, _client(service, tmp_path / "cache"), telemetry=False, thread_policy="host", check_in_model=False
+    )
+    assert not unchecked._hooks and unchecked._scope is None
     with pytest.raises(ValueError, match="thread_policy"):
         accelerate(model, _client(service, tmp_path / "cache"), telemetry=False, thread_policy="mine")
 

@@ -1,7 +1,8 @@
-"""accelerate's thread scope (issue 33 item 3): once an accelerated forward runs a table's kernels, PyTorch's own ops
-run on one thread, so no PyTorch OpenMP worker spins on the cores the uKernels need; before that, and in a forward
-whose layers all run on PyTorch, nothing changes; a layer PyTorch computes gets the caller's thread count back;
-after the forward (returned or raised) the caller's setting is as it was, and nothing else changed."""
+"""accelerate's forward scope, threads (issue 33 item 3): once an accelerated forward runs a table's kernels, PyTorch
+runs on one thread (its own ops and the layers routed to it), so no libgomp worker spins on the cores the uKernels
+need; the first forward at an input signature narrows at its first table call, later ones at their start; a forward
+whose layers all run on PyTorch changes nothing; after the forward (returned or raised) the caller's setting is as it
+was, and nothing else changed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from kernelfleet import vendor
 from kernelfleet.dispatch import DispatchTable, Interval
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
-from kernelfleet.torch import AcceleratedLinear, TorchThreadScope
+from kernelfleet.torch import AcceleratedLinear
+from kernelfleet.torch_forward import ForwardScope
 from kernelfleet.torch_fusion import dense_layer
 
 
@@ -43,26 +45,27 @@ def two_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def _layer(library: str, scope: TorchThreadScope | None, k: int = 6) -> AcceleratedLinear:
+def _layer(library: str, scope: ForwardScope | None, k: int = 6) -> AcceleratedLinear:
     linear = nn.Linear(k, 8).eval()
     dense = dense_layer(linear)
     assert dense is not None
     d = Dispatcher(DispatchTable((Interval(1, 8, None, library),), {}, Epilogue()), {}, N=8, K=k)
     layer = AcceleratedLinear("l", linear, dense, d, "w", fused_bias=False, activation=None, max_rows=8)
-    layer.thread_scope = scope
+    layer.forward_scope = scope
     return layer
 
 
 def test_the_models_own_ops_run_on_one_thread_and_the_callers_count_is_back_after(two_threads: None) -> None:
-    scope = TorchThreadScope()
+    scope = ForwardScope(check=False)
     before, after = Probe(), Probe()
     model = nn.Sequential(before, _layer(vendor.NUMPY, scope), after).eval()
     hooks = scope.install(model)
     with torch.inference_mode():
         model(torch.randn(3, 6))
         model(torch.randn(3, 6))
-    # narrowed at the table's call: the op before it ran on the caller's threads, the one after on one
-    assert before.seen == [2, 2] and after.seen == [1, 1] and torch.get_num_threads() == 2
+    # the first forward narrowed at the table's call (the op before it ran on the caller's threads), the second at
+    # its start: the signature is known to run the table
+    assert before.seen == [2, 1] and after.seen == [1, 1] and torch.get_num_threads() == 2
     after.fail = True
     with pytest.raises(RuntimeError, match="own op failed"), torch.inference_mode():
         model(torch.randn(3, 6))
@@ -75,11 +78,13 @@ def test_the_models_own_ops_run_on_one_thread_and_the_callers_count_is_back_afte
     assert after.seen[-1] == 2  # hooks removed: the caller's threads throughout
 
 
-def test_a_layer_pytorch_computes_runs_on_the_callers_threads(
+def test_a_layer_pytorch_computes_inside_a_narrowed_forward_runs_on_one_thread(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scope = TorchThreadScope()
-    layer = _layer(vendor.TORCH, scope, k=8)  # the table routes every S to PyTorch: timed on the caller's threads
+    scope = ForwardScope(check=False)
+    # the table routes every S to PyTorch; given the caller's threads back, its workers would spin on the uKernels'
+    # cores for milliseconds after it (a FFN uKernel ran 10x slower behind 2-thread PyTorch ops)
+    layer = _layer(vendor.TORCH, scope, k=8)
     seen: list[int] = []
     original = AcceleratedLinear._layer_in_torch
 
@@ -95,11 +100,11 @@ def test_a_layer_pytorch_computes_runs_on_the_callers_threads(
     with torch.inference_mode():
         model(x)
         model(x)
-    assert seen == [2, 2] and probe.seen == [1, 1] and torch.get_num_threads() == 2
+    assert seen == [1, 1] and probe.seen == [1, 1] and torch.get_num_threads() == 2
 
 
 def test_a_forward_whose_layers_all_run_on_pytorch_keeps_the_callers_threads(two_threads: None) -> None:
-    scope = TorchThreadScope()
+    scope = ForwardScope(check=False)
     probe = Probe()
     model = nn.Sequential(_layer(vendor.TORCH, scope), probe).eval()
     scope.install(model)
@@ -109,7 +114,7 @@ def test_a_forward_whose_layers_all_run_on_pytorch_keeps_the_callers_threads(two
 
 
 def test_a_nested_scope_keeps_the_outer_callers_count(two_threads: None) -> None:
-    scope = TorchThreadScope()
+    scope = ForwardScope(check=False)
     probe = Probe()
     inner = nn.Sequential(_layer(vendor.NUMPY, scope), probe)
     outer = nn.Sequential(inner)

@@ -18,7 +18,7 @@ every dispatcher call took 10x longer (issue 10 item 4; `bench/contention.py` me
 It leaves numpy's OpenBLAS and PyTorch's OpenMP as the host configured them (issue 33 item 3: setting
 OPENBLAS_THREAD_TIMEOUT at import, as the SDK once did, made the host's own numpy calls wake sleeping threads on
 every call: 2.7-15.7 ms medians where 0.15-0.64 ms were normal). PyTorch's threads are managed where they meet
-the uKernels, inside an accelerated forward (`kernelfleet.torch.TorchThreadScope`), and put back after it.
+the uKernels, inside an accelerated forward (`kernelfleet.torch_forward.ForwardScope`), and put back after it.
 
 TVM reads its variables when its thread pool starts (the first parallel kernel call), so calling
 this any time before the first uKernel runs is enough; `import_tvm` calls it.

@@ -68,6 +68,7 @@ from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.errors import KernelFleetError, ServiceUnavailable
 from kernelfleet.holdout import Holdout
+from kernelfleet.torch_forward import ForwardScope
 from kernelfleet.torch_fusion import (
     DenseLayer,
     GatedPair,
@@ -201,7 +202,7 @@ class AcceleratedLinear(nn.Module):
         self._lock = threading.Lock()
         self.stats = LayerStats()
         self._routes: dict[int, str] = {}  # S → _TABLE, _PYTORCH or _TRIAL, once a call has seen which runs it
-        self.thread_scope: TorchThreadScope | None = None  # set by accelerate(thread_policy="managed")
+        self.forward_scope: ForwardScope | None = None  # set by accelerate: threads and the whole-forward check
         # accelerate(vendor_routes="pytorch"): the S the table gives to numpy run on PyTorch too
         self.numpy_routes_on_pytorch = False
         self.check_in_model = False  # accelerate(check_in_model=True): uKernel S checked against PyTorch in place
@@ -214,15 +215,9 @@ class AcceleratedLinear(nn.Module):
 
     # the PyTorch computation of the original layer (plus the fused activation), on the caller's threads
     def _torch(self, x: torch.Tensor) -> torch.Tensor:
-        scope = self.thread_scope
-        threads = scope.host_threads() if scope is not None else 0
-        if not threads:
-            return self._layer_in_torch(x)
-        torch.set_num_threads(threads)
-        try:
-            return self._layer_in_torch(x)
-        finally:
-            torch.set_num_threads(1)
+        # inside a forward that runs uKernels this is on one thread too: given back the caller's threads, PyTorch
+        # leaves libgomp workers spinning on the cores the next uKernel needs (kernelfleet.torch_forward)
+        return self._layer_in_torch(x)
 
     def _layer_in_torch(self, x: torch.Tensor) -> torch.Tensor:
         params = self._parameters  # not self.weight: Module.__getattr__ costs ~0.3 µs a parameter per call
@@ -287,6 +282,9 @@ class AcceleratedLinear(nn.Module):
             self._weight_view(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scope = self.forward_scope
+        if scope is not None and scope.bypass:  # the whole-forward check runs (or chose) the model's own forward
+            return self._layer_in_torch(x)
         K = self.K
         shape = x.shape
         S = x.numel() // K if shape and shape[-1] == K else 0
@@ -386,8 +384,8 @@ class AcceleratedLinear(nn.Module):
         self._count(S)
 
     def _narrow_threads(self) -> None:
-        """A uKernel is about to run: the thread scope (thread_policy="managed") narrows PyTorch for the forward."""
-        scope = self.thread_scope
+        """A uKernel is about to run: the forward scope notes it and (thread_policy="managed") narrows PyTorch."""
+        scope = self.forward_scope
         if scope is not None and not scope.narrowed:
             scope.narrow()
 
@@ -619,52 +617,6 @@ def _tracks_grad(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) ->
     return torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))
 
 
-class TorchThreadScope:
-    """While an accelerated forward runs uKernels, PyTorch's own ops (norms, attention, adds) run on one thread, so
-    that no PyTorch OpenMP worker spins on the cores the uKernels need between layers (issue 33 item 3): with
-    PyTorch's default wait policy each op leaves its workers busy-waiting, and a uKernel that shares a core with one
-    waits a scheduler slice. The narrowing starts at the forward's first uKernel call (`narrow`), so a forward whose
-    layers all run on PyTorch at this size runs exactly as the caller set it; the caller's thread count is back when
-    the outermost forward returns or raises; nothing else in the process changes (no environment variable, no
-    library setting outside the forward). Installed by `accelerate(thread_policy="managed")` (the default) as
-    forward hooks on the accelerated root. A layer PyTorch computes (its table routes it there, or it has none)
-    runs on the caller's thread count: its table timed PyTorch with those threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._saved = 0
-        self.narrowed = False
-
-    def enter(self, *_: Any) -> None:
-        with self._lock:
-            if self._depth == 0:
-                self._saved = torch.get_num_threads()
-                self.narrowed = False
-            self._depth += 1
-
-    def narrow(self) -> None:
-        """A uKernel is about to run: PyTorch's own ops go to one thread for the rest of the forward."""
-        with self._lock:
-            if self._depth and not self.narrowed and self._saved > 1:
-                torch.set_num_threads(1)
-                self.narrowed = True
-
-    def exit(self, *_: Any) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0 and self.narrowed:
-                torch.set_num_threads(self._saved)
-                self.narrowed = False
-
-    def install(self, root: nn.Module) -> list[Any]:
-        return [root.register_forward_pre_hook(self.enter), root.register_forward_hook(self.exit, always_call=True)]
-
-    def host_threads(self) -> int:
-        """The caller's thread count while a narrowed forward runs (a layer PyTorch computes gets it back), else 0."""
-        return self._saved if self.narrowed else 0
-
-
 class AcceleratedModule(nn.Module):
     """The module with its GEMM-like layers accelerated (`.module`); calls go to it, attributes it lacks are read
     from it. `summary()` says what runs each layer, `stats()` what ran; `close()` stops the telemetry reporter
@@ -677,9 +629,11 @@ class AcceleratedModule(nn.Module):
         reporter: TelemetryReporter | None,
         summary: AccelerationSummary | None = None,
         hooks: list[Any] | None = None,
+        scope: ForwardScope | None = None,
     ) -> None:
         super().__init__()
         self.module = module
+        object.__setattr__(self, "_scope", scope)
         object.__setattr__(self, "_layers", layers)  # not registered twice: they live inside `module`
         object.__setattr__(self, "reporter", reporter)
         object.__setattr__(self, "_hooks", hooks or [])
@@ -719,6 +673,12 @@ class AcceleratedModule(nn.Module):
             if reset:
                 layer.stats = LayerStats()
         return out
+
+    def forward_decisions(self) -> dict[str, dict[str, Any]]:
+        """Per input signature (the shapes a forward was called with): whether its forwards run uKernels and what
+        the whole-forward check chose ("accelerated" or "eager") on which medians; empty without the check."""
+        scope = self._scope
+        return scope.decisions() if scope is not None else {}
 
     def fallbacks(self) -> int:
         return sum(layer.stats.fallbacks for layer in self.layers.values())
@@ -760,13 +720,15 @@ def accelerate(
     the cache holds tables for: this service's, or any offline). `inplace=False` leaves `module` untouched (a deep
     copy is accelerated). With a client and `telemetry`, a background reporter sends the shapes run every
     `telemetry_interval_s`. `print_summary`: print `summary()` to stderr once (what runs each layer, why PyTorch
-    where it does, the speedup expected). `thread_policy`: "managed" runs the model's own PyTorch ops on one
-    thread during a forward that has layers on CPU tables (`TorchThreadScope`); "host" leaves PyTorch's threads as
-    the caller set them. `vendor_routes`: "pytorch" runs every S a table gives to a vendor library on PyTorch (the
-    layer's own computation), so a forward uses one BLAS and its thread pool besides the uKernels; "table" runs
+    where it does, the speedup expected). `thread_policy`: "managed" runs PyTorch on one thread during a forward
+    that runs uKernels (`kernelfleet.torch_forward`); "host" leaves PyTorch's threads as the caller set them.
+    `vendor_routes`: "pytorch" runs every S a table gives to a vendor library on PyTorch (the layer's own
+    computation), so a forward uses one BLAS and its thread pool besides the uKernels; "table" runs
     the library the table names (numpy where it timed numpy faster in isolation). `check_in_model`: each S a CPU
     table runs on uKernels is first timed against the layer's PyTorch computation inside the model (a few
-    alternating calls) and kept on the uKernels only where they are faster there (`stats()[layer]["in_model"]`).
+    alternating calls) and kept on the uKernels only where they are faster there (`stats()[layer]["in_model"]`);
+    then, per input shape, the whole forward on the tables is timed against the model's own and the tables keep
+    only the shapes where the forward is faster (`forward_decisions()`).
     `holdout`: with telemetry, one call in `holdout` per shape a table serves runs the layer's PyTorch computation
     instead, both timed, so the fleet measures what the tables save against what this host runs without them
     (kernelfleet.holdout; 0: none). A layer without a table holds calls out too (PyTorch on both sides): the
@@ -912,16 +874,21 @@ def accelerate(
     hooks: list[Any] = []
     threads = ""
     on_cpu_tables = any(layer._on and not layer._cuda for layer in layers.values())
-    if on_cpu_tables and thread_policy == "managed" and not isinstance(root, AcceleratedLinear):
-        scope = TorchThreadScope()
+    scope: ForwardScope | None = None
+    managed = thread_policy == "managed"
+    if on_cpu_tables and (managed or check_in_model) and not isinstance(root, AcceleratedLinear):
+        scope = ForwardScope(narrow_threads=managed, check=check_in_model)
         hooks = scope.install(root)
         for layer in layers.values():
-            layer.thread_scope = scope
-        threads = "PyTorch's own ops on 1 thread during a forward, uKernels on the cores (thread_policy='host': off)"
+            layer.forward_scope = scope
+    if on_cpu_tables and managed:
+        threads = (
+            "PyTorch on 1 thread during a forward that runs uKernels, uKernels on the cores (thread_policy='host': off)"
+        )
     elif on_cpu_tables:
         threads = f"PyTorch's ops on {torch.get_num_threads()} threads as the caller set them (thread_policy='host')"
     summary = AccelerationSummary(fingerprint, tuple(summaries), threads)
-    return _finish(AcceleratedModule(root, layers, reporter, summary, hooks), print_summary)
+    return _finish(AcceleratedModule(root, layers, reporter, summary, hooks, scope), print_summary)
 
 
 def _finish(fast: AcceleratedModule, print_summary: bool) -> AcceleratedModule:

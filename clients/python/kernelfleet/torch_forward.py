@@ -1,0 +1,161 @@
+"""What an accelerated forward decides as a whole: PyTorch's thread count during it, and whether, for inputs of one
+shape, it runs on the tables at all (issue 33 items 3 and 5).
+
+Threads. PyTorch's CPU ops run on libgomp, whose idle workers busy-wait after every parallel region (with the
+default wait policy, for milliseconds). A uKernel that then needs the core such a worker spins on waits for the
+scheduler: a BERT FFN-up uKernel at M = 8 took 2.6 ms in a 2-thread forward against 0.22 ms alone (Intel Xeon,
+2 cores, 2026-11-28). So while a forward runs uKernels, every PyTorch op in it — the model's own and the layers
+its tables route to PyTorch — runs on one thread; the caller's count is back when the outermost forward returns.
+Which forwards run uKernels is learnt per input signature (the shapes of the tensors passed): the first forward at
+a signature narrows at its first uKernel, later ones at their start, before any PyTorch op has woken a worker.
+
+The whole-forward check. Each layer's uKernels were checked against its PyTorch computation inside the model
+(`AcceleratedLinear`, `check_in_model`), but what the caller sees is the forward: one thread for PyTorch's ops
+and the mix of libraries change it as a whole. So per input signature, once the layers' own checks have settled,
+the forward on the tables and the model's own forward (every layer on PyTorch, the caller's threads, nothing
+narrowed) alternate in blocks of MODEL_BLOCK forwards, the first of each block not kept (it pays for the
+switch), until each side has MODEL_CALLS; the tables keep that signature only if their median is
+MODEL_MARGIN faster, else its forwards run as the model's own from then on. `decisions()` says which and why.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+MODEL_SETTLE = 10  # forwards at a signature before its timing starts: the layers' in-model checks take 2 × 4 calls
+MODEL_BLOCK = 3  # the check runs each side in blocks of this many forwards and keeps all but each block's first
+MODEL_CALLS = 4  # forwards kept per side: two blocks each
+MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
+MAX_SIGNATURES = 256  # signatures remembered; a forward at another one runs on the tables unchecked
+ACCELERATED, EAGER = "accelerated", "eager"
+_now = time.perf_counter
+
+Signature = tuple[Any, ...]
+
+
+def input_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
+    """The shapes of the tensors a forward is called with (other arguments: their type only)."""
+    return (
+        tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args),
+        tuple(sorted((k, tuple(v.shape)) for k, v in kwargs.items() if isinstance(v, torch.Tensor))),
+    )
+
+
+@dataclass
+class SignatureRecord:
+    """What the forwards at one input signature did: run uKernels, and how the two sides timed."""
+
+    forwards: int = 0
+    runs_ukernels: bool = False
+    accelerated_s: list[float] = field(default_factory=list)
+    eager_s: list[float] = field(default_factory=list)
+    decision: str | None = None  # ACCELERATED or EAGER, once the check is done
+
+    def next_mode(self, check: bool) -> str:
+        if self.decision is not None:
+            return self.decision
+        if not check or not self.runs_ukernels or self.forwards < MODEL_SETTLE:
+            return ACCELERATED  # nothing to compare (all on PyTorch), or the layers' own checks still settling
+        return EAGER if (self.forwards - MODEL_SETTLE) // MODEL_BLOCK % 2 == 0 else ACCELERATED
+
+    def record(self, mode: str, seconds: float, check: bool) -> None:
+        position = self.forwards - MODEL_SETTLE
+        timed = check and self.decision is None and self.runs_ukernels and position >= 0
+        self.forwards += 1
+        # a block's first forward follows the other side's and pays for it (libgomp workers a 2-thread eager
+        # forward left spinning, TVM workers asleep): steady state is what the caller runs, so it is not kept
+        if not timed or position % MODEL_BLOCK == 0:
+            return
+        (self.eager_s if mode == EAGER else self.accelerated_s).append(seconds)
+        if len(self.eager_s) >= MODEL_CALLS and len(self.accelerated_s) >= MODEL_CALLS:
+            ours, theirs = statistics.median(self.accelerated_s), statistics.median(self.eager_s)
+            self.decision = ACCELERATED if ours * (1 + MODEL_MARGIN) < theirs else EAGER
+
+    def as_dict(self) -> dict[str, Any]:
+        median = statistics.median
+        return {
+            "forwards": self.forwards,
+            "runs_ukernels": self.runs_ukernels,
+            "decision": self.decision,
+            "accelerated_s": median(self.accelerated_s) if self.accelerated_s else None,
+            "eager_s": median(self.eager_s) if self.eager_s else None,
+        }
+
+
+class ForwardScope:
+    """Installed by `accelerate` as forward hooks on the accelerated root; the layers ask it `bypass` (run as the
+    model's own) and call `narrow()` before a uKernel. `narrow_threads`: thread_policy="managed"; `check`: the
+    whole-forward check (check_in_model). One forward at a time is assumed: PyTorch's thread count is process-wide."""
+
+    def __init__(self, *, narrow_threads: bool = True, check: bool = True) -> None:
+        self.narrow_threads = narrow_threads
+        self.check = check
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved = 0
+        self.narrowed = False
+        self.bypass = False  # this forward runs as the model's own: every layer on PyTorch, nothing narrowed
+        self._records: dict[Signature, SignatureRecord] = {}
+        self._current: SignatureRecord | None = None
+        self._mode = ACCELERATED
+        self._started = 0.0
+
+    def enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        with self._lock:
+            self._depth += 1
+            if self._depth > 1:
+                return
+            self._saved = torch.get_num_threads()
+            self.narrowed = False
+            signature = input_signature(args, kwargs)
+            record = self._records.get(signature)
+            if record is None and len(self._records) < MAX_SIGNATURES:
+                record = self._records[signature] = SignatureRecord()
+            self._current = record
+            self._mode = record.next_mode(self.check) if record is not None else ACCELERATED
+            self.bypass = self._mode == EAGER
+            if not self.bypass and record is not None and record.runs_ukernels:
+                self._narrow_locked()  # before the forward's first PyTorch op can wake a libgomp worker
+            self._started = _now()
+
+    def narrow(self) -> None:
+        """A uKernel is about to run: PyTorch goes to one thread for the rest of the forward."""
+        with self._lock:
+            if self._depth and self._current is not None:
+                self._current.runs_ukernels = True
+            self._narrow_locked()
+
+    def _narrow_locked(self) -> None:
+        if self.narrow_threads and self._depth and not self.narrowed and self._saved > 1:
+            torch.set_num_threads(1)
+            self.narrowed = True
+
+    def exit(self, *_: Any) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth:
+                return
+            seconds = _now() - self._started
+            if self.narrowed:
+                torch.set_num_threads(self._saved)
+                self.narrowed = False
+            if self._current is not None:
+                self._current.record(self._mode, seconds, self.check)
+            self._current, self.bypass = None, False
+
+    def install(self, root: nn.Module) -> list[Any]:
+        return [
+            root.register_forward_pre_hook(self.enter, with_kwargs=True),
+            root.register_forward_hook(self.exit, always_call=True),
+        ]
+
+    def decisions(self) -> dict[str, dict[str, Any]]:
+        """Per input signature seen (its repr): forwards, whether they run uKernels, the check's medians, the choice."""
+        return {repr(sig): record.as_dict() for sig, record in self._records.items()}

@@ -1,0 +1,137 @@
+"""accelerate's whole-forward check (issue 33 item 5): per input signature, once the layers' own checks have settled,
+the forward on the tables and the model's own forward alternate in blocks; the tables keep the signature only where
+their forward is faster by the margin, else its forwards run as the model's own from then on. Each signature is
+decided on its own; a forward whose layers all run on PyTorch is never timed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from kernelfleet import vendor
+from kernelfleet.dispatch import DispatchTable, Interval
+from kernelfleet.dispatcher import Dispatcher
+from kernelfleet.epilogue import Epilogue
+from kernelfleet.torch import AcceleratedLinear
+from kernelfleet.torch_forward import (
+    ACCELERATED,
+    EAGER,
+    MODEL_BLOCK,
+    MODEL_CALLS,
+    MODEL_SETTLE,
+    ForwardScope,
+    SignatureRecord,
+)
+from kernelfleet.torch_fusion import dense_layer
+
+CHECK_FORWARDS = MODEL_SETTLE + 2 * (MODEL_CALLS // (MODEL_BLOCK - 1)) * MODEL_BLOCK  # settle + both sides' blocks
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def _model(library: str, scope: ForwardScope) -> tuple[nn.Module, AcceleratedLinear]:
+    """One accelerated layer whose table routes every S to `library` (numpy: a dispatcher call, as a uKernel's)."""
+    linear = nn.Linear(6, 8).eval()
+    dense = dense_layer(linear)
+    assert dense is not None
+    d = Dispatcher(DispatchTable((Interval(1, 8, None, library),), {}, Epilogue()), {}, N=8, K=6)
+    layer = AcceleratedLinear("l", linear, dense, d, "w", fused_bias=False, activation=None, max_rows=8)
+    layer.forward_scope = scope
+    model = nn.Sequential(layer, nn.ReLU()).eval()
+    scope.install(model)
+    return model, layer
+
+
+def _slow(seconds: float, fn: Any) -> Any:
+    def slowed(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(seconds)
+        return fn(*args, **kwargs)
+
+    return slowed
+
+
+def test_a_forward_slower_on_the_tables_runs_as_the_models_own(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
+    scope = ForwardScope()
+    model, layer = _model(vendor.NUMPY, scope)
+    x = torch.randn(3, 6)
+    with torch.inference_mode():
+        expected = torch.relu(layer._layer_in_torch(x))
+        for _ in range(CHECK_FORWARDS):
+            model(x)
+        calls = layer.stats.calls
+        for _ in range(5):
+            torch.testing.assert_close(model(x), expected)
+    (decision,) = scope.decisions().values()
+    assert decision["decision"] == EAGER and decision["accelerated_s"] > decision["eager_s"]
+    assert layer.stats.calls == calls  # decided: the table is not called at this signature any more
+    assert torch.get_num_threads() == 2
+
+
+def test_a_forward_faster_on_the_tables_keeps_them(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", _slow(0.004, AcceleratedLinear._layer_in_torch))
+    scope = ForwardScope()
+    model, layer = _model(vendor.NUMPY, scope)
+    x = torch.randn(3, 6)
+    with torch.inference_mode():
+        for _ in range(CHECK_FORWARDS):
+            model(x)
+        calls = layer.stats.calls
+        model(x)
+    (decision,) = scope.decisions().values()
+    assert decision["decision"] == ACCELERATED and decision["accelerated_s"] < decision["eager_s"]
+    assert layer.stats.calls == calls + 1
+
+
+def test_each_input_signature_is_decided_on_its_own(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
+    scope = ForwardScope()
+    model, _ = _model(vendor.NUMPY, scope)
+    with torch.inference_mode():
+        for _ in range(CHECK_FORWARDS):
+            model(torch.randn(3, 6))
+        model(torch.randn(5, 6))
+    decisions = scope.decisions()
+    assert [d["decision"] for d in decisions.values()] == [EAGER, None]
+    assert [d["forwards"] for d in decisions.values()] == [CHECK_FORWARDS, 1]
+
+
+def test_a_forward_all_on_pytorch_is_not_timed(two_threads: None) -> None:
+    scope = ForwardScope()
+    model, _ = _model(vendor.TORCH, scope)
+    with torch.inference_mode():
+        for _ in range(CHECK_FORWARDS):
+            model(torch.randn(3, 6))
+    (decision,) = scope.decisions().values()
+    assert decision == {
+        "forwards": CHECK_FORWARDS,
+        "runs_ukernels": False,
+        "decision": None,
+        "accelerated_s": None,
+        "eager_s": None,
+    }
+
+
+def test_one_slow_forward_at_a_switch_does_not_decide() -> None:
+    """A block's first forward pays for the switch from the other side (spinning or sleeping workers): not kept."""
+    record = SignatureRecord(runs_ukernels=True)
+    while record.decision is None:
+        mode = record.next_mode(check=True)
+        position = record.forwards - MODEL_SETTLE
+        first_of_block = position >= 0 and position % MODEL_BLOCK == 0
+        slow = mode == ACCELERATED and first_of_block
+        record.record(mode, 1.0 if slow else (0.010 if mode == ACCELERATED else 0.012), check=True)
+    assert record.decision == ACCELERATED and max(record.accelerated_s) == 0.010

@@ -632,6 +632,8 @@ def measure_model(
                 "max_abs_diff": diffs,
                 "samples": {r.name: len(r.samples) for r in runners},
                 "seconds": elapsed,
+                # what accelerate's whole-forward check chose at each input signature so far (and on which medians)
+                "forward_decisions": fast.forward_decisions() if hasattr(fast, "forward_decisions") else {},
             }
             if kind == "forward" and args.device == "cpu" and not args.no_profile:
                 with torch.inference_mode():

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import cpu_model, host_info, write_json
+from common import cpu_model, host_info, set_vendor_threads, write_json
 from whole_model import QUICK_SEQS, build_model, model_inputs
 
 QUICK_WEIGHTS = {1: 0.02, 8: 0.20, 64: 0.78}  # whole_model.py --quick's histogram
@@ -146,12 +146,17 @@ def peak_gemm_flops(min_sample_s: float) -> dict[str, float]:
 
 
 def read_bandwidth(nbytes: int, min_sample_s: float) -> dict[str, float]:
-    """Fastest streaming read (bytes/s) over a float32 buffer of `nbytes`: PyTorch's and numpy's sum."""
-    x = np.random.default_rng(2).standard_normal(max(nbytes // 4, 1 << 16), dtype=np.float32)
-    xt = torch.from_numpy(x)
+    """Fastest streaming read (bytes/s) over float32 data of `nbytes` (the model's Linear weights: the same caches
+    serve it): a sum and a matrix-vector product, each in PyTorch and numpy."""
+    cols = 4096
+    x = np.random.default_rng(2).standard_normal((max(nbytes // (4 * cols), 16), cols), dtype=np.float32)
+    v = np.ones(cols, dtype=np.float32)
+    xt, vt = torch.from_numpy(x), torch.from_numpy(v)
     return {
-        "torch": x.nbytes / best_time(lambda: xt.sum(), min_sample_s, 7),
-        "numpy": x.nbytes / best_time(lambda: x.sum(), min_sample_s, 7),
+        "torch sum": x.nbytes / best_time(lambda: xt.sum(), min_sample_s, 7),
+        "numpy sum": x.nbytes / best_time(lambda: x.sum(), min_sample_s, 7),
+        "torch mv": x.nbytes / best_time(lambda: torch.mv(xt, vt), min_sample_s, 7),
+        "numpy mv": x.nbytes / best_time(lambda: x @ v, min_sample_s, 7),
     }
 
 
@@ -176,7 +181,7 @@ def library_time(call: LinearCall, min_sample_s: float) -> float:
 
 
 def measure(args: argparse.Namespace, model_name: str, threads: int) -> dict[str, Any]:
-    torch.set_num_threads(threads)
+    set_vendor_threads(torch, threads)  # PyTorch and numpy's BLAS alike
     model = build_model(model_name, args.layers)
     vocab = model.config.vocab_size
     names = linear_names(model)

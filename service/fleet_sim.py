@@ -237,9 +237,13 @@ class LayerHost:
         d = self.dispatcher
         if d is None or d.table is None:
             return "no table"
-        if self.layers[0].route(m) == "pytorch":
-            return "torch"
+        if self.layers[0].route(m) == "pytorch" or self.fast.forward_choice(self._probe(m), 0) == "eager":
+            return "torch"  # the layer's route, or accelerate's whole-forward check, runs PyTorch at M
         return "uKernels" if d.vendor_route(m) is None else d.library(m)
+
+    def _probe(self, m: int) -> Any:
+        """An input of M rows, for asking what accelerate decided for forwards called with that shape."""
+        return self.torch.empty(m, self.layers[0].K)
 
     def close(self) -> None:
         assert self.fast.reporter is not None

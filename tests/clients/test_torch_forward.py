@@ -78,6 +78,7 @@ def test_a_forward_slower_on_the_tables_runs_as_the_models_own(
     (decision,) = scope.decisions().values()
     assert decision["decision"] == EAGER and decision["accelerated_s"] > decision["eager_s"]
     assert layer.stats.calls == calls  # decided: the table is not called at this signature any more
+    assert scope.decision((torch.empty(3, 6),), {}) == EAGER and scope.decision((torch.empty(4, 6),), {}) is None
     assert torch.get_num_threads() == 2
 
 

@@ -680,6 +680,12 @@ class AcceleratedModule(nn.Module):
         scope = self._scope
         return scope.decisions() if scope is not None else {}
 
+    def forward_choice(self, *args: Any, **kwargs: Any) -> str | None:
+        """The whole-forward check's choice for a forward called like this ("accelerated", "eager": the model's own
+        forward, every layer on PyTorch), or None while undecided or without the check."""
+        scope = self._scope
+        return scope.decision(args, kwargs) if scope is not None else None
+
     def fallbacks(self) -> int:
         return sum(layer.stats.fallbacks for layer in self.layers.values())
 

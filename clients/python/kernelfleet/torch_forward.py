@@ -156,6 +156,11 @@ class ForwardScope:
             root.register_forward_hook(self.exit, always_call=True),
         ]
 
+    def decision(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        """What the check chose for forwards called with these arguments' shapes (None: not decided yet)."""
+        record = self._records.get(input_signature(args, kwargs))
+        return record.decision if record is not None else None
+
     def decisions(self) -> dict[str, dict[str, Any]]:
         """Per input signature seen (its repr): forwards, whether they run uKernels, the check's medians, the choice."""
         return {repr(sig): record.as_dict() for sig, record in self._records.items()}

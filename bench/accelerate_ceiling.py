@@ -33,7 +33,6 @@ import copy
 import datetime as dt
 import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import cpu_model, host_info, set_vendor_threads, write_json
+from common import best_time, cpu_model, host_info, interleaved, set_vendor_threads, write_json
 from whole_model import QUICK_SEQS, build_model, model_inputs
 
 QUICK_WEIGHTS = {1: 0.02, 8: 0.20, 64: 0.78}  # whole_model.py --quick's histogram
@@ -95,43 +94,6 @@ def swap(model: torch.nn.Module, replacements: dict[str, torch.nn.Module]) -> No
         setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
 
 
-def calls_per_sample(fn: Callable[[], Any], min_sample_s: float) -> int:
-    """Back-to-back calls so that one sample lasts at least `min_sample_s` (one untimed call first)."""
-    fn()
-    number = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        if time.perf_counter() - t0 >= min_sample_s or number >= 1 << 14:
-            return number
-        number *= 2
-
-
-def sample(fn: Callable[[], Any], number: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - t0) / number
-
-
-def best_time(fn: Callable[[], Any], min_sample_s: float, samples: int) -> float:
-    number = calls_per_sample(fn, min_sample_s)
-    return min(sample(fn, number) for _ in range(samples))
-
-
-def alternate(sides: dict[str, Callable[[], Any]], rounds: int, min_sample_s: float) -> dict[str, list[float]]:
-    """Per side, one calibrated sample per round, rounds starting with a different side each time."""
-    names = list(sides)
-    numbers = {name: calls_per_sample(fn, min_sample_s) for name, fn in sides.items()}
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            samples[name].append(sample(sides[name], numbers[name]))
-    return samples
-
-
 def peak_gemm_flops(min_sample_s: float) -> dict[str, float]:
     """The fastest large float32 GEMM each library runs here (FLOP/s, best sample)."""
     n = 2048
@@ -176,7 +138,7 @@ def library_time(call: LinearCall, min_sample_s: float) -> float:
         "torch": lambda: torch.nn.functional.linear(xt, wt),
         "numpy": lambda: x @ w.T,
     }
-    timed = alternate(sides, 5, min_sample_s)
+    timed = interleaved(sides, 5, min_sample_s)
     return min(statistics.median(v) for v in timed.values())
 
 
@@ -212,7 +174,7 @@ def measure(args: argparse.Namespace, model_name: str, threads: int) -> dict[str
             def rest(twin: torch.nn.Module = twin, inputs: dict[str, Any] = inputs) -> Any:
                 return twin(**inputs)
 
-            timed = alternate({"eager": eager, "rest": rest}, args.rounds, args.min_sample_s)
+            timed = interleaved({"eager": eager, "rest": rest}, args.rounds, args.min_sample_s)
             t_eager = statistics.median(timed["eager"])
             t_rest = statistics.median(timed["rest"])
             floors, libs = 0.0, 0.0

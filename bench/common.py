@@ -336,6 +336,41 @@ def calibrate(sample: Sampler, min_sample_s: float) -> int:
     return number
 
 
+def timed_calls(fn: Callable[[], object], number: int) -> float:
+    """Seconds per call of `number` back-to-back calls."""
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - t0) / number
+
+
+def calls_per_sample(fn: Callable[[], object], min_sample_s: float) -> int:
+    """Back-to-back calls so that one sample lasts at least `min_sample_s` (one untimed call first)."""
+    fn()
+    number = 1
+    while timed_calls(fn, number) * number < min_sample_s and number < 1 << 14:
+        number *= 2
+    return number
+
+
+def best_time(fn: Callable[[], object], min_sample_s: float, samples: int) -> float:
+    """The fastest of `samples` calibrated samples (a peak rate, not a typical one)."""
+    number = calls_per_sample(fn, min_sample_s)
+    return min(timed_calls(fn, number) for _ in range(samples))
+
+
+def interleaved(sides: dict[str, Callable[[], object]], rounds: int, min_sample_s: float) -> dict[str, list[float]]:
+    """Seconds per call of each side: one calibrated sample per round, each round starting with another side."""
+    numbers = {name: calls_per_sample(fn, min_sample_s) for name, fn in sides.items()}
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
+    for r in range(rounds):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            samples[name].append(timed_calls(sides[name], numbers[name]))
+    return samples
+
+
 def _other_threads_cpu_ns() -> int | None:
     """CPU time (ns) of this process's threads other than the calling one, or None without schedstat."""
     me = threading.get_native_id()

@@ -20,14 +20,13 @@ if __name__ == "__main__":
 import argparse
 import math
 import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
-from common import cpu_model
+from common import cpu_model, interleaved
 
 TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": torch.nn.functional.gelu,
@@ -67,35 +66,8 @@ def build(n: int, k: int, tile: tuple[int, int, int], activation: str | None, li
         epilogue_module.te_activation = current
 
 
-def calls_per_sample(fn: Callable[[], Any], min_sample_s: float) -> int:
-    fn()
-    number = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        if time.perf_counter() - t0 >= min_sample_s or number >= 1 << 14:
-            return number
-        number *= 2
-
-
 def torch_side(act: Callable[[torch.Tensor], torch.Tensor], x: Any, w: Any, b: Any) -> Any:
     return act(torch.nn.functional.linear(x, w, b))
-
-
-def interleaved(sides: dict[str, Callable[[], Any]], rounds: int, min_sample_s: float) -> dict[str, list[float]]:
-    """Seconds per call of each side, one calibrated sample per round, each round starting with another side."""
-    numbers = {name: calls_per_sample(fn, min_sample_s) for name, fn in sides.items()}
-    samples: dict[str, list[float]] = {name: [] for name in sides}
-    names = list(sides)
-    for r in range(rounds):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            t0 = time.perf_counter()
-            for _ in range(numbers[name]):
-                sides[name]()
-            samples[name].append((time.perf_counter() - t0) / numbers[name])
-    return samples
 
 
 def main() -> None:

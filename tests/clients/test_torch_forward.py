@@ -6,7 +6,6 @@ decided on its own; a forward whose layers all run on PyTorch is never timed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,14 +29,6 @@ from kernelfleet.torch_forward import (
 from kernelfleet.torch_fusion import dense_layer
 
 CHECK_FORWARDS = MODEL_SETTLE + 2 * (MODEL_CALLS // (MODEL_BLOCK - 1)) * MODEL_BLOCK  # settle + both sides' blocks
-
-
-@pytest.fixture
-def two_threads() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 def _model(library: str, scope: ForwardScope) -> tuple[nn.Module, AcceleratedLinear]:

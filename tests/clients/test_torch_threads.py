@@ -6,7 +6,6 @@ was, and nothing else changed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,14 +34,6 @@ class Probe(nn.Module):  # type: ignore[misc]
         if self.fail:
             raise RuntimeError("the model's own op failed")
         return torch.nn.functional.layer_norm(x, x.shape[-1:])
-
-
-@pytest.fixture
-def two_threads() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 def _layer(library: str, scope: ForwardScope | None, k: int = 6) -> AcceleratedLinear:

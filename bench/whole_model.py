@@ -633,7 +633,7 @@ def measure_model(
                 "samples": {r.name: len(r.samples) for r in runners},
                 "seconds": elapsed,
                 # what accelerate's whole-forward check chose at each input signature so far (and on which medians)
-                "forward_decisions": fast.forward_decisions() if hasattr(fast, "forward_decisions") else {},
+                "forward_decisions": fast.forward_decisions(),
             }
             if kind == "forward" and args.device == "cpu" and not args.no_profile:
                 with torch.inference_mode():

@@ -59,17 +59,18 @@ class Epilogue:
 
 NO_EPILOGUE = Epilogue()
 
-# Abramowitz & Stegun 7.1.26: |erf(x) − approx| ≤ 1.5e-7 for every x ≥ 0 (odd extension below 0)
-_P = 0.3275911
-_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+# Abramowitz & Stegun 7.1.26: |erf(x) − approx| ≤ 1.5e-7 for every x ≥ 0 (odd extension below 0); the uKernels'
+# fused erf (service/tuning/epilogue.py) uses the same coefficients
+ERF_P = 0.3275911
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)  # a1..a5
 _SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def erf(x: np.ndarray) -> np.ndarray:
     """erf elementwise, within 1.5e-7 absolute (fp32 rounding is ~6e-8 at 1): no scipy needed."""
     a = np.abs(x)
-    t = 1.0 / (1.0 + _P * a)
-    poly = t * (_A[0] + t * (_A[1] + t * (_A[2] + t * (_A[3] + t * _A[4]))))
+    t = 1.0 / (1.0 + ERF_P * a)
+    poly = t * (ERF_A[0] + t * (ERF_A[1] + t * (ERF_A[2] + t * (ERF_A[3] + t * ERF_A[4]))))
     y = 1.0 - poly * np.exp(-a * a)
     out: np.ndarray = np.copysign(y, x).astype(x.dtype, copy=False)
     return out

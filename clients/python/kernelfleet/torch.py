@@ -213,12 +213,9 @@ class AcceleratedLinear(nn.Module):
         route = "dispatcher" if self._on else "pytorch"
         return f"N={self.N}, K={self.K}, bias={self.bias is not None}{act}, runs_on={route}, max_rows={self.max_rows}"
 
-    # the PyTorch computation of the original layer (plus the fused activation), on the caller's threads
-    def _torch(self, x: torch.Tensor) -> torch.Tensor:
-        # inside a forward that runs uKernels this is on one thread too: given back the caller's threads, PyTorch
-        # leaves libgomp workers spinning on the cores the next uKernel needs (kernelfleet.torch_forward)
-        return self._layer_in_torch(x)
-
+    # the PyTorch computation of the original layer (plus the fused activation), on PyTorch's current threads: inside
+    # a forward that runs uKernels that is one thread too, since given back the caller's threads PyTorch leaves libgomp
+    # workers spinning on the cores the next uKernel needs (kernelfleet.torch_forward)
     def _layer_in_torch(self, x: torch.Tensor) -> torch.Tensor:
         params = self._parameters  # not self.weight: Module.__getattr__ costs ~0.3 µs a parameter per call
         w, b = params["weight"], params["bias"]
@@ -235,7 +232,7 @@ class AcceleratedLinear(nn.Module):
 
     def _fallback(self, x: torch.Tensor, reason: str, S: int) -> torch.Tensor:
         start = time.perf_counter()
-        y = self._torch(x)
+        y = self._layer_in_torch(x)
         st = self.stats
         st.calls += 1
         st.fallbacks += 1
@@ -291,7 +288,7 @@ class AcceleratedLinear(nn.Module):
         route = self._routes.get(S)
         if route is _PYTORCH:  # the table routes S to PyTorch: the original layer on the caller's tensors,
             start = _now()  # nothing in between (issue 31 item 2); any dtype, device or grad mode runs as it would
-            y = self._torch(x)
+            y = self._layer_in_torch(x)
             self._routed(S, _now() - start)
             return y
         if route is _TRIAL:
@@ -357,7 +354,7 @@ class AcceleratedLinear(nn.Module):
             if remember:
                 self._routes[S] = _PYTORCH
             start = _now()
-            y = self._torch(x)
+            y = self._layer_in_torch(x)
             self._routed(S, _now() - start)
             return y
         if isinstance(d, Dispatcher):
@@ -386,7 +383,7 @@ class AcceleratedLinear(nn.Module):
     def _narrow_threads(self) -> None:
         """A uKernel is about to run: the forward scope notes it and (thread_policy="managed") narrows PyTorch."""
         scope = self.forward_scope
-        if scope is not None and not scope.narrowed:
+        if scope is not None and not scope.runs_ukernels:
             scope.narrow()
 
     def _in_model_check(self, x: torch.Tensor, S: int) -> torch.Tensor:
@@ -406,7 +403,7 @@ class AcceleratedLinear(nn.Module):
             table_s.append(_now() - start)
         else:
             start = _now()
-            y = self._torch(x)
+            y = self._layer_in_torch(x)
             torch_s.append(_now() - start)
             self._routed(S, torch_s[-1])
         if len(torch_s) >= IN_MODEL_CALLS:
@@ -442,7 +439,7 @@ class AcceleratedLinear(nn.Module):
 
     def _baseline(self, x: torch.Tensor, S: int) -> torch.Tensor:
         start = _now()
-        y = self._torch(x)
+        y = self._layer_in_torch(x)
         self._routed(S, _now() - start)  # a call the host ran: the fleet's time, not a miss
         return y
 

@@ -101,6 +101,7 @@ class ForwardScope:
         self._depth = 0
         self._saved = 0
         self.narrowed = False
+        self.runs_ukernels = False  # this forward has run (or, by its signature, will run) a uKernel
         self.bypass = False  # this forward runs as the model's own: every layer on PyTorch, nothing narrowed
         self._records: dict[Signature, SignatureRecord] = {}
         self._current: SignatureRecord | None = None
@@ -121,15 +122,18 @@ class ForwardScope:
             self._current = record
             self._mode = record.next_mode(self.check) if record is not None else ACCELERATED
             self.bypass = self._mode == EAGER
-            if not self.bypass and record is not None and record.runs_ukernels:
+            self.runs_ukernels = not self.bypass and record is not None and record.runs_ukernels
+            if self.runs_ukernels:
                 self._narrow_locked()  # before the forward's first PyTorch op can wake a libgomp worker
             self._started = _now()
 
     def narrow(self) -> None:
         """A uKernel is about to run: PyTorch goes to one thread for the rest of the forward."""
         with self._lock:
-            if self._depth and self._current is not None:
-                self._current.runs_ukernels = True
+            if self._depth:
+                self.runs_ukernels = True
+                if self._current is not None:
+                    self._current.runs_ukernels = True
             self._narrow_locked()
 
     def _narrow_locked(self) -> None:
@@ -148,7 +152,7 @@ class ForwardScope:
                 self.narrowed = False
             if self._current is not None:
                 self._current.record(self._mode, seconds, self.check)
-            self._current, self.bypass = None, False
+            self._current, self.bypass, self.runs_ukernels = None, False, False
 
     def install(self, root: nn.Module) -> list[Any]:
         return [

@@ -17,8 +17,9 @@ Per layer and T, on the same tensors:
   cycling through copies of W twice the L2, so neither reads a W left in the L2 by the previous call;
 - the two sides interleaved (ours, cuBLAS, ours, cuBLAS, ... `--rounds` times); the row keeps every round's
   sample and reports the medians and their spread.
-Our side is the best correct kernel at that T (what a dispatch table routes to). In half precision our Y is
-fp32 (the fp32 accumulators written out) while cuBLAS writes fp16: our side writes twice the output bytes.
+Our side is the best correct kernel at that T (what a dispatch table routes to). Y is in the inputs' dtype on both
+sides (our fp32 accumulators are rounded in the final store, gpu_kernels.build_module), as cuBLAS writes it. The
+H200 run of 2026-11-27 predates that: our half-precision Y was fp32 there (twice cuBLAS's output bytes).
 
 Summary: geomean over T of cuBLAS / ours and the worst T, per layer. Goal (issue 32): ≥ 1.0× with no T below 0.9×.
 
@@ -177,11 +178,11 @@ def measure_layer(layer: str, modules: dict[str, Any], ts: list[int], dtype: str
         for label, call in calls.items():
             if label in gemv and t > GEMV_MAX_T:
                 continue
-            out = torch.full((t, n), float("nan"), device="cuda", dtype=torch.float32)
+            out = torch.full((t, n), float("nan"), device="cuda", dtype=tdtype)  # Y in the inputs' dtype
             try:
                 call(x, w, out=out)
                 torch.cuda.synchronize()
-                err = float((out - expected).abs().max() / expected.abs().max())
+                err = float((out.float() - expected).abs().max() / expected.abs().max())
             except Exception as exc:
                 wrong[label] = f"{type(exc).__name__}: {exc}"[:200]
                 continue
@@ -195,7 +196,7 @@ def measure_layer(layer: str, modules: dict[str, Any], ts: list[int], dtype: str
             row["wrong"] = wrong
         samples: dict[str, list[float]] = {label: [] for label in usable}
         samples["cublas"] = []
-        outs = {label: torch.empty(t, n, device="cuda", dtype=torch.float32) for label in usable}
+        outs = {label: torch.empty(t, n, device="cuda", dtype=tdtype) for label in usable}
         for _ in range(rounds):
             for label in usable:
                 samples[label].append(graph_us(partial(calls[label], x, out=outs[label]), weights))

@@ -16,7 +16,7 @@ from service.models.operators import OPERATORS, OperatorDef
 from service.models.shape import MAX_DIM
 from service.settings import get_settings
 
-DType = Literal["float32", "float16"]
+DType = Literal["float32", "float16", "bfloat16"]  # which kinds tune which: JobKind.dtypes
 FieldProblem = tuple[tuple[str | int, ...], str]  # the field to blame (under the workload) and why
 
 

@@ -59,6 +59,9 @@ def check_job(
     if target.kind not in kind.target_kinds:
         allowed = ", ".join(sorted(kind.target_kinds))
         return Problem(("target", "kind"), f"{kind.name} jobs tune {allowed} targets, not {target.kind}")
+    if workload.dtype not in kind.dtypes:
+        allowed = ", ".join(sorted(kind.dtypes))
+        return Problem(("workload", "dtype"), f"{kind.name} jobs tune {allowed} workloads, not {workload.dtype}")
     dims = dims_of(distribution)
     if dims != set(workload.symbolic):
         return Problem(

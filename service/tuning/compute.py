@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16", which workloads may name)
 import numpy as np
 import tvm
 from tvm import te
@@ -103,6 +104,13 @@ def reference(workload: WorkloadSpec) -> Callable[..., np.ndarray]:
     """The vendor-library (numpy/BLAS) implementation: the correctness oracle and the baseline."""
     if workload.op == "dense":
         epilogue = Epilogue.of_attrs(workload.attrs)
+        if workload.dtype == "bfloat16":  # numpy has no bfloat16 BLAS: fp32 sums of the inputs, as the kernels do
+
+            def in_fp32(x: np.ndarray, wt: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+                b = bias[0].astype(np.float32) if bias else None
+                return dense_reference(x.astype(np.float32), wt.astype(np.float32), b, epilogue)
+
+            return in_fp32
         if epilogue.bias:
             return lambda x, wt, b: dense_reference(x, wt, b, epilogue)
         return lambda x, wt: dense_reference(x, wt, None, epilogue)
@@ -113,8 +121,13 @@ def reference(workload: WorkloadSpec) -> Callable[..., np.ndarray]:
     raise KeyError(workload.op)
 
 
+# how much looser than fp32 a result in this dtype is checked: its output rounding (2^-11 for float16, 2^-8 for
+# bfloat16, relative to |Y| ~ √K) on top of fp32 summation error
+_TOLERANCE_SCALE = {"float32": 1, "float16": 50, "bfloat16": 400}
+
+
 def tolerance(workload: WorkloadSpec, shape: Mapping[str, int]) -> float:
     """Absolute error allowed against numpy: fp32 sums of standard-normal products grow with √reduction."""
     sizes = workload.bind(shape)
     depth = sizes["KH"] * sizes["KW"] * sizes["CI"] if workload.op == "conv2d" else sizes["K"]
-    return 1e-4 * float(np.sqrt(depth)) * (50 if workload.dtype == "float16" else 1) + 1e-4
+    return 1e-4 * float(np.sqrt(depth)) * _TOLERANCE_SCALE[workload.dtype] + 1e-4

@@ -170,7 +170,7 @@ def test_bad_inputs_fail_with_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelImportError, match=r"no dynamic dims.*dim_param"):
         extract_onnx(_model(nodes, [static], out, [_init("w", 64, 8)]))
     dyn = helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["batch", 64])
-    with pytest.raises(ModelImportError, match="computes in float64; workloads are float32 or float16"):
+    with pytest.raises(ModelImportError, match="computes in float64; workloads are float32, float16, bfloat16"):
         extract_onnx(_model(nodes, [dyn], out, [_init("w", 64, 8, dtype=np.float64)]))
     with pytest.raises(ModelImportError, match="no ONNX file"):
         extract_onnx(tmp_path / "missing.onnx")

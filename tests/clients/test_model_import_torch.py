@@ -111,16 +111,16 @@ def test_bad_inputs_fail_with_clear_errors() -> None:
     x = torch.randn(4, 8)
     with pytest.raises(ModelImportError, match="no dynamic dims: pass dynamic_shapes"):
         extract_torch(lin, (x,), None)
-    with pytest.raises(ModelImportError, match="computes in float64; workloads are float32 or float16"):
+    with pytest.raises(ModelImportError, match="computes in float64; workloads are float32, float16, bfloat16"):
         extract_torch(torch.nn.Linear(8, 8).double(), (x.double(),), ({0: Dim("batch")},))
-    with pytest.raises(ModelImportError, match="computes in bfloat16"):
-        extract_torch(torch.nn.Linear(8, 8).bfloat16(), (x.bfloat16(),), ({0: Dim("batch")},))
     with pytest.raises(ModelImportError, match=r"torch\.export failed"):  # the model fixes the dim it was told varies
         extract_torch(torch.nn.Linear(8, 8), (x,), ({1: Dim("features")},))
     with pytest.raises(ModelImportError, match=r"takes a torch\.nn\.Module"):
         extract_torch(lambda t: t, (x,), ({0: Dim("batch")},))
     half = extract_torch(torch.nn.Linear(8, 8).half(), (x.half(),), ({0: Dim("batch")},))
     assert [(o.dtype, o.dims) for o in half.ops] == [("float16", {"M": "batch", "N": 8, "K": 8})]
+    brain = extract_torch(torch.nn.Linear(8, 8).bfloat16(), (x.bfloat16(),), ({0: Dim("batch")},))
+    assert [o.dtype for o in brain.ops] == ["bfloat16"]  # a workload dtype (GPU ukernel jobs tune it)
 
 
 def test_bert_base_from_its_config() -> None:

@@ -58,3 +58,21 @@ def test_unscheduled_kernel_matches_numpy(workload: WorkloadSpec, shape: dict[st
     got = kernel(*inputs)
     assert got.shape == expected.shape
     assert float(np.abs(got - expected).max()) <= tolerance(workload, shape)
+
+
+def test_bfloat16_workloads_get_inputs_a_reference_and_a_tolerance_of_their_own() -> None:
+    """numpy has no bfloat16 BLAS: inputs are ml_dtypes' bfloat16, the reference sums them in fp32 (as the GPU
+    uKernels do), and the check allows a result rounded to bfloat16, which the fp32 tolerance would not."""
+    from service.tuning.platforms.base import check_result
+
+    wl = WorkloadSpec(op="dense", dtype="bfloat16", dims={"N": 64, "K": 768}, symbolic=["M"])
+    x, w = random_inputs(wl, {"M": 9})
+    assert x.dtype.name == w.dtype.name == "bfloat16"
+    expected = reference(wl)(x, w)
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    assert expected.dtype == np.float32 and np.abs(expected - exact).max() < 1e-3
+    rounded = expected.astype(x.dtype)  # what a kernel with a bfloat16 Y returns
+    fp32 = wl.model_copy(update={"dtype": "float32"})
+    assert check_result(rounded, expected, tolerance(fp32, {"M": 9})) is not None
+    assert check_result(rounded, expected, tolerance(wl, {"M": 9})) is None
+    assert check_result(rounded * 1.05, expected, tolerance(wl, {"M": 9})) is not None  # a wrong result still fails

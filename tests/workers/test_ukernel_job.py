@@ -140,13 +140,14 @@ def test_ukernel_jobs_reject_workloads_they_cannot_tune(fleet: Fleet) -> None:
     fleet.start_api()
     client = fleet.client()
     target = {"kind": "llvm", "mcpu": "znver4", "num_cores": 2}
-    for workload, field in [
-        ({"op": "dense", "dtype": "float16", "dims": {"N": 64, "K": 64}, "symbolic": ["M"]}, "workload"),
+    for workload, loc in [
+        ({"op": "dense", "dtype": "float16", "dims": {"N": 64, "K": 64}, "symbolic": ["M"]}, ["workload", "dtype"]),
+        ({"op": "dense", "dtype": "bfloat16", "dims": {"N": 64, "K": 64}, "symbolic": ["M"]}, ["workload", "dtype"]),
     ]:
         resp = client._http.post(
             "/v1/jobs", json={"kind": "ukernel", "workload": workload, "target": target, "distribution": DIST}
         )
-        assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", field], resp.text
+        assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", *loc], resp.text
     far = {"kind": "explicit", "points": [{"shape": {"M": 5000}}]}
     resp = client._http.post(
         "/v1/jobs", json={"kind": "ukernel", "workload": DENSE, "target": target, "distribution": far}

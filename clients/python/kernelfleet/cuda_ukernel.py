@@ -88,15 +88,32 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-_ITEMSIZE = {"float32": 4, "float16": 2}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPES = tuple(_ITEMSIZE)  # what CUDA uKernels take: X, W and Y in one of these (fp32 sums)
 _L2_FLUSH = "kernelfleet.flush_gpu_l2"
 _flush_buffers: dict[int, tuple[Any, ...]] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    """'float16' for torch.float16, numpy's float16 or TVM's 'float16' alike."""
+    return str(dtype).removeprefix("torch.")
+
+
+def numpy_dtype(dtype: str) -> Any:
+    """numpy's dtype for a uKernel dtype; bfloat16 is ml_dtypes' (numpy has none; TVM depends on ml_dtypes)."""
+    import numpy as np
+
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
 
 
 def _normal(rng: Any, shape: tuple[int, ...], dtype: str) -> Any:
     import numpy as np
 
-    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+    return rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype))
 
 
 def repeated_median(sample: Callable[[], list[float]], repeat: int, min_repeat_ms: float) -> float:
@@ -247,6 +264,9 @@ class CudaDispatcher:
     arrays are accepted for convenience and copied to the GPU once per call. With no table, and for the
     S the table routes to the vendor (the tuner measured cuBLAS faster there), the call goes to cuBLAS
     through torch; without torch those calls raise saying so.
+
+    `dtype` is the uKernels' (their specs say it: float32, float16 or bfloat16): X, W and the result are in it,
+    the sums in fp32, as `F.linear` computes half-precision inputs; a uKernel call in another dtype is refused.
     """
 
     def __init__(
@@ -268,6 +288,10 @@ class CudaDispatcher:
             missing = set(table.mts) - set(kernels)
             if missing:
                 raise ValueError(f"the dispatch table uses uKernels that were not loaded: {sorted(missing)}")
+        dtypes = {kernel.spec.dtype for kernel in kernels.values()}
+        if len(dtypes) > 1:
+            raise ValueError(f"the dispatch table's uKernels mix dtypes {sorted(dtypes)}")
+        self.dtype = dtypes.pop() if dtypes else "float32"
         self.table = table
         self.kernels = dict(kernels)
         self.N, self.K = N, K
@@ -299,6 +323,8 @@ class CudaDispatcher:
         x, w = _on_device(x), _on_device(w)
         if tuple(int(d) for d in x.shape[1:]) != (self.K,) or tuple(int(d) for d in w.shape) != (self.N, self.K):
             raise ValueError(f"expected x[S, {self.K}] and w[{self.N}, {self.K}], got {x.shape} and {w.shape}")
+        if dtype_name(x.dtype) != self.dtype or dtype_name(w.dtype) != self.dtype:
+            raise ValueError(f"these uKernels take {self.dtype} x and w, got {x.dtype} and {w.dtype}")
         given = out
         if out is None or _is_numpy(out):
             out = _empty_result(x, (S, int(self.N or 0)))
@@ -315,7 +341,7 @@ class CudaDispatcher:
         """Median seconds per call at S rows as a GPU host calls it, back to back, device-synchronised: torch
         CUDA tensors in and a fresh output out when torch is here (what a torch host pays, like
         `cublas.time_linear_called`), TVM tensors otherwise. W rotates through copies larger than the L2."""
-        x, weights = _call_inputs(S, self.N or 1, self.K or 1, l2_bytes)
+        x, weights = _call_inputs(S, self.N or 1, self.K or 1, l2_bytes, self.dtype)
         self(x, weights[0])
         _synchronize(x)
 
@@ -334,7 +360,7 @@ class CudaDispatcher:
         `cublas.time_linear` times cuBLAS, so the two compare like for like. Needs torch with CUDA."""
         import torch
 
-        x, weights = _call_inputs(S, self.N or 1, self.K or 1, l2_bytes, require_torch=True)
+        x, weights = _call_inputs(S, self.N or 1, self.K or 1, l2_bytes, self.dtype, require_torch=True)
         out = x.new_empty((S, int(self.N or 1)))
         step = iter(range(1 << 62))
         return graph_seconds(torch, lambda: self(x, weights[next(step) % len(weights)], out), calls, repeat)
@@ -371,12 +397,14 @@ def graph_seconds(torch: Any, call: Callable[[], Any], calls: int, repeat: int) 
     return float(statistics.median(times))
 
 
-def _call_inputs(S: int, n: int, k: int, l2_bytes: int, require_torch: bool = False) -> tuple[Any, list[Any]]:
-    """X[S, k] and the W[n, k] copies to rotate through, as torch CUDA tensors when torch is here."""
+def _call_inputs(
+    S: int, n: int, k: int, l2_bytes: int, dtype: str = "float32", require_torch: bool = False
+) -> tuple[Any, list[Any]]:
+    """X[S, k] and the W[n, k] copies to rotate through, in `dtype`, as torch CUDA tensors when torch is here."""
     import numpy as np
 
     rng = np.random.default_rng(0)
-    copies = weight_copies(n * k * 4, l2_bytes)
+    copies = weight_copies(n * k * _ITEMSIZE[dtype], l2_bytes)
     try:
         import torch
     except ImportError:
@@ -384,11 +412,11 @@ def _call_inputs(S: int, n: int, k: int, l2_bytes: int, require_torch: bool = Fa
             raise RuntimeError("CUDA-graph timing needs torch with CUDA (pip install torch)") from None
         tvm = require_cuda()
         dev = tvm.cuda(0)
-        host_w = rng.standard_normal((n, k), dtype=np.float32)
-        x = tvm.runtime.tensor(rng.standard_normal((S, k), dtype=np.float32), dev)
+        host_w = _normal(rng, (n, k), dtype)
+        x = tvm.runtime.tensor(_normal(rng, (S, k), dtype), dev)
         return x, [tvm.runtime.tensor(host_w, dev) for _ in range(copies)]
-    w = torch.randn(n, k, device="cuda")
-    return torch.randn(S, k, device="cuda"), [w, *(w.clone() for _ in range(copies - 1))]
+    w = torch.randn(n, k, device="cuda", dtype=getattr(torch, dtype))
+    return torch.randn(S, k, device="cuda", dtype=w.dtype), [w, *(w.clone() for _ in range(copies - 1))]
 
 
 def _synchronize(x: Any) -> None:
@@ -449,7 +477,7 @@ def _vendor(x: Any, w: Any, out: Any) -> Any:
     tx, tw = (_as_torch(torch, a, device) for a in (x, w))
     y = torch.nn.functional.linear(tx, tw)
     if _is_numpy(x) or _is_numpy(out):
-        return _to_host(y.cpu().numpy(), out)
+        return _to_host(_torch_to_numpy(y), out)
     if out is not None:
         _as_torch(torch, out, device).copy_(y)
         return out
@@ -472,5 +500,17 @@ def _as_torch(torch: Any, a: Any, device: str) -> Any:
     if isinstance(a, torch.Tensor):
         return a
     if _is_numpy(a):
+        if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch reads its bits
+            return torch.from_numpy(a.view("uint16")).view(torch.bfloat16).to(device)
         return torch.from_numpy(a).to(device)
     return torch.from_dlpack(a)
+
+
+def _torch_to_numpy(y: Any) -> Any:
+    """A torch result on the host as numpy; a bfloat16 one as ml_dtypes' bfloat16 (torch's .numpy() refuses it)."""
+    import torch
+
+    y = y.cpu()
+    if y.dtype == torch.bfloat16:
+        return y.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
+    return y.numpy()

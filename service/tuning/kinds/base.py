@@ -127,6 +127,9 @@ class JobKind(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     target_kinds: ClassVar[frozenset[str]]  # the platforms it tunes on
+    # the workload dtypes it tunes (admission refuses others, naming workload.dtype); bfloat16 is opt-in: numpy
+    # has no bfloat16 BLAS, so a kind must compute its references and baselines some other way to take it
+    dtypes: ClassVar[frozenset[str]] = frozenset({"float32", "float16"})
     publishes: ClassVar[Literal["configs", "dispatch"]]
     default_trials: ClassVar[int] = 64  # what `make demo` and friends ask for when the user names no budget
     # The fleet loop: where several kinds accept a task, the highest priority tunes it; a kind whose

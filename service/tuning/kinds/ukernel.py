@@ -51,6 +51,7 @@ class UKernelKind(JobKind):
     name = "ukernel"
     summary = "FTuner/DietCode uKernels over a symbolic M, combined per shape into one dispatch table for M = 1..S_max"
     target_kinds: ClassVar[frozenset[str]] = frozenset({"llvm", "cuda"})
+    dtypes: ClassVar[frozenset[str]] = frozenset({"float32", "float16", "bfloat16"})  # per family: validate
     publishes = "dispatch"
     default_trials = MAX_UKERNELS
     fleet_priority = 20

@@ -8,10 +8,26 @@ from service.models import TargetSpec, WorkloadSpec, shape_key
 from service.models.distribution import ShapeDistribution
 from service.models.plan import PlannedShape
 from service.tuning import planning
+from service.tuning.builder.cuda import supports_async_copy
 from service.tuning.kinds.base import Plan, Problem, ShapeOutcome, UnitContext, UnitResult, WorkUnit
 from service.tuning.kinds.ukernel_ops import UKernelOperator, every_dim_up_to_max_s
 from service.tuning.kinds.ukernel_range import DIM, publish_range, tune_unit, verify
 from service.tuning.tuners.ukernel.bounds import MAX_S
+
+
+def check_dtype(dtype: str, target: TargetSpec) -> Problem | None:
+    """float32 anywhere; float16 and bfloat16 on CUDA GPUs with tensor cores and cp.async (sm_80+), where the
+    GPU tuner proposes mma.sync tiles and the GEMV family in that dtype (Y in the inputs' dtype, fp32 sums)."""
+    if dtype == "float32":
+        return None
+    if target.kind != "cuda":
+        return Problem(("workload", "dtype"), f"ukernel jobs on {target.kind} targets tune float32, not {dtype}")
+    if not supports_async_copy(target.arch or ""):
+        return Problem(
+            ("workload", "dtype"),
+            f"{dtype} uKernels need tensor cores with cp.async: sm_80 or newer, not {target.arch or 'no arch'}",
+        )
+    return None
 
 
 def validate_dense(workload: WorkloadSpec, distribution: ShapeDistribution, target: TargetSpec) -> Problem | None:
@@ -22,8 +38,8 @@ def validate_dense(workload: WorkloadSpec, distribution: ShapeDistribution, targ
             ("workload",),
             f"ukernel jobs need exactly one dynamic dimension, M; this workload has {workload.symbolic}",
         )
-    if workload.dtype != "float32":
-        return Problem(("workload",), f"ukernel jobs support float32, not {workload.dtype}")
+    if problem := check_dtype(workload.dtype, target):
+        return problem
     s_max = max(shape[DIM] for shape, _ in distribution.support())
     if s_max > MAX_S:
         return Problem(("distribution",), f"ukernel jobs tune M up to {MAX_S}; the distribution reaches {s_max}")

@@ -23,7 +23,8 @@ from service.models import TargetSpec, Toolchain, WorkloadSpec
 
 def check_result(got: Any, expected: np.ndarray, tolerance: float) -> str | None:
     """Why `got` does not match the reference within `tolerance` (max absolute error), or None."""
-    err = float(np.abs(np.asarray(got) - expected).max())
+    # in float64: a difference taken in a half dtype would round the error itself
+    err = float(np.abs(np.asarray(got, dtype=np.float64) - np.asarray(expected, dtype=np.float64)).max())
     if not err <= tolerance:  # NaN fails too
         return f"result disagrees with the reference: max abs error {err:.3g} > {tolerance:.3g}"
     return None

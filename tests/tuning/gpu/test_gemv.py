@@ -310,6 +310,24 @@ def test_half_precision_codegen_builds(dtype: str, ctype: str) -> None:
     assert "uint4" in source  # 16-byte vectors of 8 two-byte elements
 
 
+@pytest.mark.parametrize(("dtype", "ctype"), [("float16", "half"), ("bfloat16", "nv_bfloat16")])
+def test_the_ukernel_path_rounds_y_to_the_inputs_dtype_in_the_store(dtype: str, ctype: str) -> None:
+    """What a half-precision ukernel job builds (gpu_kernels.build_module): dlight folds the rounding block into
+    the un-padding store, so Y is in the inputs' dtype (as F.linear's is) with no pass of its own, and the kernel
+    keeps no stack, spills or local memory."""
+    from service.tuning.tuners.ukernel.gpu_kernels import build_module
+
+    reason = _half_headers_reason(dtype)
+    if reason:
+        pytest.skip(reason)
+    n, k = LAYERS["qkv"]
+    source = cuda_source(build_module(default_gemv(n, k, dtype), n, k, cuda_target(ARCH), dtype))
+    signature = source.split("main_kernel(", 1)[1].split(")", 1)[0]
+    assert f"{ctype}* __restrict__ Y_out_ptr" in signature and "float*" not in signature
+    verbose = _ptxas(source)
+    assert verbose["stack"] == 0 and verbose["spill_stores"] == 0 and verbose["spill_loads"] == 0, verbose
+
+
 # --- the numbers, on the CPU -------------------------------------------------------------------------------------
 
 _SHIM = r"""

@@ -129,3 +129,78 @@ def test_tune_dense_times_the_prebuilt_libraries_and_publishes_those_files(
             artifact.path.parent == tmp_path / "artifacts"
             and sha256_bytes(artifact.path.read_bytes()) == artifact.sha256
         )
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="no nvcc (pip install -e .[dev] brings the pinned wheel)")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_job_builds_and_publishes_ukernels_in_its_dtype(
+    dtype: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workload's dtype reaches every step of a GPU ukernel run (GPU steps stood in as above): the screen
+    proposes the GEMV family for small T and tensor-core tiles from T = 16 (never a float32 SIMT tile), every
+    library is built in that dtype with Y in it too, and the dispatcher the job publishes takes that dtype."""
+    from kernelfleet import cuda_ukernel
+    from service.models import WorkloadSpec
+    from service.tuning.tuners.pipeline.schedule import cuda_source
+    from service.tuning.tuners.ukernel import gpu_tuner
+
+    monkeypatch.setattr(gpu_tuner, "require_cuda", lambda: None)
+    monkeypatch.setattr(cuda_ukernel, "require_cuda", lambda: None)
+    monkeypatch.setattr(gpu_tuner, "time_library", fake_time_library)
+    monkeypatch.setattr(gpu_tuner, "load_cuda_ukernel", lambda path, spec, sha256=None: CudaUKernel(_Module(), spec))
+    monkeypatch.setattr(gpu_tuner.GPUUKernelTuner, "_piece_overhead", staticmethod(lambda kernels, N, K: 1e-6))
+    built: dict[str, Any] = {}
+    real_build = gpu_tuner.build_libraries
+
+    def recording_build(*args: Any, **kwargs: Any) -> Any:
+        built.update(real_build(*args, **kwargs))
+        return built
+
+    monkeypatch.setattr(gpu_tuner, "build_libraries", recording_build)
+    task = RangeTask(
+        workload=WorkloadSpec(op="dense", dtype=dtype, dims={"N": 256, "K": 256}, symbolic=["M"]),
+        s_max=32, validate=[], target=TargetSpec(kind="cuda", arch="sm_90"), max_ukernels=3, work_dir=tmp_path,
+        representative_m=32, vendor_routes=False,
+    )  # fmt: skip
+    outcome = gpu_tuner.GPUUKernelTuner().tune(task, QuietRangeSink())
+    kinds = {c["gemm_tile"]["kind"] for c in outcome.candidates if "measured" in c}
+    assert kinds == {"gemv", "tensorcore"}, outcome.candidates
+    assert built and all(lib.spec is not None and lib.spec.dtype == dtype for lib in built.values())
+    assert {a.spec.dtype for a in outcome.artifacts.values()} == {dtype}
+    assert outcome.dispatcher is not None and outcome.dispatcher.dtype == dtype
+    ctype = {"float16": "half", "bfloat16": "nv_bfloat16"}[dtype]
+    spec = next(iter(outcome.artifacts.values())).spec
+    from service.tuning.tuners.ukernel.gpu_kernels import build_module
+
+    tile_kind = spec.tile["kind"]
+    assert tile_kind in ("gemv", "tensorcore")
+    source = cuda_source(build_module(_tile_of(spec.tile), 256, 256, cuda_target("sm_90"), dtype))
+    assert f"{ctype}* __restrict__ Y_out_ptr" in source  # Y in the inputs' dtype, not fp32
+
+
+def _tile_of(record: dict[str, Any]) -> Any:
+    from service.tuning.tuners.pipeline.gemv import GemvTile
+    from service.tuning.tuners.pipeline.tensorcore import TensorCoreTile
+
+    fields = {k: v for k, v in record.items() if k != "kind"}
+    return GemvTile(**fields) if record["kind"] == "gemv" else TensorCoreTile(**fields)
+
+
+def test_a_dispatcher_takes_its_ukernels_dtype_and_refuses_a_mix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from kernelfleet import cuda_ukernel
+
+    def kernel(dtype: str) -> CudaUKernel:
+        spec = CudaUKernelSpec(N=8, K=8, mt=4, tile={}, target={}, dtype=dtype)
+        return CudaUKernel(_Module(), spec)
+
+    assert CudaDispatcher(None, {}, N=8, K=8).dtype == "float32"
+    assert CudaDispatcher(None, {"a": kernel("bfloat16")}, N=8, K=8).dtype == "bfloat16"
+    with pytest.raises(ValueError, match="mix dtypes"):
+        CudaDispatcher(None, {"a": kernel("float16"), "b": kernel("float32")}, N=8, K=8)
+    monkeypatch.setattr(cuda_ukernel, "require_cuda", lambda: None)  # a table needs a GPU; none is launched here
+    table = DispatchTable((Interval(1, 4, Shape((), "a")),), {"a": 4})
+    half = CudaDispatcher(table, {"a": kernel("float16")}, N=8, K=8)
+    with pytest.raises(ValueError, match=r"take float16 x and w, got torch\.float32"):
+        half(torch.zeros(3, 8), torch.zeros(8, 8))

@@ -338,3 +338,44 @@ def test_cuda_platform_times_a_kernel_as_a_torch_host_calls_it() -> None:
     kernel_only = platform.vendor(workload, {"M": 16}, kernel_only=True)
     assert 0 < kernel_only.seconds < called.seconds and "CUDA graph" in kernel_only.label
     assert np.isfinite(called.seconds)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_job_serves_its_dtype_correctly_at_every_t(
+    dtype: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A float16 / bfloat16 ukernel run (GEMV family below T = 16, tensor-core tiles from it, K splits where N
+    leaves SMs idle; sm_80+ only, as admission says): torch tensors of that dtype in, Y of that dtype out, within
+    the dtype's rounding of F.linear (fp32 sums) at every T, before and after routing."""
+    import torch
+
+    from kernelfleet.cuda_ukernel import CudaDispatcher
+    from kernelfleet.dispatch import DispatchTable
+    from service.tuning import gpu
+    from service.tuning.builder.cuda import cuda_target, supports_async_copy
+    from service.tuning.tuners.ukernel.gpu_tuner import DenseRange, GPUUKernelTuner
+    from service.tuning.tuners.ukernel.tuner import QuietRangeSink
+
+    card = gpu.detect()
+    assert card is not None
+    if not supports_async_copy(card.arch):
+        pytest.skip(f"{dtype} uKernels need sm_80+, this GPU is {card.arch}")
+    n, k = 768, 3072  # BERT's ffn_down: the layer whose N leaves SMs idle (split-K tiles)
+    job = DenseRange(
+        n, k, s_max=128, validate=(1, 64), target=cuda_target(card.arch), hardware=card.hardware_model(),
+        work_dir=tmp_path_factory.mktemp(f"gpu-{dtype}"), max_ukernels=4, dtype=dtype,
+    )  # fmt: skip
+    outcome = GPUUKernelTuner().tune_dense(job, QuietRangeSink())
+    unrouted = CudaDispatcher(DispatchTable.from_dict(outcome.validation["tuned_table"]), outcome.kernels, N=n, K=k)
+    tdtype = getattr(torch, dtype)
+    w = torch.randn(n, k, device="cuda", dtype=tdtype)
+    bound = {"float16": 2e-3, "bfloat16": 1.6e-2}[dtype]  # a few units of the dtype's rounding, relative to max|Y|
+    for dispatcher in (unrouted, outcome.dispatcher):
+        assert dispatcher.dtype == dtype
+        for t in range(1, 129):
+            x = torch.randn(t, k, device="cuda", dtype=tdtype)
+            y = dispatcher(x, w)
+            ref = torch.nn.functional.linear(x.float(), w.float())
+            assert y.dtype == tdtype and y.shape == (t, n)
+            err = float((y.float() - ref).abs().max() / ref.abs().max())
+            assert err < bound, f"T={t}: relative error {err:.2e}, program {dispatcher.program(t)}"

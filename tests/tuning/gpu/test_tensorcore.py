@@ -289,3 +289,27 @@ def test_split_k_launch_geometry_in_the_model() -> None:
 
 
 TILES_FFN = TensorCoreTile(16, 32, 64, 16, 16, 3)
+
+
+@needs_sass
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", [TensorCoreTile(32, 64, 32, 16, 32, 3), TensorCoreTile(32, 64, 32, 16, 32, 3, 4)])
+def test_the_ukernel_path_stores_y_in_the_inputs_dtype(dtype: str, tile: TensorCoreTile) -> None:
+    """What a half-precision ukernel job builds (gpu_kernels.build_module): the fp32 accumulators are rounded in
+    the un-padding store itself (split-K: in the slice sum), so Y is in the inputs' dtype as F.linear's is, with
+    no pass or buffer of its own; the mma kernel is unchanged (HMMA, no local memory)."""
+    from service.tuning.tuners.ukernel.gpu_kernels import build_module
+
+    n, k = LAYERS["ffn_down"] if tile.split_k > 1 else LAYERS["qkv"]
+    source = cuda_source(build_module(tile, n, k, cuda_target("sm_90a"), dtype))
+    ctype = {"float16": "half", "bfloat16": "nv_bfloat16"}[dtype]
+    assert f"{ctype}* __restrict__ Y_out_ptr" in source and "float* __restrict__ Y_ptr" not in source
+    log, listing = compile_listing(source, "sm_90a")
+    kernels = parse_ptxas(log)
+    assert len(kernels) == (2 if tile.split_k > 1 else 1), log
+    for name, figures in kernels.items():
+        assert figures["stack_bytes"] == figures["spill_stores"] == figures["spill_loads"] == 0, (name, figures)
+    ops = Counter[str]()
+    for per_kernel in opcode_counts(listing).values():
+        ops.update(per_kernel)
+    assert _count(ops, "HMMA") > 0 and _count(ops, "LDL") == _count(ops, "STL") == 0

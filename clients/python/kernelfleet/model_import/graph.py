@@ -15,7 +15,7 @@ from typing import Any
 from kernelfleet.model_import.expr import Mono, as_dim
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
-DTYPES = ("float32", "float16")  # what a workload may be (the service's WorkloadSpec.dtype)
+DTYPES = ("float32", "float16", "bfloat16")  # what a workload may be (the service's WorkloadSpec.dtype)
 MAX_SUPPORT = 4096  # points in one explicit distribution (the service's bound)
 Attr = int | bool | str
 
@@ -114,7 +114,7 @@ class ModelGraph:
         if op.dtype not in DTYPES:
             where = ", ".join(op.sources) or "?"
             raise ModelImportError(
-                f"{op.op} at {where} computes in {op.dtype}; workloads are {' or '.join(DTYPES)}: convert the model "
+                f"{op.op} at {where} computes in {op.dtype}; workloads are {', '.join(DTYPES)}: convert the model "
                 "(e.g. module.float() or .half()) before importing it"
             )
         for seen in self.ops:

@@ -341,29 +341,37 @@ def _schedule_inner_reduction(sch: Any, gemv: Any, pad_input_block: Any, tile: G
 
 
 def schedule_gemv(
-    tile: GemvTile, n: int, k: int, dtype: str = "float32", target: Mapping[str, object] | None = None
+    tile: GemvTile,
+    n: int,
+    k: int,
+    dtype: str = "float32",
+    target: Mapping[str, object] | None = None,
+    out_dtype: str = "float32",
 ) -> Any:
     """The scheduled dense (symbolic M) for `tile` (target: a `cuda_target` dict, sm_90 when None);
-    ValueError when the tile cannot serve N, K."""
+    ValueError when the tile cannot serve N, K. With an `out_dtype` other than fp32, dlight's normalisation folds
+    dense_module's rounding block into the un-padding store (the epilogue below), as it does for its own GEMVs."""
     problem = tile.problem(n, k, dtype)
     if problem:
         raise ValueError(problem)
     import tvm
 
     tgt = tvm.target.Target(dict(target or cuda_target("sm_90")))
-    sch = _gemv_rule(tile).apply(dense_module(n, k, None, dtype)["main"], tgt, False)
+    sch = _gemv_rule(tile).apply(dense_module(n, k, None, dtype, out_dtype)["main"], tgt, False)
     if sch is None:
         raise ValueError("dlight's LowBatchGEMV does not take this dense for a GEMV")
     return sch
 
 
-def build_gemv(tile: GemvTile, n: int, k: int, target: Mapping[str, object], dtype: str = "float32") -> Any:
+def build_gemv(
+    tile: GemvTile, n: int, k: int, target: Mapping[str, object], dtype: str = "float32", out_dtype: str = "float32"
+) -> Any:
     """Compile with `tirx.build` under the same target and PassContext as `schedule.build_gemm` (nvcc through
     TVM's callback where a CUDA runtime is present; CUDA source only otherwise). `main(X, W, Y)`, M symbolic."""
     import tvm
 
     arch = str(target.get("arch", ""))
-    sch = schedule_gemv(tile, n, k, dtype, target)
+    sch = schedule_gemv(tile, n, k, dtype, target, out_dtype)
     tgt = tvm.target.Target(dict(target))
     configure_cuda_compile()  # nvcc through TVM's callback, as on a GPU worker
     with tgt, tvm.transform.PassContext(config=pass_config(arch)):

@@ -1,4 +1,5 @@
-"""A software-pipelined, tiled CUDA GEMM with a symbolic M: Y[M,N] = X[M,K]·W[N,K]ᵀ (fp32 or fp16 in, fp32 out).
+"""A software-pipelined, tiled CUDA GEMM with a symbolic M: Y[M,N] = X[M,K]·W[N,K]ᵀ (fp32 or fp16 in, fp32 out
+by default; `out_dtype` rounds the fp32 accumulators to another dtype in the final store).
 
 One binary serves every M (DietCode's padding recipe that ran on an H100, ../shared/research/gpu.md §2):
 `pad_einsum` pads M up to a multiple of the block tile inside the kernel, the accumulator lives in
@@ -11,10 +12,10 @@ API (imported by the ALCOP tuner in this package, keep it stable):
     tile = GemmTile(bm=8, bn=24, bk=48, tm=4, tn=1, stages=4, async_copy=True, split_k=1)
     tile.problem(n, k)                      -> str | None      why the tile cannot serve N, K (None = fine)
     tile.threads / tile.smem_bytes(dtype) / tile.registers_estimate()
-    dense_module(n, k, m=None, dtype)       -> IRModule        m=None: symbolic M
-    schedule_gemm(tile, n, k, m=None, dtype)-> s_tir.Schedule  (not built; inspect or build it)
+    dense_module(n, k, m=None, dtype, out_dtype="float32") -> IRModule   m=None: symbolic M; fp32 accumulation
+    schedule_gemm(tile, n, k, m=None, dtype, out_dtype)   -> s_tir.Schedule  (not built; inspect or build it)
     (cuda_target, pass_config and supports_async_copy are the builder's: service.tuning.builder.cuda)
-    build_gemm(tile, n, k, target, m=None)  -> runtime.Module  tirx.build under the pipeline PassContext
+    build_gemm(tile, n, k, target, m=None, dtype, out_dtype) -> runtime.Module  tirx.build, pipeline PassContext
     cuda_source(module)                     -> str             the generated .cu text
     compile_cuda(source, arch, fmt="cubin") -> bytes           nvcc (no GPU needed)
     pipeline_structure(source)              -> PipelineStructure  stage-sized shared buffers, cp.async copies,
@@ -158,8 +159,13 @@ def conflict_free_pad(bk: int, dtype: str = "float32") -> int:
     return 0 if (bk // chunk) % 2 else chunk
 
 
-def dense_module(n: int, k: int, m: int | None = None, dtype: str = "float32") -> Any:
-    """Y = X·Wᵀ as an IRModule; M is a symbolic var when m is None. Accumulates and outputs fp32."""
+OUTPUT_CAST = "Y_out"  # the block that rounds the fp32 accumulators to out_dtype (dense_module)
+
+
+def dense_module(n: int, k: int, m: int | None = None, dtype: str = "float32", out_dtype: str = "float32") -> Any:
+    """Y = X·Wᵀ as an IRModule; M is a symbolic var when m is None. Accumulates in fp32 (the reduction block "Y")
+    and outputs `out_dtype`: fp32 as it is, another dtype through one rounding block, OUTPUT_CAST, after it, which
+    the schedules fold into the store of the un-padding copy (`inline_output_cast`)."""
     import tvm
     from tvm import te
 
@@ -170,7 +176,20 @@ def dense_module(n: int, k: int, m: int | None = None, dtype: str = "float32") -
     y = te.compute(
         (rows, n), lambda i, j: te.sum(x[i, r].astype("float32") * w[j, r].astype("float32"), axis=r), name="Y"
     )
+    if out_dtype != "float32":
+        y = te.compute((rows, n), lambda i, j: y[i, j].astype(out_dtype), name=OUTPUT_CAST)
     return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
+
+
+def inline_output_cast(sch: Any) -> None:
+    """Fold dense_module's rounding block into the un-padding copy `pad_einsum` made (Y_pad → Y): the copy then
+    stores out_dtype straight from the fp32 accumulators, so rounding costs no pass and no buffer of its own.
+    Nothing to do for an fp32 output; after `pad_einsum` only (before it, Y is a reduction and cannot take it)."""
+    try:
+        cast = sch.get_sblock(OUTPUT_CAST)
+    except Exception:  # no such block: the output is fp32
+        return
+    sch.reverse_compute_inline(cast)
 
 
 def _cooperative_fetch(sch: Any, block: Any, depth: int, tile: GemmTile, dtype: str) -> None:
@@ -211,7 +230,9 @@ def _annotate_pipeline(sch: Any, loop: Any, tile: GemmTile) -> None:
             sch.annotate(loop, "software_pipeline_async_stages", [0])
 
 
-def schedule_gemm(tile: GemmTile, n: int, k: int, m: int | None = None, dtype: str = "float32") -> Any:
+def schedule_gemm(
+    tile: GemmTile, n: int, k: int, m: int | None = None, dtype: str = "float32", out_dtype: str = "float32"
+) -> Any:
     """The scheduled module (see the module docstring); raises ValueError when the tile cannot serve N, K."""
     problem = tile.problem(n, k)
     if problem:
@@ -220,11 +241,12 @@ def schedule_gemm(tile: GemmTile, n: int, k: int, m: int | None = None, dtype: s
         raise ValueError(f"dtype must be one of {sorted(_BYTES)}, not {dtype!r}")
     from tvm import s_tir
 
-    sch = s_tir.Schedule(dense_module(n, k, m, dtype))
+    sch = s_tir.Schedule(dense_module(n, k, m, dtype, out_dtype))
     blk = sch.get_sblock("Y")
     # pad M to a multiple of bm inside the kernel; a symbolic M cannot be split directly
     # ("Can only handle constant size stack allocation", gpu.md §2)
     sch.pad_einsum(blk, [tile.bm, 1, 1])
+    inline_output_cast(sch)
     producers = sch.get_producers(blk)
     xpad = producers[0] if producers else None
     consumers = sch.get_consumers(blk)
@@ -293,7 +315,13 @@ def _schedule_split_k(sch: Any, blk: Any, xpad: Any, ycopy: Any, tile: GemmTile,
 
 
 def build_gemm(
-    tile: GemmTile, n: int, k: int, target: Mapping[str, object], m: int | None = None, dtype: str = "float32"
+    tile: GemmTile,
+    n: int,
+    k: int,
+    target: Mapping[str, object],
+    m: int | None = None,
+    dtype: str = "float32",
+    out_dtype: str = "float32",
 ) -> Any:
     """Compile with `tirx.build` (a runtime.Module that exports to a .so) under the async-copy PassContext.
 
@@ -305,7 +333,7 @@ def build_gemm(
     arch = str(target.get("arch", ""))
     if tile.async_copy and tile.stages > 1 and not supports_async_copy(arch):
         raise ValueError(f"async copies (cp.async) need sm_80 or newer, not {arch}; use async_copy=False")
-    sch = schedule_gemm(tile, n, k, m, dtype)
+    sch = schedule_gemm(tile, n, k, m, dtype, out_dtype)
     tgt = tvm.target.Target(dict(target))
     configure_cuda_compile()  # nvcc through TVM's callback, as on a GPU worker
     with tgt, tvm.transform.PassContext(config=pass_config(arch)):

@@ -1,4 +1,5 @@
-"""A tensor-core dense uKernel with a symbolic M: Y[M,N] = X[M,K]·W[N,K]ᵀ, X and W float16 or bfloat16, fp32 out.
+"""A tensor-core dense uKernel with a symbolic M: Y[M,N] = X[M,K]·W[N,K]ᵀ, X and W float16 or bfloat16, fp32 out
+(or `out_dtype`: the fp32 accumulators rounded in the final store; the ukernel path outputs the input dtype).
 
 Issue 32 item 4. The schedule is TVM's own mma recipe (`tvm.testing.tir.mma_schedule`, the one its
 `test_tir_schedule_tensorize_ldmatrix_mma_numeric.py` runs on sm_80) adapted to our calling convention and to a
@@ -55,7 +56,7 @@ from typing import Any
 
 from service.tuning.builder.cuda import cuda_target, pass_config, supports_async_copy
 from service.tuning.cuda_toolchain import configure_cuda_compile
-from service.tuning.tuners.pipeline.schedule import dense_module
+from service.tuning.tuners.pipeline.schedule import dense_module, inline_output_cast
 
 __all__ = [
     "BLOCK_SHAPES",
@@ -498,7 +499,14 @@ def _sliced_fragment_layout(z: Any, i: Any, j: Any) -> Any:
     return (z, *_fragment_layout(i, j))
 
 
-def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "float16", m: int | None = None) -> Any:
+def schedule_tensorcore(
+    tile: TensorCoreTile,
+    n: int,
+    k: int,
+    dtype: str = "float16",
+    m: int | None = None,
+    out_dtype: str = "float32",
+) -> Any:
     """The scheduled, tensorized module (module docstring); ValueError when the tile cannot serve N, K."""
     problem = tile.problem(n, k, dtype)
     if problem:
@@ -506,9 +514,10 @@ def schedule_tensorcore(tile: TensorCoreTile, n: int, k: int, dtype: str = "floa
     from tvm import s_tir
 
     intrin = intrinsics(dtype)
-    sch = s_tir.Schedule(dense_module(n, k, m, dtype))
+    sch = s_tir.Schedule(dense_module(n, k, m, dtype, out_dtype))
     blk = sch.get_sblock("Y")
     sch.pad_einsum(blk, [tile.bm, 1, 1])  # Y_pad[ceil(M/bm)·bm, N]; X rows past M read as 0
+    inline_output_cast(sch)  # out_dtype ≠ fp32: the un-padding store rounds the accumulators
     producers = sch.get_producers(blk)
     xpad = producers[0] if producers else None
     consumers = sch.get_consumers(blk)
@@ -624,6 +633,7 @@ def build_tensorcore(
     target: Mapping[str, object],
     dtype: str = "float16",
     m: int | None = None,
+    out_dtype: str = "float32",
 ) -> Any:
     """`tirx.build` under the async-copy PassContext; main(X, W, Y) like `build_gemm`. Needs sm_80+."""
     import tvm
@@ -631,7 +641,7 @@ def build_tensorcore(
     arch = str(target.get("arch", ""))
     if not supports_async_copy(arch):  # mma.m16n8k16 with bf16, ldmatrix and cp.async are all sm_80+
         raise ValueError(f"the tensor-core uKernel needs sm_80 or newer, not {arch!r}")
-    sch = schedule_tensorcore(tile, n, k, dtype, m)
+    sch = schedule_tensorcore(tile, n, k, dtype, m, out_dtype)
     tgt = tvm.target.Target(dict(target))
     configure_cuda_compile()
     with tgt, tvm.transform.PassContext(config=pass_config(arch)):

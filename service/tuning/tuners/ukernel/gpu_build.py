@@ -25,15 +25,23 @@ from service.tuning.hardware import usable_cores
 from service.tuning.tuners.ukernel.gpu_kernels import UKernelTile, build_module, rows_per_piece, tile_record
 
 
-def build_cuda_ukernel(tile: UKernelTile, N: int, K: int, target: Mapping[str, Any]) -> CudaUKernel:
-    """Compile one uKernel (GEMM tile or GEMV) over a symbolic M. On a GPU host the spec records the sha256 of
-    the device code nvcc returned to TVM, which is what the exported library embeds; a host without a CUDA
-    runtime builds CUDA source only and records '' (no device code exists to hash)."""
+def build_cuda_ukernel(
+    tile: UKernelTile, N: int, K: int, target: Mapping[str, Any], dtype: str = "float32"
+) -> CudaUKernel:
+    """Compile one uKernel (GEMM tile, GEMV or tensor-core tile) over a symbolic M, X, W and Y in `dtype`. On a
+    GPU host the spec records the sha256 of the device code nvcc returned to TVM, which is what the exported
+    library embeds; a host without a CUDA runtime builds CUDA source only and records '' (no device code)."""
     with captured_device_code() as blobs:
-        module = build_module(tile, N, K, target)
+        module = build_module(tile, N, K, target, dtype)
     digest = device_code_sha256(blobs)
     spec = CudaUKernelSpec(
-        N=N, K=K, mt=rows_per_piece(tile), tile=tile_record(tile), target=dict(target), fatbin_sha256=digest
+        N=N,
+        K=K,
+        mt=rows_per_piece(tile),
+        tile=tile_record(tile),
+        target=dict(target),
+        dtype=dtype,
+        fatbin_sha256=digest,
     )
     return CudaUKernel(module, spec)
 
@@ -55,9 +63,11 @@ class BuiltLibrary:
         return self.path, self.spec
 
 
-def _build_and_export(tile: UKernelTile, n: int, k: int, target: dict[str, Any], directory: str) -> dict[str, Any]:
+def _build_and_export(
+    tile: UKernelTile, n: int, k: int, target: dict[str, Any], directory: str, dtype: str
+) -> dict[str, Any]:
     """In a pool process: build one variant and export it; plain values back (picklable)."""
-    kernel = build_cuda_ukernel(tile, n, k, target)
+    kernel = build_cuda_ukernel(tile, n, k, target, dtype)
     path, digest = kernel.export(Path(directory))
     return {"path": str(path), "sha256": digest, "spec": kernel.spec.to_dict()}
 
@@ -69,6 +79,7 @@ def build_libraries(
     target: Mapping[str, Any],
     directory: Path,
     workers: int | None = None,
+    dtype: str = "float32",
 ) -> dict[str, BuiltLibrary]:
     """Every distinct tile built and exported to `directory` by up to `workers` spawned processes (default: the
     cores this process may use), keyed by the tile's label."""
@@ -82,7 +93,7 @@ def build_libraries(
     out: dict[str, BuiltLibrary] = {}
     with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
         futures = {
-            label: pool.submit(_build_and_export, tile, n, k, dict(target), str(directory))
+            label: pool.submit(_build_and_export, tile, n, k, dict(target), str(directory), dtype)
             for label, tile in unique.items()
         }
         for label, future in futures.items():

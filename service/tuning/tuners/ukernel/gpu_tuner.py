@@ -49,13 +49,13 @@ from service.tuning.tuners.ukernel.vendor_routes import vendor_sweep_shapes
 
 
 def depth_candidates(
-    tile: GemmTile, N: int, K: int, arch: str, hw: HardwareModel, max_stages: int = 4
+    tile: GemmTile, N: int, K: int, arch: str, hw: HardwareModel, max_stages: int = 4, dtype: str = "float32"
 ) -> list[GemmTile]:
     """The pipeline depths worth timing for a tile: 1..max_stages that fit shared memory and K's k-steps."""
     out = []
     for stages in range(1, max_stages + 1):
         cand = dataclasses.replace(tile, stages=stages, async_copy=stages > 1 and supports_async_copy(arch))
-        if cand.problem(N, K) is None and cand.smem_bytes() <= hw.smem_per_block:
+        if cand.problem(N, K) is None and cand.smem_bytes(dtype) <= hw.smem_per_block:
             out.append(cand)
     return out or [tile]
 
@@ -77,7 +77,8 @@ def gpu_hardware(task: RangeTask) -> HardwareModel:
 
 @dataclasses.dataclass(frozen=True)
 class DenseRange:
-    """One GPU ukernel run: dense Y[M, N] = X[M, K]·W[N, K]ᵀ for M = 1..s_max on `target` (a TVM dict)."""
+    """One GPU ukernel run: dense Y[M, N] = X[M, K]·W[N, K]ᵀ for M = 1..s_max on `target` (a TVM dict), X, W and
+    Y in `dtype` (fp32 sums)."""
 
     N: int
     K: int
@@ -91,6 +92,7 @@ class DenseRange:
     measure_points: int = 5
     vendor_routes: bool = True  # route every S where cuBLAS is faster to cuBLAS
     measure_timeout_s: float = 60.0  # one candidate's build + timing in the measuring child, then it is killed
+    dtype: str = "float32"
 
 
 class GPUUKernelTuner:
@@ -116,6 +118,7 @@ class GPUUKernelTuner:
                 measure_points=task.measure_points,
                 vendor_routes=task.vendor_routes,
                 measure_timeout_s=task.measure_timeout_s,
+                dtype=task.workload.dtype,
             ),
             sink,
         )
@@ -128,7 +131,7 @@ class GPUUKernelTuner:
         arch = str(target["arch"])
         reps = sorted({1, 16, max(1, job.representative_m), job.s_max})
         # proposals chosen, gated and ordered by the static GPU model (gpu_screen), at most per_m per M
-        screened = model_ukernels(hw, N, K, reps, target, limits=GPURuleLimits())
+        screened = model_ukernels(hw, N, K, reps, target, dtype=job.dtype, limits=GPURuleLimits())
         if not screened:
             raise ValueError(f"no uKernel tile passes the GPU rules for N={N}, K={K} on {hw.name}")
         gated = [s for s in screened if not s.passed]
@@ -144,8 +147,9 @@ class GPUUKernelTuner:
         # faulting one takes only the child's CUDA context with it (service.tuning.isolation)
         runner = IsolatedRunner(job.measure_timeout_s)
         # every variant to time (each proposal at each feasible depth) built at once, in parallel processes
-        variants = {c.tile.label(): self._variants(c.tile, N, K, arch, hw) for c in screened}
-        built = build_libraries([v for vs in variants.values() for v in vs], N, K, target, job.work_dir / "artifacts")
+        variants = {c.tile.label(): self._variants(c.tile, N, K, arch, hw, job.dtype) for c in screened}
+        every_variant = [v for vs in variants.values() for v in vs]
+        built = build_libraries(every_variant, N, K, target, job.work_dir / "artifacts", dtype=job.dtype)
         for cand in screened:
             if sink.should_stop():
                 runner.close()
@@ -245,10 +249,14 @@ class GPUUKernelTuner:
         )
 
     @staticmethod
-    def _variants(tile: UKernelTile, N: int, K: int, arch: str, hw: HardwareModel) -> list[UKernelTile]:
+    def _variants(
+        tile: UKernelTile, N: int, K: int, arch: str, hw: HardwareModel, dtype: str = "float32"
+    ) -> list[UKernelTile]:
         """What ALCOP's depth question times for a proposal: every feasible depth of a GEMM tile; a GEMV kernel
         (no shared-memory pipeline) or a tensor-core tile (its depth is part of the screened tile) as it is."""
-        return list(depth_candidates(tile, N, K, arch, hw)) if isinstance(tile, GemmTile) else [tile]
+        if isinstance(tile, GemmTile):
+            return list(depth_candidates(tile, N, K, arch, hw, dtype=dtype))
+        return [tile]
 
     @staticmethod
     def _best_depth(
@@ -302,9 +310,9 @@ class GPUUKernelTuner:
         l2 = job.hardware.l2_bytes
         timers = GpuTimers(
             ours_graph=lambda S: tuned.time_graph(S, l2_bytes=l2),
-            cublas_graph=lambda S: cublas.time_linear(S, N, K, l2_bytes=l2),
+            cublas_graph=lambda S: cublas.time_linear(S, N, K, job.dtype, l2_bytes=l2),
             ours_called=lambda S: tuned.time_called(S, calls=20, l2_bytes=l2),
-            cublas_called=lambda S: cublas.time_linear_called(S, N, K, l2_bytes=l2),
+            cublas_called=lambda S: cublas.time_linear_called(S, N, K, job.dtype, l2_bytes=l2),
         )
 
         def check() -> None:

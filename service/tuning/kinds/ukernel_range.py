@@ -74,11 +74,13 @@ def verify(outcome: RangeOutcome, workload: WorkloadSpec, platform: Platform | N
     dispatcher = outcome.dispatcher or Dispatcher(outcome.table, outcome.kernels, N=N, K=K)
     x_all, w, *bias = random_inputs(workload, {DIM: max(verification_shapes(outcome))}, seed=1)
     b = bias[0] if bias else None  # present iff the layer adds one
+    # rows are independent: the reference once for every row (numpy's float16 matmul has no BLAS: once, not per S)
+    expected = np.asarray(reference(workload)(x_all, w, *bias))
+    check = platform.check if platform is not None else check_result
     for S in verification_shapes(outcome):
         x = x_all[:S]
-        check = platform.check if platform is not None else check_result
         got = dispatcher(x, w) if b is None else dispatcher(x, w, bias=b)
-        error = check(got, np.asarray(reference(workload)(x, w, *bias)), tolerance(workload, {DIM: S}))
+        error = check(got, expected[:S], tolerance(workload, {DIM: S}))
         if error:
             return f"program for {DIM}={S}: {error}"
     return None

@@ -1,0 +1,165 @@
+"""The model's own forward inside an accelerated model: a structural twin of the module tree as it was before
+`accelerate` replaced anything (issue 33 round 2).
+
+Why. A forward that `ForwardScope` runs as the model's own (the whole-forward check chose, or times, EAGER for its
+input signature; or the signature is known to run no uKernel at all) used to go through everything `accelerate`
+put in: each `AcceleratedLinear` with its bypass test, the torch.fx-rewritten parents of gated MLPs with their
+stacked gate/up GEMM and separate GLU, the `nn.Identity` left where a fused activation was. Every layer ran on
+PyTorch, yet the model was 3–6 % slower than the user's own (Intel Xeon, 2-layer BERT at seq 1). Such forwards now
+run the twin: the original classes and forwards, nothing in between.
+
+What the twin is. Modules whose subtree `accelerate` left alone are the accelerated model's own objects (shared,
+not copied). A replaced layer or activation is the original object (the `nn.Linear`, the GELU). A module above a
+replacement is a shallow copy of it with its own child table (`_modules`), everything else shared with the
+original — its `_parameters` and `_buffers` dicts too; a gated MLP's parent is its original object with its
+original child table. So the twin holds no tensor of its own: every parameter and buffer is the accelerated
+model's object, and the dicts holding them are the accelerated model's dicts, so `Module._apply` (`.to()`,
+`.half()`, which reassign buffers in those dicts), `load_state_dict` (in place, or `assign=True`) and in-place
+edits are seen without a resync. A replaced layer's parameters dict is the wrapper's (same keys), and the wrapper
+takes the original layer's hook dicts, so hooks registered on either run on both paths. Gate and up projections
+stay the accelerated model's modules: their weights are views of the stacked weight in both.
+
+What is not shared: `training`, a plain attribute of each copied module and original layer. Those flags are
+copied from their counterparts at every forward the twin runs (one dict store each, ~35 ns; `OwnForward`).
+Not followed: a module tree edited after `accelerate` (a submodule replaced in the accelerated model: the twin
+keeps the old one), and plain attributes set later on a module above a replacement (e.g. a flag set on the
+encoder). Accelerate again after such edits.
+
+The twin is not registered anywhere: it is held by `OwnForward`, an instance attribute `forward` of the accelerated
+root (so `module(x)` on an accelerated root given with `inplace=True` selects it too), and never appears in
+`state_dict()`, `parameters()` or `named_modules()`. Copies of the accelerated model (deepcopy) copy it with the
+rest: the copy module's memo keeps every object shared that was shared.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from kernelfleet.torch_forward import ForwardScope
+
+# Whether accelerate builds the twin (read on each call): False only to measure what it gains (bench/own_forward.py);
+# forwards run as the model's own then go through the wrappers on PyTorch, as before.
+BUILD_TWIN = True
+
+# the hooks a replaced module hands to its replacement (the same dicts: registered on either, they run on both paths)
+_HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+)
+
+
+class Snapshot:
+    """Every module's child table as it was before `accelerate` changed any (taken first thing)."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self.root = root
+        self.children: dict[int, tuple[nn.Module, dict[str, nn.Module | None]]] = {
+            id(m): (m, dict(m._modules)) for m in root.modules()
+        }
+
+
+@dataclass
+class Twin:
+    """The twin's root and the (accelerated, twin) module pairs whose `training` flag the twin copies."""
+
+    root: nn.Module
+    flags: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)  # (__dict__, __dict__)
+
+    def sync_flags(self) -> None:
+        for acc, own in self.flags:
+            own["training"] = acc["training"]
+
+
+def build_twin(snapshot: Snapshot, accelerated: nn.Module) -> Twin:
+    """The twin of `snapshot`'s tree as it was, sharing with `accelerated` (the tree after `accelerate`) every
+    module it left alone and every parameter and buffer (see the module docstring)."""
+    memo: dict[int, nn.Module] = {}
+    twin = Twin(snapshot.root)
+
+    def twin_of(orig: nn.Module, acc: nn.Module | None) -> nn.Module:
+        done = memo.get(id(orig))
+        if done is not None:  # a module reachable twice stays one module
+            return done
+        _, kids = snapshot.children[id(orig)]
+        acc_kids = acc._modules if acc is not None else {}
+        new: dict[str, nn.Module | None] = {
+            name: None if child is None else twin_of(child, acc_kids.get(name)) for name, child in kids.items()
+        }
+        same_kids = all(new[name] is child for name, child in kids.items())
+        if acc is orig and same_kids and acc._modules == kids:
+            result = orig  # nothing below changed: the accelerated model's own module
+        elif acc is not None and acc is not orig and not kids:
+            result = orig  # a replaced layer or activation: the original module
+            _share_with_replacement(orig, acc)
+            if type(orig) is not nn.Linear:  # nn.Linear's forward never reads `training`
+                twin.flags.append((acc.__dict__, orig.__dict__))
+        else:
+            if acc is orig:  # above a replacement: a copy with its own child table, the rest shared
+                result = copy.copy(orig)
+            else:  # a rewritten parent (gated MLP): the original object, its children as they were
+                result = orig
+                if acc is not None:
+                    _share_hooks(orig, acc)
+            result.__dict__["_modules"] = new
+            if acc is not None:
+                twin.flags.append((acc.__dict__, result.__dict__))
+        memo[id(orig)] = result
+        return result
+
+    twin.root = twin_of(snapshot.root, accelerated)
+    return twin
+
+
+def _share_with_replacement(orig: nn.Module, acc: nn.Module) -> None:
+    """The original layer reads its parameters from the wrapper's dict (the same Parameters under the same names),
+    and the wrapper takes the original's hooks."""
+    params = acc._parameters
+    if params.keys() == orig._parameters.keys() and all(params[k] is v for k, v in orig._parameters.items()):
+        orig.__dict__["_parameters"] = params
+    _share_hooks(orig, acc)
+
+
+def _share_hooks(orig: nn.Module, acc: nn.Module) -> None:
+    for name in _HOOK_DICTS:
+        hooks = orig.__dict__.get(name)
+        if hooks is not None:
+            acc.__dict__[name] = hooks  # the original's dicts: handles the user holds still remove from them
+    if "_is_full_backward_hook" in orig.__dict__:
+        acc.__dict__["_is_full_backward_hook"] = orig.__dict__["_is_full_backward_hook"]
+
+
+class OwnForward:
+    """The accelerated root's `forward` (an instance attribute, which `nn.Module.__call__` finds first): the twin's
+    forward where the scope runs this forward as the model's own (`scope.bypass`, set by its pre-hook), the
+    accelerated root's class forward otherwise. The test is one attribute read (selection well under 2 µs); the
+    root's hooks (the scope's, the user's) ran once, on the accelerated root, around either."""
+
+    def __init__(self, accelerated: nn.Module, twin: Twin, scope: ForwardScope) -> None:
+        self.tables = type(accelerated).forward.__get__(accelerated)  # bound: copies rebind it (copy's memo)
+        self.own = type(twin.root).forward.__get__(twin.root)
+        self.__wrapped__ = self.tables  # inspect.signature(root.forward) gives the model's own signature
+        self.twin = twin
+        self.scope = scope
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.scope.bypass:
+            self.twin.sync_flags()
+            return self.own(*args, **kwargs)
+        return self.tables(*args, **kwargs)
+
+
+def install(accelerated: nn.Module, twin: Twin, scope: ForwardScope) -> OwnForward:
+    """Make the accelerated root run the twin where `scope` says; returns the selector."""
+    own = OwnForward(accelerated, twin, scope)
+    accelerated.__dict__["forward"] = own
+    return own

@@ -272,6 +272,7 @@ def test_a_deep_copy_has_its_own_twin_sharing_the_copys_tensors(tables: None, tm
         assert weight is getattr(twin.module.mlp, name).weight
         assert weight.untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
     assert torch.equal(stacked[INTER:], own.mlp.up_proj.weight)
+    assert twin.module.block.train.twin is twin._own.twin  # the copy's train/eval reach the copy's twin
     with torch.no_grad():
         twin.module.block.fc1.weight.zero_()
     with torch.inference_mode():

@@ -664,9 +664,8 @@ class AcceleratedModule(nn.Module):
         """A copy whose gated pairs' parameters are views of the copy's stacked weight, as here (a Parameter's own
         deepcopy clones it: the pair would come apart from its stacked table, and from the twin); the twin and the
         scope come along (kernelfleet.torch_twin), the dispatchers are shared (`Dispatcher.__deepcopy__`)."""
-        stacked = [
-            t for layer in self.layers.values() if "+" in layer.name for t in (layer.weight, layer.bias) if t is not None
-        ]
+        pairs = [layer for layer in self.layers.values() if "+" in layer.name]  # gated pairs' stacked layers
+        stacked = [t for layer in pairs for t in (layer.weight, layer.bias) if t is not None]
         for whole in stacked:
             copied = copy.deepcopy(whole, memo)
             for p in self.parameters():  # the pair's own parameters: views of `whole`

@@ -8,6 +8,7 @@ So a forward at 5 rows runs no uKernel, one at 7 rows runs the dispatcher."""
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -293,3 +294,32 @@ def test_without_the_twin_forwards_run_through_the_wrappers(
         for _ in range(2):
             fast(torch.randn(PYTORCH_ROWS, H))
     assert calls["accelerated"] == 2 * 4 and next(iter(fast.forward_decisions().values()))["own_forwards"] == 0
+
+
+def test_the_checks_eager_side_and_choice_run_the_twin(
+    tables: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 7 rows the dispatcher runs; made 4 ms slower, the whole-forward check times the tables against the model's
+    own forward — the twin — and keeps the twin: from then on no wrapper is called at these shapes."""
+    from kernelfleet.torch_forward import EAGER, MODEL_BLOCK, MODEL_CALLS, MODEL_SETTLE
+
+    real = Dispatcher.__call__
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.004)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(Dispatcher, "__call__", slow)
+    model = _net()
+    fast = _accelerate(model, tmp_path)
+    x = torch.randn(TABLE_ROWS, H)
+    calls = _count_calls(monkeypatch)
+    with torch.inference_mode():
+        for _ in range(MODEL_SETTLE + 2 * (MODEL_CALLS // (MODEL_BLOCK - 1)) * MODEL_BLOCK):
+            fast(x)
+        assert fast.forward_choice(x) == EAGER
+        own_before, wrapped = calls["linear"], calls["accelerated"]
+        assert own_before > 0  # the check's EAGER blocks ran the original layers
+        for _ in range(3):
+            assert torch.equal(fast(x), model(x))
+    assert calls["accelerated"] == wrapped and calls["linear"] == own_before + 3 * 5 + 3 * 5  # (model(x) too)

@@ -35,6 +35,10 @@ client reads only its own service's tables) or a cache directory (offline: only 
 verify with the trusted key, whichever service cached them). This module imports torch: it is the SDK's only
 module that does at import time (kernelfleet.model_import imports it when an extractor runs).
 
+Forwards that run every layer on PyTorch anyway (the whole-forward check's EAGER side and choice, an input signature
+whose layers run no uKernel) run the model's own forward: a twin of the module tree as it was before these
+replacements, sharing every parameter and buffer (kernelfleet.torch_twin).
+
 `accelerate` prints a summary to stderr (`print_summary=False`: none) and keeps it: `fast.summary()`
 (kernelfleet.accelerate_summary) says per layer whether a table or PyTorch runs it, why PyTorch, and the speedup the
 table is expected to give from the job's timings. Each layer left on PyTorch is also a WARNING naming the layer.

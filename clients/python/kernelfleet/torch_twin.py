@@ -16,7 +16,8 @@ original child table. So the twin holds no tensor of its own: every parameter an
 model's object, and the dicts holding them are the accelerated model's dicts, so `Module._apply` (`.to()`,
 `.half()`, which reassign buffers in those dicts), `load_state_dict` (in place, or `assign=True`) and in-place
 edits are seen without a resync. A replaced layer's parameters dict is the wrapper's (same keys), and the wrapper
-takes the original layer's hook dicts, so hooks registered on either run on both paths. Gate and up projections
+takes the original layer's hook dicts, so hooks registered on either run on both paths (an activation's hooks run
+in the twin only: where it is fused, nothing calls it in the accelerated forward). Gate and up projections
 stay the accelerated model's modules: their weights are views of the stacked weight in both.
 
 What is not shared: `training`, a plain attribute of each copied module (and of an original layer other than
@@ -155,7 +156,10 @@ def build_twin(snapshot: Snapshot, accelerated: nn.Module) -> Twin:
 
 def _share_with_replacement(orig: nn.Module, acc: nn.Module) -> None:
     """The original layer reads its parameters from the wrapper's dict (the same Parameters under the same names),
-    and the wrapper takes the original's hooks."""
+    and the wrapper takes the original's hooks. Not an `nn.Identity` left where a fused activation was: it is
+    called on the activation's output, so the activation's hooks would see other inputs there."""
+    if isinstance(acc, nn.Identity):
+        return
     params = acc._parameters
     if params.keys() == orig._parameters.keys() and all(params[k] is v for k, v in orig._parameters.items()):
         orig.__dict__["_parameters"] = params

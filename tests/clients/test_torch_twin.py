@@ -274,6 +274,9 @@ def test_a_deep_copy_has_its_own_twin_sharing_the_copys_tensors(tables: None, tm
         assert weight.untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
     assert torch.equal(stacked[INTER:], own.mlp.up_proj.weight)
     assert twin.module.block.train.twin is twin._own.twin  # the copy's train/eval reach the copy's twin
+    inner = copy.deepcopy(fast.module)  # the accelerated module alone: its pair is rejoined too
+    stacked = inner.mlp.gate_proj_up_proj.stacked.weight
+    assert inner.mlp.up_proj.weight.untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
     with torch.no_grad():
         twin.module.block.fc1.weight.zero_()
     with torch.inference_mode():

@@ -477,16 +477,37 @@ class GatedLinearUnit(nn.Module):
     (or PyTorch) call of width 2·N reads x once; the activation and the product follow on its two halves.
 
     The stacked `AcceleratedLinear` is held, not registered: its weight is the storage of the pair's own parameters,
-    which the rewritten parent keeps under their original names."""
+    which the rewritten parent keeps under their original names (`pair`: the gate and up modules, held too). A copy
+    (deepcopy, unpickling) makes them views of the copy's stacked weight again (`__setstate__`): a Parameter's own
+    deepcopy clones it, and the pair would come apart from its stacked table (and the twin, kernelfleet.torch_twin,
+    from the tables' forward)."""
 
     stacked: AcceleratedLinear
     act: nn.Module
+    pair: tuple[nn.Module, nn.Module] | None
 
-    def __init__(self, stacked: AcceleratedLinear, act: nn.Module, width: int) -> None:
+    def __init__(
+        self, stacked: AcceleratedLinear, act: nn.Module, width: int, pair: tuple[nn.Module, nn.Module] | None = None
+    ) -> None:
         super().__init__()
         object.__setattr__(self, "stacked", stacked)
         object.__setattr__(self, "act", act)
+        object.__setattr__(self, "pair", pair)
         self.width = width
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        if self.pair is None:
+            return
+        for name in ("weight", "bias"):
+            whole = self.stacked._parameters.get(name)
+            if whole is None:
+                continue
+            halves = (slice(0, self.width), slice(self.width, None))
+            for module, half in zip(self.pair, halves, strict=True):
+                old = module._parameters.get(name)
+                if old is not None and old.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr():
+                    module._parameters[name] = nn.Parameter(whole.detach()[half], requires_grad=old.requires_grad)
 
     def extra_repr(self) -> str:
         return f"width={self.width}, act={type(self.act).__name__}, stacked={self.stacked.name}"
@@ -663,21 +684,6 @@ class AcceleratedModule(nn.Module):
         object.__setattr__(self, "reporter", reporter)
         object.__setattr__(self, "_hooks", hooks or [])
         object.__setattr__(self, "_summary", summary or AccelerationSummary(None, ()))
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> AcceleratedModule:
-        """A copy whose gated pairs' parameters are views of the copy's stacked weight, as here (a Parameter's own
-        deepcopy clones it: the pair would come apart from its stacked table, and from the twin); the twin and the
-        scope come along (kernelfleet.torch_twin), the dispatchers are shared (`Dispatcher.__deepcopy__`)."""
-        pairs = [layer for layer in self.layers.values() if "+" in layer.name]  # gated pairs' stacked layers
-        stacked = [t for layer in pairs for t in (layer.weight, layer.bias) if t is not None]
-        for whole in stacked:
-            copied = copy.deepcopy(whole, memo)
-            for p in self.parameters():  # the pair's own parameters: views of `whole`
-                if p is not whole and p.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr():
-                    offset = p.storage_offset() - whole.storage_offset()
-                    view = copied.detach().as_strided(p.size(), p.stride(), copied.storage_offset() + offset)
-                    memo[id(p)] = nn.Parameter(view, requires_grad=p.requires_grad)
-        return copy._reconstruct(self, memo, *self.__reduce_ex__(4))  # type: ignore[attr-defined,no-any-return]
 
     @property
     def layers(self) -> dict[str, AcceleratedLinear]:
@@ -885,7 +891,8 @@ def accelerate(
         wrapper.check_in_model = check_in_model
         wrapper.prepare()
         if pair is not None:
-            unit = GatedLinearUnit(wrapper, root.get_submodule(pair.activation_module), site.dense.N // 2)
+            halves = (root.get_submodule(pair.gate), root.get_submodule(pair.up))
+            unit = GatedLinearUnit(wrapper, root.get_submodule(pair.activation_module), site.dense.N // 2, halves)
             rewrites.setdefault(pair.gate.rpartition(".")[0], []).append((pair, unit))
         elif fused_act and site.parent is not None and site.act_attr is not None:
             setattr(site.parent, site.act_attr, nn.Identity())

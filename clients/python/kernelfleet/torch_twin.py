@@ -35,7 +35,7 @@ The twin is not registered anywhere: it is held by `OwnForward`, an instance att
 root (so `module(x)` on an accelerated root given with `inplace=True` selects it too), and never appears in
 `state_dict()`, `parameters()` or `named_modules()`. Copies of the accelerated model (deepcopy) copy it with the
 rest: the copy module's memo keeps every object shared that was shared (kernelfleet.torch's
-`AcceleratedModule.__deepcopy__` keeps the gated pairs' views of the stacked weight).
+`GatedLinearUnit.__setstate__` makes a copy's gate and up views of the copy's stacked weight again).
 """
 
 from __future__ import annotations
@@ -182,7 +182,9 @@ class OwnForward:
     root's hooks (the scope's, the user's) ran once, on the accelerated root, around either."""
 
     def __init__(self, accelerated: nn.Module, twin: Twin, scope: ForwardScope) -> None:
-        self.tables = type(accelerated).forward.__get__(accelerated)  # bound: copies rebind it (copy's memo)
+        # bound: copies rebind it (copy's memo); a forward set on the instance before (another library's wrapper)
+        # stays the tables' forward
+        self.tables = accelerated.__dict__.get("forward") or type(accelerated).forward.__get__(accelerated)
         self.own = type(twin.root).forward.__get__(twin.root)
         self.__wrapped__ = self.tables  # inspect.signature(root.forward) gives the model's own signature
         self.twin = twin

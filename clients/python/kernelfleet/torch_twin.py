@@ -5,8 +5,10 @@ Why. A forward that `ForwardScope` runs as the model's own (the whole-forward ch
 input signature; or the signature is known to run no uKernel at all) used to go through everything `accelerate`
 put in: each `AcceleratedLinear` with its bypass test, the torch.fx-rewritten parents of gated MLPs with their
 stacked gate/up GEMM and separate GLU, the `nn.Identity` left where a fused activation was. Every layer ran on
-PyTorch, yet the model was 3–6 % slower than the user's own (Intel Xeon, 2-layer BERT at seq 1). Such forwards now
-run the twin: the original classes and forwards, nothing in between.
+PyTorch, yet the accelerated model measured 3–6 % slower than the user's own (Intel Xeon, 2-layer BERT at seq 1).
+Such forwards now run the twin: the original classes and forwards, nothing in between, the original's output bit
+for bit. (Measured since, the path it replaces cost ≤ 0.05 ms of a 7 ms forward, inside the noise: docs/results.md,
+"Issue 33, round 2".)
 
 What the twin is. Modules whose subtree `accelerate` left alone are the accelerated model's own objects (shared,
 not copied). A replaced layer or activation is the original object (the `nn.Linear`, the GELU). A module above a
@@ -25,11 +27,10 @@ What is not shared: `training`, a plain attribute of each copied module (and of 
 module (4 µs for BERT-base's 76 on the Intel VM), so each counterpart in the accelerated tree gets an instance
 attribute `train` (`_Train`: `Module.train`, then the twin marked stale) and the twin copies the flags at its next
 forward only when marked. `.train()`/`.eval()` on the accelerated model or on any module of it reach the twin:
-`Module.train` recurses through the children's `train`, and every module above a followed one is followed. Not
-seen: `module.training = False` assigned directly.
-Not followed: a module tree edited after `accelerate` (a submodule replaced in the accelerated model: the twin
-keeps the old one), and plain attributes set later on a module above a replacement (e.g. a flag set on the
-encoder). Accelerate again after such edits.
+`Module.train` recurses through the children's `train`, and every module above a followed one is followed. Not seen:
+`module.training = False` assigned directly. Not followed either: a module tree edited after `accelerate` (a
+submodule replaced in the accelerated model: the twin keeps the old one), and plain attributes set later on a module
+above a replacement (e.g. a flag set on the encoder). Accelerate again after such edits.
 
 The twin is not registered anywhere: it is held by `OwnForward`, an instance attribute `forward` of the accelerated
 root (so `module(x)` on an accelerated root given with `inplace=True` selects it too), and never appears in

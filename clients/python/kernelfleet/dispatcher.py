@@ -123,6 +123,11 @@ class Dispatcher:
         row_bytes = [(d or 0) * self.dtype.itemsize for d in (K, N)]
         self._rows_aligned = all(b % ALIGN == 0 for b in row_bytes)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Dispatcher:
+        """The dispatcher itself: it is the workload's, shared by every layer that runs it (a copy of an accelerated
+        model too); its table and uKernels are read-only and it packs each weight it is given by identity."""
+        return self
+
     @property
     def fallback(self) -> bool:
         return self.table is None

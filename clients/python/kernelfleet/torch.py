@@ -35,6 +35,10 @@ client reads only its own service's tables) or a cache directory (offline: only 
 verify with the trusted key, whichever service cached them). This module imports torch: it is the SDK's only
 module that does at import time (kernelfleet.model_import imports it when an extractor runs).
 
+Forwards that run every layer on PyTorch anyway (the whole-forward check's EAGER side and choice, an input signature
+whose layers run no uKernel) run the model's own forward: a twin of the module tree as it was before these
+replacements, sharing every parameter and buffer (kernelfleet.torch_twin).
+
 `accelerate` prints a summary to stderr (`print_summary=False`: none) and keeps it: `fast.summary()`
 (kernelfleet.accelerate_summary) says per layer whether a table or PyTorch runs it, why PyTorch, and the speedup the
 table is expected to give from the job's timings. Each layer left on PyTorch is also a WARNING naming the layer.
@@ -61,7 +65,7 @@ import numpy as np
 import torch  # absolute: the real torch, never this module
 from torch import nn
 
-from kernelfleet import vendor
+from kernelfleet import torch_twin, vendor  # torch_twin.BUILD_TWIN: read per call (bench/own_forward.py)
 from kernelfleet.accelerate_summary import AccelerationSummary, LayerSummary, expected_speedup
 from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_cache_dir, load_dispatcher, service_id
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
@@ -77,6 +81,7 @@ from kernelfleet.torch_fusion import (
     rewrite_gated_pairs,
     stacked_linear,
 )
+from kernelfleet.torch_twin import OwnForward, Snapshot, build_twin
 
 if TYPE_CHECKING:
     from kernelfleet.cuda_ukernel import CudaDispatcher
@@ -92,6 +97,7 @@ IN_MODEL_CALLS = 4
 IN_MODEL_MARGIN = 0.03
 _now = time.perf_counter
 FALLBACK_REASONS = ("dtype", "device", "autograd", "range", "no_table", "empty")
+_CALL_REASONS = frozenset(("dtype", "device", "autograd"))  # fallbacks for the call itself, not for its shapes
 
 
 # -- workloads ------------------------------------------------------------------------------------------------------
@@ -208,6 +214,18 @@ class AcceleratedLinear(nn.Module):
         self.check_in_model = False  # accelerate(check_in_model=True): uKernel S checked against PyTorch in place
         self._trials: dict[int, tuple[list[float], list[float]]] = {}  # S → (uKernel, PyTorch) seconds so far
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (deepcopy) gets a lock of its own and packs its own weight on its first call; the dispatcher is
+        shared (`Dispatcher.__deepcopy__`)."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state.update(_w=None, _w_key=None, _b=None, _b_key=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        self._lock = threading.Lock()
+
     def extra_repr(self) -> str:
         act = f", activation={type(self.activation).__name__} (fused)" if self.activation is not None else ""
         route = "dispatcher" if self._on else "pytorch"
@@ -231,6 +249,8 @@ class AcceleratedLinear(nn.Module):
         return activation(y) if activation is not None else y
 
     def _fallback(self, x: torch.Tensor, reason: str, S: int) -> torch.Tensor:
+        if reason in _CALL_REASONS and self.forward_scope is not None:
+            self.forward_scope.call_fallback = True  # the same shapes in inference mode may run uKernels
         start = time.perf_counter()
         y = self._layer_in_torch(x)
         st = self.stats
@@ -369,6 +389,8 @@ class AcceleratedLinear(nn.Module):
                 self._routes[S] = _TRIAL if self.check_in_model else _TABLE
         else:  # the CudaDispatcher: torch CUDA tensors in and out (DLPack), no epilogue fused
             assert d is not None
+            if self.forward_scope is not None:
+                self.forward_scope.call_fallback = True  # a table ran: not a forward of PyTorch alone
             y = d(x2.detach(), self._weight_view(w))
             if bias is not None:
                 y += bias.detach()
@@ -455,16 +477,37 @@ class GatedLinearUnit(nn.Module):
     (or PyTorch) call of width 2·N reads x once; the activation and the product follow on its two halves.
 
     The stacked `AcceleratedLinear` is held, not registered: its weight is the storage of the pair's own parameters,
-    which the rewritten parent keeps under their original names."""
+    which the rewritten parent keeps under their original names (`pair`: the gate and up modules, held too). A copy
+    (deepcopy, unpickling) makes them views of the copy's stacked weight again (`__setstate__`): a Parameter's own
+    deepcopy clones it, and the pair would come apart from its stacked table (and the twin, kernelfleet.torch_twin,
+    from the tables' forward)."""
 
     stacked: AcceleratedLinear
     act: nn.Module
+    pair: tuple[nn.Module, nn.Module] | None
 
-    def __init__(self, stacked: AcceleratedLinear, act: nn.Module, width: int) -> None:
+    def __init__(
+        self, stacked: AcceleratedLinear, act: nn.Module, width: int, pair: tuple[nn.Module, nn.Module] | None = None
+    ) -> None:
         super().__init__()
         object.__setattr__(self, "stacked", stacked)
         object.__setattr__(self, "act", act)
+        object.__setattr__(self, "pair", pair)
         self.width = width
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        if self.pair is None:
+            return
+        for name in ("weight", "bias"):
+            whole = self.stacked._parameters.get(name)
+            if whole is None:
+                continue
+            halves = (slice(0, self.width), slice(self.width, None))
+            for module, half in zip(self.pair, halves, strict=True):
+                old = module._parameters.get(name)
+                if old is not None and old.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr():
+                    module._parameters[name] = nn.Parameter(whole.detach()[half], requires_grad=old.requires_grad)
 
     def extra_repr(self) -> str:
         return f"width={self.width}, act={type(self.act).__name__}, stacked={self.stacked.name}"
@@ -617,7 +660,11 @@ def _tracks_grad(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) ->
 class AcceleratedModule(nn.Module):
     """The module with its GEMM-like layers accelerated (`.module`); calls go to it, attributes it lacks are read
     from it. `summary()` says what runs each layer, `stats()` what ran; `close()` stops the telemetry reporter
-    (flushing what it holds)."""
+    (flushing what it holds).
+
+    A forward run as the model's own (`forward_decisions()`: the check's EAGER side and choice, a signature known
+    to run no uKernel) runs the twin of the original module tree (kernelfleet.torch_twin), held by `.module`'s
+    `forward` attribute, not registered: it shares every parameter and buffer and is in no state dict."""
 
     def __init__(
         self,
@@ -627,10 +674,12 @@ class AcceleratedModule(nn.Module):
         summary: AccelerationSummary | None = None,
         hooks: list[Any] | None = None,
         scope: ForwardScope | None = None,
+        own: OwnForward | None = None,
     ) -> None:
         super().__init__()
         self.module = module
         object.__setattr__(self, "_scope", scope)
+        object.__setattr__(self, "_own", own)  # not registered: the twin is no part of the model's state
         object.__setattr__(self, "_layers", layers)  # not registered twice: they live inside `module`
         object.__setattr__(self, "reporter", reporter)
         object.__setattr__(self, "_hooks", hooks or [])
@@ -656,7 +705,13 @@ class AcceleratedModule(nn.Module):
 
     def stats(self, reset: bool = False) -> dict[str, dict[str, Any]]:
         """Per layer: workload, where its table came from, the epilogue it fuses, calls, fallbacks by reason and the
-        shapes (S) run on the dispatcher and on PyTorch."""
+        shapes (S) run on the dispatcher and on PyTorch.
+
+        Counted are the calls that reached the layers. A forward run as the model's own calls the original layers
+        (kernelfleet.torch_twin), not these, and is counted per input signature instead
+        (`forward_decisions()[...]["own_forwards"]`): a signature known to run no uKernel counts its first forward
+        here (its fallbacks, by reason, and its PyTorch routes) and none after it; the dispatchers' usage, which
+        telemetry reports, likewise (a miss past a table's range: once per signature)."""
         out = {}
         for name, layer in self.layers.items():
             d = layer.dispatcher
@@ -672,8 +727,9 @@ class AcceleratedModule(nn.Module):
         return out
 
     def forward_decisions(self) -> dict[str, dict[str, Any]]:
-        """Per input signature (the shapes a forward was called with): whether its forwards run uKernels and what
-        the whole-forward check chose ("accelerated" or "eager") on which medians; empty without the check."""
+        """Per input signature (the shapes a forward was called with): whether its forwards run uKernels (or are
+        known to run none: `no_ukernels`), what the whole-forward check chose ("accelerated" or "eager") on which
+        medians, and how many forwards ran as the model's own (`own_forwards`); empty without the check."""
         scope = self._scope
         return scope.decisions() if scope is not None else {}
 
@@ -741,6 +797,7 @@ def accelerate(
     if vendor_routes not in ("pytorch", "table"):
         raise ValueError(f"vendor_routes must be 'pytorch' or 'table', got {vendor_routes!r}")
     root = module if inplace else copy.deepcopy(module)
+    snapshot = Snapshot(root) if torch_twin.BUILD_TWIN else None  # the tree as it is, before anything is replaced
     offline = isinstance(source, str | os.PathLike)
     client: Any = None if offline else source
     if offline:
@@ -834,7 +891,8 @@ def accelerate(
         wrapper.check_in_model = check_in_model
         wrapper.prepare()
         if pair is not None:
-            unit = GatedLinearUnit(wrapper, root.get_submodule(pair.activation_module), site.dense.N // 2)
+            halves = (root.get_submodule(pair.gate), root.get_submodule(pair.up))
+            unit = GatedLinearUnit(wrapper, root.get_submodule(pair.activation_module), site.dense.N // 2, halves)
             rewrites.setdefault(pair.gate.rpartition(".")[0], []).append((pair, unit))
         elif fused_act and site.parent is not None and site.act_attr is not None:
             setattr(site.parent, site.act_attr, nn.Identity())
@@ -879,8 +937,11 @@ def accelerate(
     on_cpu_tables = any(layer._on and not layer._cuda for layer in layers.values())
     scope: ForwardScope | None = None
     managed = thread_policy == "managed"
+    own: OwnForward | None = None
     if on_cpu_tables and (managed or check_in_model) and not isinstance(root, AcceleratedLinear):
-        scope = ForwardScope(narrow_threads=managed, check=check_in_model)
+        scope = ForwardScope(narrow_threads=managed, check=check_in_model, own_if_no_ukernels=snapshot is not None)
+        if snapshot is not None:  # forwards run as the model's own run the original tree (kernelfleet.torch_twin)
+            own = torch_twin.install(root, build_twin(snapshot, root), scope)
         hooks = scope.install(root)
         for layer in layers.values():
             layer.forward_scope = scope
@@ -891,7 +952,7 @@ def accelerate(
     elif on_cpu_tables:
         threads = f"PyTorch's ops on {torch.get_num_threads()} threads as the caller set them (thread_policy='host')"
     summary = AccelerationSummary(fingerprint, tuple(summaries), threads)
-    return _finish(AcceleratedModule(root, layers, reporter, summary, hooks, scope), print_summary)
+    return _finish(AcceleratedModule(root, layers, reporter, summary, hooks, scope, own), print_summary)
 
 
 def _finish(fast: AcceleratedModule, print_summary: bool) -> AcceleratedModule:

@@ -16,6 +16,14 @@ the forward on the tables and the model's own forward (every layer on PyTorch, t
 narrowed) alternate in blocks of MODEL_BLOCK forwards, the first of each block not kept (it pays for the
 switch), until each side has MODEL_CALLS; the tables keep that signature only if their median is
 MODEL_MARGIN faster, else its forwards run as the model's own from then on. `decisions()` says which and why.
+
+The model's own forward. Where `accelerate` built the twin of the original module tree (kernelfleet.torch_twin),
+"the model's own" is that twin: the check's EAGER blocks, a signature it decided EAGER, and (`own_if_no_ukernels`)
+a signature whose first forward ran no uKernel at all — every layer routed to PyTorch by its table or its in-model
+check, past the table's range, or without a table: what the layers do at a signature depends on its shapes only,
+so the forwards after it would run PyTorch through the wrappers for nothing. A forward whose layers fell back for
+the call itself (another dtype or device, autograd recording) teaches nothing: the same shapes in inference mode
+may run uKernels. Without a twin, such forwards run every layer's PyTorch computation through its wrapper.
 """
 
 from __future__ import annotations
@@ -57,10 +65,14 @@ class SignatureRecord:
     accelerated_s: list[float] = field(default_factory=list)
     eager_s: list[float] = field(default_factory=list)
     decision: str | None = None  # ACCELERATED or EAGER, once the check is done
+    no_ukernels: bool = False  # a forward here ran no uKernel, for its shapes alone (its calls fell back for none)
+    own_forwards: int = 0  # forwards run as the model's own (the check's EAGER side, its EAGER choice, no uKernels)
 
-    def next_mode(self, check: bool) -> str:
+    def next_mode(self, check: bool, own_if_no_ukernels: bool = False) -> str:
         if self.decision is not None:
             return self.decision
+        if own_if_no_ukernels and self.no_ukernels:
+            return EAGER  # nothing to compare: the model's own forward, not the wrappers on PyTorch
         if not check or not self.runs_ukernels or self.forwards < MODEL_SETTLE:
             return ACCELERATED  # nothing to compare (all on PyTorch), or the layers' own checks still settling
         return EAGER if (self.forwards - MODEL_SETTLE) // MODEL_BLOCK % 2 == 0 else ACCELERATED
@@ -86,17 +98,23 @@ class SignatureRecord:
             "decision": self.decision,
             "accelerated_s": median(self.accelerated_s) if self.accelerated_s else None,
             "eager_s": median(self.eager_s) if self.eager_s else None,
+            "no_ukernels": self.no_ukernels,
+            "own_forwards": self.own_forwards,
         }
 
 
 class ForwardScope:
     """Installed by `accelerate` as forward hooks on the accelerated root; the layers ask it `bypass` (run as the
     model's own) and call `narrow()` before a uKernel. `narrow_threads`: thread_policy="managed"; `check`: the
-    whole-forward check (check_in_model). One forward at a time is assumed: PyTorch's thread count is process-wide."""
+    whole-forward check (check_in_model); `own_if_no_ukernels`: a signature known to run no uKernel runs as the
+    model's own (set by accelerate where it built the twin). One forward at a time is assumed: PyTorch's thread count
+    is process-wide."""
 
-    def __init__(self, *, narrow_threads: bool = True, check: bool = True) -> None:
+    def __init__(self, *, narrow_threads: bool = True, check: bool = True, own_if_no_ukernels: bool = False) -> None:
         self.narrow_threads = narrow_threads
         self.check = check
+        self.own_if_no_ukernels = own_if_no_ukernels
+        self.call_fallback = False  # a layer of this forward fell back for the call itself (dtype, device, autograd)
         self._lock = threading.Lock()
         self._depth = 0
         self._saved = 0
@@ -107,6 +125,15 @@ class ForwardScope:
         self._current: SignatureRecord | None = None
         self._mode = ACCELERATED
         self._started = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:  # copies of an accelerated model (deepcopy) get a lock of their own
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def enter(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         with self._lock:
@@ -120,7 +147,9 @@ class ForwardScope:
             if record is None and len(self._records) < MAX_SIGNATURES:
                 record = self._records[signature] = SignatureRecord()
             self._current = record
-            self._mode = record.next_mode(self.check) if record is not None else ACCELERATED
+            self.call_fallback = False
+            own = self.own_if_no_ukernels
+            self._mode = record.next_mode(self.check, own) if record is not None else ACCELERATED
             self.bypass = self._mode == EAGER
             self.runs_ukernels = not self.bypass and record is not None and record.runs_ukernels
             if self.runs_ukernels:
@@ -141,7 +170,7 @@ class ForwardScope:
             torch.set_num_threads(1)
             self.narrowed = True
 
-    def exit(self, *_: Any) -> None:
+    def exit(self, module: nn.Module, args: Any, output: Any) -> None:
         with self._lock:
             self._depth -= 1
             if self._depth:
@@ -150,8 +179,18 @@ class ForwardScope:
             if self.narrowed:
                 torch.set_num_threads(self._saved)
                 self.narrowed = False
-            if self._current is not None:
-                self._current.record(self._mode, seconds, self.check)
+            record = self._current
+            if record is not None:
+                if self._mode == EAGER:
+                    record.own_forwards += 1
+                elif (
+                    not self.runs_ukernels
+                    and not record.runs_ukernels
+                    and not self.call_fallback
+                    and output is not None  # (None: the forward raised; always_call hooks still run)
+                ):
+                    record.no_ukernels = True
+                record.record(self._mode, seconds, self.check)
             self._current, self.bypass, self.runs_ukernels = None, False, False
 
     def install(self, root: nn.Module) -> list[Any]:

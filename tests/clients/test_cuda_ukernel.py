@@ -121,6 +121,7 @@ class FakeGPUKernel:
 
     def __init__(self) -> None:
         self.launches = 0
+        self.spec = CudaUKernelSpec(N=64, K=32, mt=8, tile={}, target={})  # float32, as the dispatcher reads it
 
     def launch(self, x: object, w: object, out: object) -> None:
         self.launches += 1
@@ -167,9 +168,10 @@ def test_vendor_calls_answer_in_the_callers_kind() -> None:
 
 
 class FakeTorchCudaTensor:
-    """Stands in for a torch CUDA tensor (no GPU here): shape, device and row views, nothing else."""
+    """Stands in for a torch CUDA tensor (no GPU here): shape, dtype, device and row views, nothing else."""
 
     __module__ = "torch"
+    dtype = "torch.float32"  # as str(torch.float32) reads
 
     def __init__(self, rows: int, cols: int) -> None:
         self.shape = (rows, cols)

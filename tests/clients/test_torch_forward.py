@@ -129,3 +129,29 @@ def test_one_slow_forward_at_a_switch_does_not_decide() -> None:
         slow = mode == ACCELERATED and first_of_block
         record.record(mode, 1.0 if slow else (0.010 if mode == ACCELERATED else 0.012), check=True)
     assert record.decision == ACCELERATED and max(record.accelerated_s) == 0.010
+
+
+def _decide(seconds: Any) -> SignatureRecord:
+    """A record run to its decision, each forward timed `seconds(mode, index of that side's forward)`."""
+    record = SignatureRecord(runs_ukernels=True)
+    done = {ACCELERATED: 0, EAGER: 0}
+    while record.decision is None:
+        mode = record.next_mode(check=True)
+        record.record(mode, seconds(mode, done[mode]), check=True)
+        done[mode] += 1
+    return record
+
+
+def test_clearly_slower_tables_are_dropped_after_one_block_a_side() -> None:
+    """Tables 30 % behind on every forward: decided after one block per side, not after the whole check."""
+    record = _decide(lambda mode, i: 0.013 if mode == ACCELERATED else 0.010)
+    assert record.decision == EAGER and record.forwards == MODEL_SETTLE + 2 * MODEL_BLOCK
+
+
+def test_tables_slower_by_less_than_the_early_margin_or_overlapping_take_the_whole_check() -> None:
+    close = _decide(lambda mode, i: 0.0108 if mode == ACCELERATED else 0.010)  # 8 % behind: decided on medians
+    assert close.decision == EAGER and close.forwards == CHECK_FORWARDS
+    # one slow eager forward (kept: the second of its block) overlaps the tables' times: no early exit on one timing;
+    # the whole check runs and its medians decide
+    noisy = _decide(lambda mode, i: 0.013 if mode == ACCELERATED else (0.020 if i == 1 else 0.010))
+    assert 0.020 in noisy.eager_s and noisy.forwards == CHECK_FORWARDS and noisy.decision == EAGER

@@ -15,7 +15,10 @@ and the mix of libraries change it as a whole. So per input signature, once the 
 the forward on the tables and the model's own forward (every layer on PyTorch, the caller's threads, nothing
 narrowed) alternate in blocks of MODEL_BLOCK forwards, the first of each block not kept (it pays for the
 switch), until each side has MODEL_CALLS; the tables keep that signature only if their median is
-MODEL_MARGIN faster, else its forwards run as the model's own from then on. `decisions()` says which and why.
+MODEL_MARGIN faster, else its forwards run as the model's own from then on. Tables that are clearly slower stop the
+check early: once each side has one block kept, every tables forward slower than every eager one by
+MODEL_EARLY_MARGIN decides for the model's own forward (the check's tables blocks are what it costs the caller).
+`decisions()` says which and why.
 
 The model's own forward. Where `accelerate` built the twin of the original module tree (kernelfleet.torch_twin),
 "the model's own" is that twin: the check's EAGER blocks, a signature it decided EAGER, and (`own_if_no_ukernels`)
@@ -41,6 +44,9 @@ MODEL_SETTLE = 10  # forwards at a signature before its timing starts: the layer
 MODEL_BLOCK = 3  # the check runs each side in blocks of this many forwards and keeps all but each block's first
 MODEL_CALLS = 8  # forwards kept per side (four blocks each); medians of 4 once kept eager where the tables won 1.15x
 MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
+# early exit: once each side has a block's kept forwards, tables whose every forward is this much slower than every
+# eager one are dropped then (at 2 threads they often run 1.3x behind: the rest of the check only cost the caller)
+MODEL_EARLY_MARGIN = 0.15
 MAX_SIGNATURES = 256  # signatures remembered; a forward at another one runs on the tables unchecked
 ACCELERATED, EAGER = "accelerated", "eager"
 _now = time.perf_counter
@@ -86,6 +92,14 @@ class SignatureRecord:
         if not timed or position % MODEL_BLOCK == 0:
             return
         (self.eager_s if mode == EAGER else self.accelerated_s).append(seconds)
+        kept = MODEL_BLOCK - 1
+        if (
+            len(self.eager_s) >= kept
+            and len(self.accelerated_s) >= kept
+            and min(self.accelerated_s) > max(self.eager_s) * (1 + MODEL_EARLY_MARGIN)
+        ):
+            self.decision = EAGER  # clearly slower: no overlap, by a margin five times the keeping one
+            return
         if len(self.eager_s) >= MODEL_CALLS and len(self.accelerated_s) >= MODEL_CALLS:
             ours, theirs = statistics.median(self.accelerated_s), statistics.median(self.eager_s)
             self.decision = ACCELERATED if ours * (1 + MODEL_MARGIN) < theirs else EAGER

@@ -211,3 +211,33 @@ def test_kernels_launch_on_the_stream_torch_is_using(monkeypatch: pytest.MonkeyP
     dispatcher(FakeTorchCudaTensor(12, 32), FakeTorchCudaTensor(64, 32))
     assert kernel.launches == len(dispatcher.program(12)) == 2
     assert kernel.streams == [0xC0FFEE] * kernel.launches
+
+
+def test_a_half_precision_cuda_layer_asks_for_its_dtypes_table_and_runs_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`accelerate` looks a CUDA layer's table up as a workload in the layer's own float16 / bfloat16 (GPU ukernel
+    jobs tune those); a CPU layer's stays float32 (CPU uKernels are). The layer takes calls in its table's dtype:
+    a float16 call on a float16 table passes the dtype check (here it then falls back for the device only: no GPU),
+    a float32 call falls back for its dtype."""
+    import torch
+
+    import kernelfleet.cuda_ukernel as cu
+    from kernelfleet.torch import AcceleratedLinear, dense_workload, table_dtype, workload_hash
+    from kernelfleet.torch_fusion import dense_layer
+
+    half, brain = torch.nn.Linear(32, 64).half(), torch.nn.Linear(32, 64).bfloat16()
+    assert table_dtype(half, "cuda") == "float16" and table_dtype(brain, "cuda") == "bfloat16"
+    assert table_dtype(half, "llvm") == "float32" and table_dtype(torch.nn.Linear(32, 64), "cuda") == "float32"
+    hashes = {workload_hash(dense_workload(64, 32, dtype=d)) for d in ("float32", "float16", "bfloat16")}
+    assert len(hashes) == 3  # three workloads, three tables
+    monkeypatch.setattr(cu, "require_cuda", lambda: None)
+    kernel = FakeGPUKernel()
+    kernel.spec = CudaUKernelSpec(N=64, K=32, mt=8, tile={}, target={}, dtype="float16")
+    dispatcher = CudaDispatcher(TABLE, {"u": kernel}, N=64, K=32)  # type: ignore[dict-item]
+    dense = dense_layer(half)
+    assert dense is not None
+    layer = AcceleratedLinear("l", half, dense, dispatcher, "w", fused_bias=False, activation=None, max_rows=64)
+    with torch.inference_mode():
+        layer(torch.randn(3, 32, dtype=torch.float16))
+        layer.float()  # the layer now computes in float32: not its table's dtype
+        layer(torch.randn(3, 32))
+    assert dict(layer.stats.reasons) == {"device": 1, "dtype": 1}, layer.stats.as_dict()

@@ -22,7 +22,8 @@ with torch.fx to call it (a GraphModule of the parent's class name that keeps ev
 its keys; the pair's parameters become views of the stacked weight).
 
 Everything a table does not cover runs the original PyTorch computation (the same parameters) and is counted
-per layer with its reason: another dtype than float32, another device than the dispatcher's, a call that
+per layer with its reason: another dtype than the table's (float32; on CUDA, the layer's float16 or bfloat16
+finds that dtype's table), another device than the dispatcher's, a call that
 autograd must record (grad enabled and anything requiring grad: run under `torch.inference_mode()` or
 `torch.no_grad()`), S beyond the table's last tuned S (unless `extend_range=True`: the table's last interval
 then extends, as `Dispatcher` does), no table at all. `stats()` reports calls, fallbacks and the shapes run per
@@ -101,11 +102,11 @@ _CALL_REASONS = frozenset(("dtype", "device", "autograd"))  # fallbacks for the 
 
 
 # -- workloads ------------------------------------------------------------------------------------------------------
-def dense_workload(N: int, K: int, epilogue: Epilogue = NO_EPILOGUE) -> dict[str, Any]:
-    """The dense workload body (POST /v1/workloads) of a layer X[M, K] → [M, N] with this epilogue."""
+def dense_workload(N: int, K: int, epilogue: Epilogue = NO_EPILOGUE, dtype: str = "float32") -> dict[str, Any]:
+    """The dense workload body (POST /v1/workloads) of a layer X[M, K] → [M, N] with this epilogue, in `dtype`."""
     return {
         "op": "dense",
-        "dtype": "float32",
+        "dtype": dtype,
         "dims": {"N": int(N), "K": int(K)},
         "symbolic": ["M"],
         "attrs": {"bias": epilogue.bias, "activation": epilogue.activation},
@@ -198,6 +199,8 @@ class AcceleratedLinear(nn.Module):
         from kernelfleet.cuda_ukernel import CudaDispatcher  # no GPU needed to import it
 
         self._cuda = isinstance(dispatcher, CudaDispatcher)
+        # the dtype its table computes in: float32 on CPUs; a CUDA table's own (half precision on sm_80+)
+        self._dtype = getattr(torch, dispatcher.dtype) if isinstance(dispatcher, CudaDispatcher) else _F32
         self._cpu_dispatcher = dispatcher if isinstance(dispatcher, Dispatcher) else None
         self._on = dispatcher is not None and table is not None
         self._device = "cuda" if self._cuda else "cpu"
@@ -295,7 +298,7 @@ class AcceleratedLinear(nn.Module):
 
     def prepare(self) -> None:
         """Pack the weight now (accelerate does) rather than on the first call."""
-        if self._on and self.weight.device.type == self._device and self.weight.dtype is torch.float32:
+        if self._on and self.weight.device.type == self._device and self.weight.dtype is self._dtype:
             self._weight_view(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -350,7 +353,7 @@ class AcceleratedLinear(nn.Module):
         params = self._parameters
         w, bias = params["weight"], params["bias"]
         assert w is not None
-        if x.dtype is not _F32 or w.dtype is not _F32:
+        if x.dtype is not self._dtype or w.dtype is not self._dtype:
             return self._fallback(x, "dtype", S)
         if not ((x.is_cuda and w.is_cuda) if self._cuda else (x.is_cpu and w.is_cpu)):
             return self._fallback(x, "device", S)
@@ -636,6 +639,14 @@ def _sites(root: nn.Module) -> list[_Site]:
     return sites
 
 
+def table_dtype(layer: nn.Module, device_kind: str) -> str:
+    """The dtype of the workload whose table runs `layer`: a CUDA layer's own half precision (GPU ukernel jobs tune
+    float16 and bfloat16 on sm_80+), else float32 (CPU uKernels are float32: a half-precision CPU layer stays on
+    PyTorch, its calls counted as dtype fallbacks)."""
+    dtype = str(getattr(layer, "weight", torch.empty(0)).dtype).removeprefix("torch.")
+    return dtype if device_kind == "cuda" and dtype in ("float16", "bfloat16") else "float32"
+
+
 def _candidates(site: _Site) -> list[Epilogue]:
     d = site.dense
     out = [Epilogue(d.bias, site.activation), Epilogue(d.bias, "none"), Epilogue(False, "none")]
@@ -810,13 +821,16 @@ def accelerate(
 
     sites = _sites(root)
     explicit = dict(workloads or {})
+    device_kind = "cuda" if any(p.is_cuda for p in root.parameters()) else "llvm"
     plans = {
         s.name: [explicit[s.name]]
         if s.name in explicit
-        else [workload_hash(dense_workload(s.dense.N, s.dense.K, e)) for e in _candidates(s)]
+        else [
+            workload_hash(dense_workload(s.dense.N, s.dense.K, e, table_dtype(s.layer, device_kind)))
+            for e in _candidates(s)
+        ]
         for s in sites
     }
-    device_kind = "cuda" if any(p.is_cuda for p in root.parameters()) else "llvm"
     if not sites:
         return _finish(AcceleratedModule(root, {}, None), print_summary)
     fingerprint = _resolve_target(target, cache, {h for hs in plans.values() for h in hs}, client, device_kind)

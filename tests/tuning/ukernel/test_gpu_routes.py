@@ -363,13 +363,23 @@ def test_the_gpu_tuner_hands_its_timers_to_the_decision(monkeypatch: pytest.Monk
             return t.ours_called(S)
 
     monkeypatch.setattr(cublas, "torch_cuda", lambda: None)
-    monkeypatch.setattr(cublas, "time_linear", lambda m, n, k, l2_bytes=0: t.cublas_graph(m))
-    monkeypatch.setattr(cublas, "time_linear_called", lambda m, n, k, l2_bytes=0: t.cublas_called(m))
+    dtypes: set[str] = set()  # cuBLAS is timed in the job's dtype
+
+    def cublas_side(time: Any) -> Any:
+        def timed(m: int, n: int, k: int, dtype: str = "float32", l2_bytes: int = 0) -> float:
+            dtypes.add(dtype)
+            return float(time(m))
+
+        return timed
+
+    monkeypatch.setattr(cublas, "time_linear", cublas_side(t.cublas_graph))
+    monkeypatch.setattr(cublas, "time_linear_called", cublas_side(t.cublas_called))
     hw = HardwareModel.for_gpu("sm_90")
-    job = DenseRange(64, 64, S_MAX, (16,), {"kind": "cuda", "arch": "sm_90"}, hw, tmp_path)
+    job = DenseRange(64, 64, S_MAX, (16,), {"kind": "cuda", "arch": "sm_90"}, hw, tmp_path, dtype="bfloat16")
     predicted = [24 * US] * S_MAX
     routes = GPUUKernelTuner._vendor_sweep(Tuned(), 64, 64, job, QuietRangeSink(), predicted)  # type: ignore[arg-type]
     assert routes is not None and routes.vendor == frozenset(range(9, S_MAX + 1)) and l2s == {hw.l2_bytes}
+    assert dtypes == {"bfloat16"}
     assert routes.host[UKERNEL].shapes[0] == 1
 
     class Stopping(QuietRangeSink):

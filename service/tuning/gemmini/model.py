@@ -15,7 +15,8 @@ so an oversized array pays for idle PEs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from service.tuning.gemmini.space import (
     DIMS,
@@ -65,12 +66,20 @@ class Cost:
         return self.cycles * self.energy_pj
 
 
-def layer_cost(hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
+# a correction applied to each dataflow's Cost before the flow is chosen (a calibration to a backend)
+Adjust = Callable[[HwConfig, Layer, Cost], Cost]
+# what a search scores one layer with: `layer_cost`, or a calibrated version of it
+LayerCostFn = Callable[[HwConfig, Layer, Mapping], Cost]
+
+
+def layer_cost(hw: HwConfig, layer: Layer, m: Mapping, adjust: Adjust | None = None) -> Cost:
     """The model's cycles and energy for `layer` on `hw` under mapping `m` (assumes `fit` passed). With no
     dataflow pinned on the mapping, a BOTH array runs the layer with whichever of WS/OS that fits gives the
-    lower EDP (the per-layer choice gemmini.h's callers make through tiled_matmul_type)."""
+    lower EDP (the per-layer choice gemmini.h's callers make through tiled_matmul_type), each flow's cost
+    corrected by `adjust` first where one is given."""
     flows = fitting_flows(hw, layer, m) or list(candidate_flows(hw, layer, m)) or ["WS"]
-    return min((flow_cost(hw, layer, m, f) for f in flows), key=lambda c: c.edp)
+    costs = (flow_cost(hw, layer, m, f) for f in flows)
+    return min(costs if adjust is None else (adjust(hw, layer, c) for c in costs), key=lambda c: c.edp)
 
 
 def resolve(hw: HwConfig, layer: Layer, m: Mapping) -> Mapping:
@@ -137,14 +146,21 @@ def flow_cost(hw: HwConfig, layer: Layer, m: Mapping, flow: LayerFlow) -> Cost:
         2: (sp_reads + sp_writes) * tiles,
         3: (dram_r + dram_w) * tiles,
     }
-    energy = (
-        padded_macs * tiles * EPA_PE
-        + accesses[0] * EPA_REG
-        + accesses[1] * epa_acc(hw)
-        + accesses[2] * epa_spad(hw)
-        + accesses[3] * EPA_DRAM
-    )
-    return Cost(cycles, energy, layer.macs, padded_macs * tiles, accesses, bound, flow)
+    cost = Cost(cycles, 0.0, layer.macs, padded_macs * tiles, accesses, bound, flow)
+    return replace(cost, energy_pj=sum(energy_terms(hw, cost).values()))
+
+
+def energy_terms(hw: HwConfig, cost: Cost) -> dict[str, float]:
+    """The model's energy in pJ split by where it is spent (MACs, PE registers, accumulator, scratchpad, DRAM);
+    their sum is `Cost.energy_pj`. A calibration weighs them separately (calibration.py)."""
+    a = cost.accesses
+    return {
+        "mac": cost.padded_macs * EPA_PE,
+        "register": a[0] * EPA_REG,
+        "accumulator": a[1] * epa_acc(hw),
+        "scratchpad": a[2] * epa_spad(hw),
+        "dram": a[3] * EPA_DRAM,
+    }
 
 
 @dataclass(frozen=True)
@@ -159,8 +175,10 @@ class NetworkCost:
         return self.cycles * self.energy_pj
 
 
-def network_cost(hw: HwConfig, layers: list[Layer], mappings: list[Mapping]) -> NetworkCost:
-    costs = [layer_cost(hw, lay, m) for lay, m in zip(layers, mappings, strict=True)]
+def network_cost(
+    hw: HwConfig, layers: list[Layer], mappings: list[Mapping], cost: LayerCostFn = layer_cost
+) -> NetworkCost:
+    costs = [cost(hw, lay, m) for lay, m in zip(layers, mappings, strict=True)]
     return NetworkCost(
         cycles=sum(lay.weight * c.cycles for lay, c in zip(layers, costs, strict=True)),
         energy_pj=sum(lay.weight * c.energy_pj for lay, c in zip(layers, costs, strict=True)),

@@ -95,7 +95,7 @@ class GemminiKind(JobKind):
         from service.tuning.tuners.base import TuningStopped
         from service.tuning.tuners.gemmini.backend_pick import SHORTLIST, measure_shortlist, network_edp
         from service.tuning.tuners.gemmini.best_flow import default_options, measured_best
-        from service.tuning.tuners.gemmini.calibration import correlate
+        from service.tuning.tuners.gemmini.calibration import calibrate, correlate
         from service.tuning.tuners.gemmini.tuner import BacoTask, BacoTuner
 
         backend = ctx.platform.backend  # type: ignore[attr-defined]
@@ -103,8 +103,16 @@ class GemminiKind(JobKind):
         layers = [layer_of(ctx.workload, s, w, shape_key(s)) for s, w in support]
         # a backend bound to built hardware (FireSim bitstreams) tunes mappings on those configs only
         choices = backend.hardware_choices()
+        seed = ctx.budget.seed or 0
+        fitted = None
+        if choices is None:  # one objective: the search optimises the model calibrated to this backend
+            try:
+                fitted, calibration_points = calibrate(backend, layers, seed)
+            except BackendError as exc:
+                return UnitResult(fatal=f"{backend.name} could not measure the calibration sample: {exc}")
+        task = BacoTask(layers, unit.trials, seed, choices, fitted.cost if fitted else BacoTask.cost)
         try:
-            result = BacoTuner().tune(BacoTask(layers, unit.trials, ctx.budget.seed or 0, choices), ctx.sink)
+            result = BacoTuner().tune(task, ctx.sink)
         except RuntimeError as exc:
             return UnitResult(fatal=f"{backend.name}: {exc}")
         # the search's budget is spent (it may stop a little early); the explored configs recorded below are
@@ -133,6 +141,8 @@ class GemminiKind(JobKind):
         )
         model_cycles = [c.cycles for c in tuned_model.layers] + [c.cycles for c in default_model.layers][: len(base)]
         calibration = correlate(model_cycles, [m.cycles for m in tuned + base], backend.name)
+        if fitted is not None:  # what the search optimised: the model's energy terms and cycles refitted
+            calibration["objective"] = {**fitted.to_dict(), "points": calibration_points}
 
         tuned_edp, base_edp = winner.measured_edp, network_edp(layers, base) if base else None
         spike_check = spike_provenance(winner.hw, tuned_maps, default_maps if base else None, layers)

@@ -12,7 +12,7 @@ import pytest
 
 from service.tuning.gemmini import legality as L
 from service.tuning.gemmini.gemmini_h import conv_auto_args, default_mapping, matmul_auto_tiles
-from service.tuning.gemmini.model import layer_cost, resolve
+from service.tuning.gemmini.model import Cost, LayerCostFn, layer_cost, resolve
 from service.tuning.gemmini.space import (
     DEFAULT_HW,
     HwConfig,
@@ -115,16 +115,15 @@ def test_minimal_hw_stays_legal() -> None:
     assert small.sp_kib < 4096 and small.acc_kib < 1024
 
 
-def _guarded(monkeypatch: pytest.MonkeyPatch) -> list[HwConfig]:
+def _guarded() -> tuple[list[HwConfig], LayerCostFn]:
+    """An objective that records every config it scores (the searches take it as `cost`)."""
     scored: list[HwConfig] = []
-    real = S.layer_cost
 
-    def spy(hw: HwConfig, layer: Layer, m: Mapping):  # type: ignore[no-untyped-def]
+    def spy(hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
         scored.append(hw)
-        return real(hw, layer, m)
+        return layer_cost(hw, layer, m)
 
-    monkeypatch.setattr(S, "layer_cost", spy)
-    return scored
+    return scored, spy
 
 
 try:
@@ -144,8 +143,8 @@ LAYERS = [
 
 
 @pytest.mark.skipif(not HAVE_HYPOTHESIS, reason="hypothesis not installed")
-def test_searches_never_score_an_illegal_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    scored = _guarded(monkeypatch)
+def test_searches_never_score_an_illegal_config() -> None:
+    scored, spy = _guarded()
 
     @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
     @given(
@@ -158,7 +157,7 @@ def test_searches_never_score_an_illegal_config(monkeypatch: pytest.MonkeyPatch)
         scored.clear()
         fn = {"co": S.co_explore, "random": S.random_search, "grid": S.grid_search}[search]
         try:
-            r = fn(layers, budget, seed=seed)
+            r = fn(layers, budget, seed=seed, cost=spy)
         except RuntimeError:
             return  # nothing valid within a tiny budget
         assert scored and all(L.violations(h) == [] for h in scored)
@@ -168,9 +167,9 @@ def test_searches_never_score_an_illegal_config(monkeypatch: pytest.MonkeyPatch)
     run()
 
 
-def test_the_evaluator_refuses_an_illegal_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    scored = _guarded(monkeypatch)
-    ev = S.Evaluator(10)
+def test_the_evaluator_refuses_an_illegal_config() -> None:
+    scored, spy = _guarded()
+    ev = S.Evaluator(10, spy)
     lay = Layer.gemm("g", 64, 64, 64)
     assert ev.layer(replace(OK, sp_kib=3), lay, Mapping({"N": 16, "K": 16, "C": 16})) is None
     assert ev.refused == 1 and ev.calls == 0 and scored == []

@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,6 +41,16 @@ class Backend(ABC):
     @abstractmethod
     def measure(self, hw: HwConfig, layers: list[Layer], mappings: list[Mapping]) -> list[Measurement]:
         """Every layer on `hw` with its mapping; raises BackendError when nothing could be measured."""
+
+    def measure_points(self, points: Sequence[tuple[HwConfig, Layer, Mapping]]) -> list[Measurement]:
+        """Each (hw, layer, mapping) measured on its own config, e.g. a calibration sample. This default makes
+        one `measure` call per run of consecutive points on one config; a backend that scores many configs in
+        one run overrides it."""
+        out: list[Measurement] = []
+        for hw, run in groupby(points, key=lambda p: p[0]):
+            items = list(run)
+            out += self.measure(hw, [lay for _, lay, _ in items], [m for _, _, m in items])
+        return out
 
     def hardware_choices(self) -> list[HwConfig] | None:
         """The only hardware configs this backend can measure (FireSim: those with a bitstream), or None

@@ -18,7 +18,7 @@ from typing import Any
 
 from service.tuning.gemmini.model import network_cost
 from service.tuning.gemmini.space import HwConfig, Layer, Mapping
-from service.tuning.tuners.gemmini.best_flow import flow_options, measured_best
+from service.tuning.tuners.gemmini.best_flow import flow_options, measured_best_each
 
 SHORTLIST = 4  # configs a job measures; each costs one backend call per dataflow it runs
 
@@ -48,14 +48,15 @@ def network_edp(layers: Sequence[Layer], measurements: Sequence[Any]) -> float |
 def measure_shortlist(
     backend: Any, layers: list[Layer], shortlist: Sequence[tuple[HwConfig, list[Mapping]]]
 ) -> list[Measured]:
-    """Every shortlisted config measured by `backend`, best measured first (by cycles where it gives no energy).
-    A config whose tiles fit no dataflow of its array is skipped; raises ValueError when none is left."""
+    """Every shortlisted config measured by `backend` (all in one `measure_points` call), best measured first (by
+    cycles where it gives no energy). A config whose tiles fit no dataflow of its array is skipped; raises
+    ValueError when none is left."""
+    configs = [(hw, flow_options(hw, layers, maps)) for hw, maps in shortlist]
     out = []
-    for hw, maps in shortlist:
-        try:
-            picked, measured = measured_best(backend, hw, layers, flow_options(hw, layers, maps))
-        except ValueError:
+    for (hw, _), best in zip(configs, measured_best_each(backend, layers, configs), strict=True):
+        if isinstance(best, str):
             continue
+        picked, measured = best
         model_edp = network_cost(hw, layers, picked).edp
         out.append(Measured(hw, picked, measured, model_edp, network_edp(layers, measured)))
     if not out:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from service.tuning.gemmini.gemmini_h import default_mapping
-from service.tuning.gemmini.model import Cost, NetworkCost, layer_cost, network_cost, resolve
+from service.tuning.gemmini.model import Cost, LayerCostFn, NetworkCost, layer_cost, network_cost, resolve
 from service.tuning.gemmini.space import (
     ACC_KIB,
     ARRAY_DIMS,
@@ -62,9 +62,11 @@ class Limits:
 
 @dataclass
 class Evaluator:
-    """Counts model calls against the budget; keeps the best network point seen (the anytime answer)."""
+    """Counts model calls against the budget; keeps the best network point seen (the anytime answer). `cost`
+    is the objective: the analytical model, or the model calibrated to a backend (calibration.py)."""
 
     budget: int
+    cost: LayerCostFn = layer_cost
     calls: int = 0
     trace: list[tuple[int, float]] = field(default_factory=list)  # (calls so far, best network EDP)
     best: tuple[float, HwConfig, list[Mapping]] | None = None
@@ -83,7 +85,7 @@ class Evaluator:
         self.calls += 1
         if fit(hw, layer, m) is not None:
             return None
-        return layer_cost(hw, layer, m)
+        return self.cost(hw, layer, m)
 
     def offer(self, hw: HwConfig, mappings: list[Mapping], net: NetworkCost) -> None:
         seen = self.explored.get(hw)
@@ -128,7 +130,7 @@ def _result(ev: Evaluator, layers: list[Layer], allocation: list[int] | None = N
     return SearchResult(
         hw,
         maps,
-        network_cost(hw, layers, maps),
+        network_cost(hw, layers, maps, ev.cost),
         ev.calls,
         ev.trace,
         allocation or [],
@@ -316,6 +318,7 @@ def co_explore(
     start_hw: HwConfig = DEFAULT_HW,
     progress: Callable[[int, float], None] | None = None,
     limits: Limits = Limits(),
+    cost: LayerCostFn = layer_cost,
 ) -> SearchResult:
     """Hardware and mappings co-tuned for the occurrence-weighted network EDP within `budget` model calls.
 
@@ -323,12 +326,12 @@ def co_explore(
     tiling (at most SCREEN_SHARE of the budget), then the search hill-climbs the hardware from `start_hw`
     (BACO starts from the default), from the best screened points, then from random hardware points (BACO's
     random start points) until the budget is spent. `limits` restricts the hardware (see Limits); `start_hw`
-    must satisfy them."""
+    must satisfy them. `cost` scores each layer (the analytical model unless calibrated)."""
     outside = start_hw.dma_buswidth not in limits.buses or start_hw.dataflow not in limits.dataflows
     if outside or not limits.allows(start_hw):
         raise ValueError(f"start_hw {start_hw} is outside the limits {limits}")
     rng = random.Random(seed)
-    ev = Evaluator(budget)
+    ev = Evaluator(budget, cost)
     per_hw = max(8 * len(layers), min(60 * len(layers), budget // 60))
     alloc: list[int] = [0] * len(layers)
     seen: set[HwConfig] = set()
@@ -419,10 +422,12 @@ def random_mapping(hw: HwConfig, layer: Layer, rng: random.Random) -> Mapping:
     return Mapping({d: rng.choice(tile_choices(hw, layer, d)) for d in DIMS})
 
 
-def random_search(layers: list[Layer], budget: int, seed: int = 0, limits: Limits = Limits()) -> SearchResult:
+def random_search(
+    layers: list[Layer], budget: int, seed: int = 0, limits: Limits = Limits(), cost: LayerCostFn = layer_cost
+) -> SearchResult:
     """Uniform random hardware + mappings, `budget` model calls (one network sample = one call per layer)."""
     rng = random.Random(seed)
-    ev = Evaluator(budget)
+    ev = Evaluator(budget, cost)
     try:
         while True:
             hw = random_hw(rng, limits)
@@ -436,10 +441,12 @@ def random_search(layers: list[Layer], budget: int, seed: int = 0, limits: Limit
     return _result(ev, layers)
 
 
-def tune_fixed_hw(layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0) -> SearchResult:
+def tune_fixed_hw(
+    layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0, cost: LayerCostFn = layer_cost
+) -> SearchResult:
     """Mappings only, on a given hardware config (e.g. a single-layer-tuned config applied to a network)."""
     rng = random.Random(seed)
-    ev = Evaluator(budget)
+    ev = Evaluator(budget, cost)
     try:
         maps, costs, alloc = tune_mappings(hw, layers, ev, budget, rng)
         net = _network(hw, layers, maps, costs)
@@ -450,13 +457,16 @@ def tune_fixed_hw(layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0)
     return _result(ev, layers, alloc)
 
 
-def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, seed: int = 0) -> SearchResult:
+def best_fixed_hw(
+    layers: list[Layer], choices: list[HwConfig], budget: int, seed: int = 0, cost: LayerCostFn = layer_cost
+) -> SearchResult:
     """The best of a fixed set of hardware configs (e.g. those FireSim has bitstreams for), each with its
     mappings tuned on an equal share of the budget; configs that cannot hold some layer are skipped."""
     results = []
     for hw in choices:
         try:
-            results.append(tune_fixed_hw(layers, hw, max(len(layers) * 4, budget // max(1, len(choices))), seed))
+            share = max(len(layers) * 4, budget // max(1, len(choices)))
+            results.append(tune_fixed_hw(layers, hw, share, seed, cost))
         except RuntimeError:
             continue
     if not results:
@@ -480,12 +490,14 @@ def hw_grid(limits: Limits = Limits()) -> list[HwConfig]:
     return out
 
 
-def grid_search(layers: list[Layer], budget: int, seed: int = 0, limits: Limits = Limits()) -> SearchResult:
+def grid_search(
+    layers: list[Layer], budget: int, seed: int = 0, limits: Limits = Limits(), cost: LayerCostFn = layer_cost
+) -> SearchResult:
     """A simple grid at `budget` model calls: hardware points of `hw_grid` (evenly strided through the grid
     when the budget cannot visit all, the offset set by `seed`), each scored with gemmini.h's own tiling
     (one call per layer)."""
     picks = _strided(hw_grid(limits), max(1, budget // max(1, len(layers))), random.Random(seed).random())
-    ev = Evaluator(budget)
+    ev = Evaluator(budget, cost)
     try:
         for hw in picks:
             _score_library_tiling(hw, layers, ev)

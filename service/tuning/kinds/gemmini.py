@@ -93,9 +93,16 @@ class GemminiKind(JobKind):
         from service.tuning.gemmini.space import DEFAULT_HW
         from service.tuning.gemmini.workloads import CLOCK_HZ, layer_of
         from service.tuning.tuners.base import TuningStopped
-        from service.tuning.tuners.gemmini.backend_pick import SHORTLIST, measure_shortlist, network_edp
+        from service.tuning.tuners.gemmini.backend_pick import (
+            SHORTLIST,
+            measure_shortlist,
+            measured,
+            network_edp,
+            ranked,
+        )
         from service.tuning.tuners.gemmini.best_flow import default_options, measured_best
-        from service.tuning.tuners.gemmini.calibration import calibrate, correlate
+        from service.tuning.tuners.gemmini.calibration import correlate
+        from service.tuning.tuners.gemmini.cotune import cotune
         from service.tuning.tuners.gemmini.tuner import BacoTask, BacoTuner
 
         backend = ctx.platform.backend  # type: ignore[attr-defined]
@@ -105,44 +112,42 @@ class GemminiKind(JobKind):
         choices = backend.hardware_choices()
         seed = ctx.budget.seed or 0
         fitted = None
-        if choices is None:  # one objective: the search optimises the model calibrated to this backend
-            try:
-                fitted, calibration_points = calibrate(backend, layers, seed)
-            except BackendError as exc:
-                return UnitResult(fatal=f"{backend.name} could not measure the calibration sample: {exc}")
-        task = BacoTask(layers, unit.trials, seed, choices, fitted.cost if fitted else BacoTask.cost)
+        default_maps, _ = default_point(layers)
+        base: list[Any] = []
         try:
-            result = BacoTuner().tune(task, ctx.sink)
+            if choices is None:
+                # one objective: the model searches, calibrated to this backend where round 1's answers were
+                # measured, and the backend picks the winner among both rounds' shortlists and the default
+                co = cotune(backend, layers, unit.trials, seed)
+                result, shortlist, fitted, model_calls = co.first, co.candidates, co.calibration, co.model_calls
+                default_maps, base = co.start.mappings, co.start.measurements
+            else:
+                result = BacoTuner().tune(BacoTask(layers, unit.trials, seed, choices), ctx.sink)
+                model_calls = result.calls
+                shortlist = measure_shortlist(backend, layers, result.shortlist(layers, SHORTLIST))
+                if DEFAULT_HW in choices:  # the default as gemmini.h tiles it is a candidate: never worse than it
+                    default_maps, base = measured_best(backend, DEFAULT_HW, layers, default_options(DEFAULT_HW, layers))
+                    shortlist = ranked(layers, [*shortlist, measured(DEFAULT_HW, layers, default_maps, base)])
         except RuntimeError as exc:
             return UnitResult(fatal=f"{backend.name}: {exc}")
+        except (BackendError, ValueError) as exc:
+            return UnitResult(fatal=f"{backend.name} could not measure: {exc}")
         # the search's budget is spent (it may stop a little early); the explored configs recorded below are
         # part of it (each cost at least one model call), so they count once, as candidates
         explored = explored_candidates(result.explored, len(layers))
         ctx.sink.on_progress(None, max(0, unit.trials - len(explored)))
         if ctx.sink.should_stop():
             raise TuningStopped("stopped by the job")
-        default_maps, _ = default_point(layers)
-        try:
-            # the model shortlists, this backend picks (one objective: the backend that reports the result); the
-            # winner and the default each run every layer in the dataflow this backend measures fastest
-            keep = (DEFAULT_HW,) if choices is None else ()  # co_explore starts from it
-            ranked = measure_shortlist(backend, layers, result.shortlist(layers, SHORTLIST, keep))
-            winner = ranked[0]
-            tuned_maps, tuned = winner.mappings, winner.measurements
-            measurable = choices is None or DEFAULT_HW in choices
-            base: list[Any] = []
-            if measurable:
-                default_maps, base = measured_best(backend, DEFAULT_HW, layers, default_options(DEFAULT_HW, layers))
-        except (BackendError, ValueError) as exc:
-            return UnitResult(fatal=f"{backend.name} could not measure: {exc}")
+        winner = shortlist[0]
+        tuned_maps, tuned = winner.mappings, winner.measurements
         tuned_model, default_model = (
             network_cost(winner.hw, layers, tuned_maps),
             network_cost(DEFAULT_HW, layers, default_maps),
         )
         model_cycles = [c.cycles for c in tuned_model.layers] + [c.cycles for c in default_model.layers][: len(base)]
         calibration = correlate(model_cycles, [m.cycles for m in tuned + base], backend.name)
-        if fitted is not None:  # what the search optimised: the model's energy terms and cycles refitted
-            calibration["objective"] = {**fitted.to_dict(), "points": calibration_points}
+        if fitted is not None:  # what round 2 optimised: the model's energy terms and cycles refitted
+            calibration["objective"] = {**fitted.to_dict(), "points": sum(f.n for f in fitted.fits.values())}
 
         tuned_edp, base_edp = winner.measured_edp, network_edp(layers, base) if base else None
         spike_check = spike_provenance(winner.hw, tuned_maps, default_maps if base else None, layers)
@@ -204,12 +209,12 @@ class GemminiKind(JobKind):
                 provenance={
                     "tuner": "gemmini-baco",
                     "backend": backend.name,
-                    "model_calls": result.calls,
+                    "model_calls": model_calls,
                     "hardware_choices": "any" if choices is None else len(choices),
                     "importance_units": dict(zip([x.name for x in layers], result.allocation, strict=False)),
                     "network_edp": {"tuned": tuned_edp, "default": base_edp, "backend": backend.name},
                     # the model's best configs as this backend measured them; the first is the winner
-                    "shortlist": [m.to_dict() for m in ranked],
+                    "shortlist": [m.to_dict() for m in shortlist],
                     "calibration": calibration,
                     "spike": spike_check,
                 },

@@ -5,9 +5,9 @@ counts conv accesses its own way, ZigZag with CACTI and its own access counts (1
 model's best point can be one the backend measures worse than the default. A `Calibration` is fitted to backend
 measurements of a sample of configs per layer family (GEMM, GEMV, 1x1 conv, other convs) and dataflow:
 - cycles: log(measured) = a + b·log(model), least squares;
-- energy: measured ≈ Σ w_t · term_t over the model's own energy terms (MACs, registers, accumulator, scratchpad,
-  DRAM; `model.energy_terms`), non-negative weights fitted on relative error with a weak pull towards 1 (the
-  model as published), so a family with few points stays close to the model.
+- energy: measured ≈ Σ w_g · term_g over the model's own energy terms (`model.energy_terms`, grouped: MACs with
+  PE registers, accumulator, scratchpad, DRAM), non-negative weights fitted on relative error with a weak pull
+  towards 1 (the model as published), so a term the sample hardly exercises stays close to the model.
 The search then optimises the calibrated model (`Calibration.cost`), and the backend still re-scores the
 shortlist it returns (backend_pick.py). `agreement` says, per layer, how well model and calibrated model rank
 configs as the backend does on points the fit did not see; `correlate` keeps the older whole-sample figures.
@@ -28,10 +28,17 @@ from service.tuning.gemmini.model import Cost, energy_terms, flow_cost, layer_co
 from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, LayerFlow, Mapping, fit
 from service.tuning.tuners.gemmini.search import Limits, random_hw, random_mapping
 
-TERMS = ("mac", "register", "accumulator", "scratchpad", "dram")
+# the model's energy terms as the fit weighs them: MACs and PE registers together, since the model counts two
+# register accesses per padded MAC (the two would be collinear), then each memory level
+GROUPS = {
+    "compute": ("mac", "register"),
+    "accumulator": ("accumulator",),
+    "scratchpad": ("scratchpad",),
+    "dram": ("dram",),
+}
 MIN_POINTS = 6  # fewer measured points in a family: the model is used uncalibrated for it
 CALIBRATION_POINTS = 12  # per family and dataflow in a job: one ZigZag run of ~5-10 s
-PRIOR = 0.05  # weight of the pull of each energy weight towards 1, against ~1 per point on relative error
+PRIOR = 0.01  # weight of the pull of each energy weight towards 1, against ~1 per point on relative error
 Point = tuple[HwConfig, Layer, Mapping]  # a mapping with its dataflow pinned
 
 
@@ -48,7 +55,7 @@ class FamilyFit:
     family: str
     n: int  # measured points it was fitted on
     cycles: tuple[float, float]  # (a, b): log(measured) = a + b·log(model)
-    energy: dict[str, float]  # weight of each model energy term
+    energy: dict[str, float]  # weight of each group of model energy terms (GROUPS)
 
     def to_dict(self) -> dict[str, Any]:
         return {"family": self.family, "n": self.n, "cycles": list(self.cycles), "energy": dict(self.energy)}
@@ -65,11 +72,11 @@ class Calibration:
         if f is None:
             return cost
         a, b = f.cycles
-        terms = energy_terms(hw, cost)
+        terms = _grouped(hw, cost)
         return replace(
             cost,
             cycles=math.exp(a + b * math.log(cost.cycles)),
-            energy_pj=sum(f.energy[t] * terms[t] for t in TERMS),
+            energy_pj=sum(f.energy[g] * terms[g] for g in GROUPS),
         )
 
     def cost(self, hw: HwConfig, layer: Layer, m: Mapping) -> Cost:
@@ -95,7 +102,7 @@ def calibration_sample(layers: Sequence[Layer], per_family: int, seed: int, limi
         while got < per_family and tries < per_family * 50:
             tries += 1
             layer = members[got % len(members)]
-            use_default = got == 0 and limits.allows(DEFAULT_HW) and DEFAULT_HW.dma_buswidth in limits.buses
+            use_default = tries == 1 and limits.allows(DEFAULT_HW) and DEFAULT_HW.dma_buswidth in limits.buses
             hw = DEFAULT_HW if use_default else random_hw(rng, limits)
             tiles = default_mapping(hw, layer) if got % 2 == 0 else random_mapping(hw, layer, rng)
             if flow not in hw.flows(layer) or fit(hw, layer, tiles.with_flow(flow)) is not None:
@@ -106,12 +113,21 @@ def calibration_sample(layers: Sequence[Layer], per_family: int, seed: int, limi
 
 
 def calibrate(
-    backend: Any, layers: Sequence[Layer], seed: int, limits: Limits = Limits(), per_family: int | None = None
+    backend: Any,
+    layers: Sequence[Layer],
+    seed: int,
+    limits: Limits = Limits(),
+    per_family: int | None = None,
+    known: Sequence[tuple[Point, Any]] = (),
 ) -> tuple[Calibration, int]:
-    """The model fitted to `backend` on a fresh sample (one `measure_points` call), and the points it measured.
-    A backend that gives no energy leaves every family uncalibrated."""
+    """The model fitted to `backend` on a fresh sample (one `measure_points` call) plus `known` points the
+    backend measured already, and the number of points it was fitted on. A backend that gives no energy leaves
+    every family uncalibrated."""
     points = calibration_sample(layers, per_family or CALIBRATION_POINTS, seed, limits)
-    return fit_calibration(points, backend.measure_points(points), backend.version()), len(points)
+    measured = list(backend.measure_points(points)) if points else []
+    points += [p for p, _ in known]
+    measured += [m for _, m in known]
+    return fit_calibration(points, measured, backend.version()), len(points)
 
 
 def model_costs(points: Sequence[Point]) -> list[Cost]:
@@ -133,16 +149,23 @@ def fit_calibration(points: Sequence[Point], measured: Sequence[Any], backend: s
         x = np.log([c.cycles for _, c, _ in items])
         y = np.log([m.cycles for _, _, m in items])
         b, a = np.polyfit(x, y, 1)
-        terms = np.array([[energy_terms(hw, c)[t] for t in TERMS] for hw, c, _ in items])
+        terms = np.array([list(_grouped(hw, c).values()) for hw, c, _ in items])
         target = np.array([m.energy_pj for _, _, m in items])
         weights = _nonnegative_ridge(terms / target[:, None], np.ones(len(items)), PRIOR * len(items))
-        fits[fam] = FamilyFit(fam, len(items), (float(a), float(b)), dict(zip(TERMS, map(float, weights), strict=True)))
+        fits[fam] = FamilyFit(
+            fam, len(items), (float(a), float(b)), dict(zip(GROUPS, map(float, weights), strict=True))
+        )
     return Calibration(backend, fits)
+
+
+def _grouped(hw: HwConfig, cost: Cost) -> dict[str, float]:
+    terms = energy_terms(hw, cost)
+    return {g: sum(terms[t] for t in members) for g, members in GROUPS.items()}
 
 
 def _nonnegative_ridge(a: np.ndarray, y: np.ndarray, strength: float) -> np.ndarray:
     """argmin ‖a·w − y‖² + strength·‖w − 1‖² over w ≥ 0: solved unconstrained, then the weights that come out
-    negative are pinned at 0 and the rest solved again, until none is (five unknowns: a few rounds)."""
+    negative are pinned at 0 and the rest solved again, until none is (four unknowns: a few rounds)."""
     n = a.shape[1]
     free = np.ones(n, dtype=bool)
     w = np.zeros(n)

@@ -18,6 +18,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from service.tuning.gemmini.gemmini_h import default_mapping
 from service.tuning.gemmini.model import Cost, LayerCostFn, NetworkCost, layer_cost, network_cost, resolve
@@ -40,6 +41,8 @@ from service.tuning.gemmini.space import (
     tile_choices,
 )
 from service.tuning.tuners.gemmini.importance import ImportanceScheduler, LayerState
+
+T = TypeVar("T")
 
 
 class BudgetSpent(Exception):
@@ -392,14 +395,14 @@ def _screen(layers: list[Layer], ev: Evaluator, rng: random.Random, limits: Limi
     own tiling (one call per layer), best first; every scored point is offered to the evaluator."""
     grid = hw_grid(limits)
     scored: list[tuple[float, HwConfig]] = []
-    for hw in _strided(grid, calls // max(1, len(layers)), rng.random()):
+    for hw in strided(grid, calls // max(1, len(layers)), rng.random()):
         net = _score_library_tiling(hw, layers, ev)
         if net is not None:
             scored.append((net.edp, hw))
     return [hw for _, hw in sorted(scored, key=lambda x: x[0])[:SCREEN_STARTS]]
 
 
-def _strided(grid: list[HwConfig], visits: int, phase: float) -> list[HwConfig]:
+def strided(grid: list[T], visits: int, phase: float) -> list[T]:
     """`visits` points evenly strided through `grid` (all of it when they cover it), `phase` in [0, 1) picking
     the offset inside the first stride."""
     visits = min(len(grid), visits)
@@ -496,7 +499,7 @@ def grid_search(
     """A simple grid at `budget` model calls: hardware points of `hw_grid` (evenly strided through the grid
     when the budget cannot visit all, the offset set by `seed`), each scored with gemmini.h's own tiling
     (one call per layer)."""
-    picks = _strided(hw_grid(limits), max(1, budget // max(1, len(layers))), random.Random(seed).random())
+    picks = strided(hw_grid(limits), max(1, budget // max(1, len(layers))), random.Random(seed).random())
     ev = Evaluator(budget, cost)
     try:
         for hw in picks:

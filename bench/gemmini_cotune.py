@@ -73,6 +73,38 @@ def _geo(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def _row(co: list[float], rnd: list[float], grd: list[float], default_edp: float) -> dict[str, Any]:
+    """One case of a search comparison: each baseline's best EDP over co-exploration's, per seed."""
+    r_ratio = [r / c for r, c in zip(rnd, co, strict=True)]
+    g_ratio = [g / c for g, c in zip(grd, co, strict=True)]
+    return {
+        "co_edp": co,
+        "random_edp": rnd,
+        "grid_edp": grd,
+        "default_edp": default_edp,
+        "random_over_co": r_ratio,
+        "grid_over_co": g_ratio,
+        "default_over_co": [default_edp / c for c in co],
+        "co_beats_both": sum(r > 1 and g > 1 for r, g in zip(r_ratio, g_ratio, strict=True)),
+    }
+
+
+def _columns(row: dict[str, Any], seeds: int) -> str:
+    r, g, d = row["random_over_co"], row["grid_over_co"], row["default_over_co"]
+    return (
+        f"{_geo(r):10.2f} {min(r):6.2f} {_geo(g):9.2f} {min(g):6.2f} {_geo(d):10.2f}  {row['co_beats_both']:>3}/{seeds}"
+    )
+
+
+def _overall(rows: dict[str, Any], t0: float) -> None:
+    all_r = [x for r in rows.values() for x in r["random_over_co"]]
+    all_g = [x for r in rows.values() for x in r["grid_over_co"]]
+    print(
+        f"over all cases and seeds: random/co geomean {_geo(all_r):.2f} (worst {min(all_r):.2f}), "
+        f"grid/co geomean {_geo(all_g):.2f} (worst {min(all_g):.2f}); {time.perf_counter() - t0:.0f} s"
+    )
+
+
 def compare(budget: int, seeds: int, limits: Limits = Limits(), label: str = "unconstrained") -> dict[str, Any]:
     """Co-exploration vs random search vs grid at `budget` model calls, per layer and network, `seeds` seeds,
     all three within the same `limits` (e.g. the default's area)."""
@@ -98,32 +130,13 @@ def compare(budget: int, seeds: int, limits: Limits = Limits(), label: str = "un
             co.append(c.cost.edp)
             rnd.append(random_search(layers, budget, seed=seed, limits=limits).cost.edp)
             grd.append(grid_search(layers, budget, seed=seed, limits=limits).cost.edp)
-        r_ratio = [r / c for r, c in zip(rnd, co, strict=True)]
-        g_ratio = [g / c for g, c in zip(grd, co, strict=True)]
-        d_ratio = [default.edp / c for c in co]
-        wins = sum(r > 1 and g > 1 for r, g in zip(r_ratio, g_ratio, strict=True))
         assert hw0 is not None
+        rows[name] = _row(co, rnd, grd, default.edp)
         print(
-            f"{name:18} {_geo(r_ratio):10.2f} {min(r_ratio):6.2f} {_geo(g_ratio):9.2f} {min(g_ratio):6.2f} "
-            f"{_geo(d_ratio):10.2f}  {wins:>3}/{seeds}    {hw0.dim}x{hw0.dim} sp{hw0.sp_kib}K acc{hw0.acc_kib}K "
+            f"{name:18} {_columns(rows[name], seeds)}    {hw0.dim}x{hw0.dim} sp{hw0.sp_kib}K acc{hw0.acc_kib}K "
             f"{hw0.dataflow} bus{hw0.dma_buswidth}"
         )
-        rows[name] = {
-            "co_edp": co,
-            "random_edp": rnd,
-            "grid_edp": grd,
-            "default_edp": default.edp,
-            "random_over_co": r_ratio,
-            "grid_over_co": g_ratio,
-            "default_over_co": d_ratio,
-            "co_beats_both": wins,
-        }
-    all_r = [x for r in rows.values() for x in r["random_over_co"]]
-    all_g = [x for r in rows.values() for x in r["grid_over_co"]]
-    print(
-        f"over all cases and seeds: random/co geomean {_geo(all_r):.2f} (worst {min(all_r):.2f}), "
-        f"grid/co geomean {_geo(all_g):.2f} (worst {min(all_g):.2f}); {time.perf_counter() - t0:.0f} s"
-    )
+    _overall(rows, t0)
     return {"budget": budget, "seeds": seeds, "limits": label, "cases": rows}
 
 
@@ -158,30 +171,9 @@ def compare_backend(zz: Any, budget: int, seeds: int, limits: Limits, label: str
             evals.append(c.evaluations)
             rnd.append(backend_random(zz, layers, c.evaluations, seed, limits).edp)
             grd.append(backend_grid(zz, layers, c.evaluations, seed, limits).edp)
-        r_ratio = [r / c for r, c in zip(rnd, co, strict=True)]
-        g_ratio = [g / c for g, c in zip(grd, co, strict=True)]
-        d_ratio = [d_cyc * d_en / c for c in co]
-        wins = sum(r > 1 and g > 1 for r, g in zip(r_ratio, g_ratio, strict=True))
-        print(
-            f"{name:22} {round(sum(evals) / len(evals)):5d} {_geo(r_ratio):10.2f} {min(r_ratio):6.2f} "
-            f"{_geo(g_ratio):9.2f} {min(g_ratio):6.2f} {_geo(d_ratio):10.2f} {wins:>4}/{seeds}"
-        )
-        rows[name] = {
-            "evaluations": evals,
-            "co_edp": co,
-            "random_edp": rnd,
-            "grid_edp": grd,
-            "random_over_co": r_ratio,
-            "grid_over_co": g_ratio,
-            "default_over_co": d_ratio,
-            "co_beats_both": wins,
-        }
-    all_r = [x for r in rows.values() for x in r["random_over_co"]]
-    all_g = [x for r in rows.values() for x in r["grid_over_co"]]
-    print(
-        f"over all cases and seeds: random/co geomean {_geo(all_r):.2f} (worst {min(all_r):.2f}), "
-        f"grid/co geomean {_geo(all_g):.2f} (worst {min(all_g):.2f}); {time.perf_counter() - t0:.0f} s"
-    )
+        rows[name] = {"evaluations": evals, **_row(co, rnd, grd, d_cyc * d_en)}
+        print(f"{name:22} {round(sum(evals) / len(evals)):5d} {_columns(rows[name], seeds)}")
+    _overall(rows, t0)
     return {"seeds": seeds, "limits": label, "cases": rows}
 
 

@@ -2,10 +2,12 @@
 
 The distribution's points are the layers (GEMM/GEMV as `dense`, or `conv2d`) and their weights the
 occurrence counts, so one point is a single operator and many points a network. The whole list is one
-unit: hardware is shared, so it is co-tuned once for the occurrence-weighted EDP under the analytical
-model (budget.trials = model calls). The chosen hardware and mappings, and Gemmini-Default for comparison,
-are then measured by the worker's backend; every measurement is reported with the backend's name, and the
-analytical model's correlation with that backend is stored with the result.
+unit: hardware is shared, so it is co-tuned once for the occurrence-weighted EDP (budget.trials = model calls),
+with the worker's backend in the loop (tuners/gemmini/cotune.py): a search on the analytical model, a second
+on the model calibrated to the backend, and the backend's pick among both rounds' best configs and
+Gemmini-Default as gemmini.h tiles it. Every measurement is reported with the backend's name; the calibration
+and the model's correlation with that backend are stored with the result. A backend bound to built hardware
+(FireSim bitstreams) tunes mappings on those configs under the model, and the backend picks among them.
 
 A killed attempt leaves nothing half-counted: the unit records its candidates once, when it ends, and a retry
 runs it again from the start; the search is seeded, so it chooses the same hardware again (unlike `sketch` and

@@ -21,7 +21,7 @@ from service.tuning.gemmini.model import network_cost
 from service.tuning.gemmini.space import HwConfig, Layer, Mapping
 from service.tuning.tuners.gemmini.best_flow import flow_options, measured_best_each
 
-SHORTLIST = 4  # configs a job measures; each costs one backend call per dataflow it runs
+SHORTLIST = 4  # configs a search round hands the backend; each costs a point per layer and dataflow it runs
 
 
 @dataclass(frozen=True)

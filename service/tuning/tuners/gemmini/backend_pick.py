@@ -52,15 +52,22 @@ def measure_shortlist(
     """Every shortlisted config measured by `backend` (all in one `measure_points` call), best measured first (by
     cycles where it gives no energy). A config whose tiles fit no dataflow of its array is skipped; raises
     ValueError when none is left."""
-    configs = [(hw, flow_options(hw, layers, maps)) for hw, maps in shortlist]
-    out = []
-    for (hw, _), best in zip(configs, measured_best_each(backend, layers, configs), strict=True):
-        if isinstance(best, str):
-            continue
-        out.append(measured(hw, layers, *best))
+    options = [(hw, flow_options(hw, layers, maps)) for hw, maps in shortlist]
+    out = [m for m in measure_options(backend, layers, options) if not isinstance(m, str)]
     if not out:
         raise ValueError("no shortlisted configuration could be measured")
     return ranked(layers, out)
+
+
+def measure_options(
+    backend: Any, layers: list[Layer], configs: Sequence[tuple[HwConfig, Sequence[Sequence[Mapping]]]]
+) -> list[Measured | str]:
+    """Each config with its layers' options (best_flow.py) measured in one `measure_points` call, in order: its
+    layers' fastest options as `Measured`, or why a layer had none."""
+    return [
+        best if isinstance(best, str) else measured(hw, layers, *best)
+        for (hw, _), best in zip(configs, measured_best_each(backend, layers, configs), strict=True)
+    ]
 
 
 def measured(hw: HwConfig, layers: list[Layer], mappings: list[Mapping], measurements: list[Any]) -> Measured:

@@ -27,6 +27,7 @@ from service.tuning.gemmini.gemmini_h import default_mapping
 from service.tuning.gemmini.model import Cost, energy_terms, flow_cost, layer_cost
 from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, LayerFlow, Mapping, fit
 from service.tuning.tuners.gemmini.search import Limits, random_hw, random_mapping
+from service.tuning.tuners.rank_stats import spearman
 
 # the model's energy terms as the fit weighs them: MACs and PE registers together, since the model counts two
 # register accesses per padded MAC (the two would be collinear), then each memory level
@@ -213,16 +214,8 @@ def _pearson(x: Sequence[float], y: Sequence[float]) -> float:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else float("nan")
 
 
-def _ranks(v: Sequence[float]) -> list[float]:
-    order = sorted(range(len(v)), key=lambda i: v[i])
-    r = [0.0] * len(v)
-    for rank, i in enumerate(order):
-        r[i] = float(rank)
-    return r
-
-
 def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    return _pearson(_ranks(x), _ranks(y)) if len(x) >= 3 else float("nan")
+    return spearman(x, y) if len(x) >= 3 else float("nan")
 
 
 def correlate(model: Sequence[float], measured: Sequence[float], backend: str) -> dict[str, Any]:

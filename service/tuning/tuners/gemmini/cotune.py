@@ -14,13 +14,12 @@ default, where the limits allow it), so it is never one the backend measures wor
 
 from __future__ import annotations
 
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 from service.tuning.gemmini.space import DEFAULT_HW, HwConfig, Layer, Mapping
-from service.tuning.tuners.gemmini.backend_pick import SHORTLIST, Measured, measure_shortlist, measured, ranked
-from service.tuning.tuners.gemmini.best_flow import default_options, measured_best
+from service.tuning.tuners.gemmini.backend_pick import SHORTLIST, Measured, measure_options, measure_shortlist, ranked
+from service.tuning.tuners.gemmini.best_flow import default_options, flow_options
 from service.tuning.tuners.gemmini.calibration import CALIBRATION_POINTS, Calibration, calibrate
 from service.tuning.tuners.gemmini.search import Limits, SearchResult, co_explore
 
@@ -78,12 +77,13 @@ def cotune(
         layers, max(1, budget - first.calls), seed=seed, start_hw=start_hw, limits=limits, cost=calibration.cost
     )
     seen = {m.hw for m in answers}
-    fresh = [(hw, maps) for hw, maps in second.shortlist(layers, shortlist) if hw not in seen]
-    # where none of round 2's configs fits a dataflow the backend runs, round 1's answers stand
-    with suppress(ValueError):
-        answers += measure_shortlist(counted, layers, fresh) if fresh else []
-    start = measured(start_hw, layers, *measured_best(counted, start_hw, layers, default_options(start_hw, layers)))
-    candidates = ranked(layers, [*answers, start])
+    fresh = [(hw, flow_options(hw, layers, maps)) for hw, maps in second.shortlist(layers, shortlist) if hw not in seen]
+    # round 2's new configs and the start as gemmini.h tiles it, in one backend run; a round-2 config whose tiles
+    # fit no dataflow the backend runs is dropped (round 1's answers stand)
+    *more, start = measure_options(counted, layers, [*fresh, (start_hw, default_options(start_hw, layers))])
+    if isinstance(start, str):
+        raise ValueError(start)
+    candidates = ranked(layers, [*answers, *(m for m in more if not isinstance(m, str)), start])
     return Cotuned(
         candidates[0],
         candidates,

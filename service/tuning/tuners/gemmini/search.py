@@ -444,12 +444,10 @@ def random_search(
     return _result(ev, layers)
 
 
-def tune_fixed_hw(
-    layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0, cost: LayerCostFn = layer_cost
-) -> SearchResult:
+def tune_fixed_hw(layers: list[Layer], hw: HwConfig, budget: int, seed: int = 0) -> SearchResult:
     """Mappings only, on a given hardware config (e.g. a single-layer-tuned config applied to a network)."""
     rng = random.Random(seed)
-    ev = Evaluator(budget, cost)
+    ev = Evaluator(budget)
     try:
         maps, costs, alloc = tune_mappings(hw, layers, ev, budget, rng)
         net = _network(hw, layers, maps, costs)
@@ -460,16 +458,14 @@ def tune_fixed_hw(
     return _result(ev, layers, alloc)
 
 
-def best_fixed_hw(
-    layers: list[Layer], choices: list[HwConfig], budget: int, seed: int = 0, cost: LayerCostFn = layer_cost
-) -> SearchResult:
+def best_fixed_hw(layers: list[Layer], choices: list[HwConfig], budget: int, seed: int = 0) -> SearchResult:
     """The best of a fixed set of hardware configs (e.g. those FireSim has bitstreams for), each with its
     mappings tuned on an equal share of the budget; configs that cannot hold some layer are skipped."""
     results = []
     for hw in choices:
         try:
             share = max(len(layers) * 4, budget // max(1, len(choices)))
-            results.append(tune_fixed_hw(layers, hw, share, seed, cost))
+            results.append(tune_fixed_hw(layers, hw, share, seed))
         except RuntimeError:
             continue
     if not results:

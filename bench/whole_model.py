@@ -7,7 +7,9 @@ threads: PyTorch eager, the model under `kernelfleet.torch.accelerate`, and `tor
 1. Tuning (wall time measured, for the whole model): `kernelfleet.model_import.extract_torch` lists the model's
    distinct dense workloads; each one (grouped by its workload hash: BERT's pooler shares the 768×768 table of
    Q/K/V/attention-output) is tuned on this host with `UKernelTuner.tune` over M = 1..S_max, S_max the
-   largest M the measured distribution runs (batch·seq; the pooler's M is the batch), as a `ukernel` job would.
+   largest M the measured distribution runs (batch·seq; the pooler's M is the batch), as the `ukernel` job
+   `add_model` submits for a graph from `extract_torch` would: tagged `host_library=torch`, so the uKernels are
+   timed against PyTorch alone (every shape without a uKernel runs PyTorch under `accelerate`).
    The outcome is signed (Ed25519, a key kept in the cache directory) and written into a KernelFleet dispatch
    cache exactly as the SDK caches what the service serves (tests/clients/test_accelerate.py does the same), then
    `accelerate(model, cache_dir)` loads it offline. `--reuse-tables` keeps what the cache already holds for a
@@ -261,7 +263,7 @@ class SignedCache:
             predicted_latency_s=list(outcome.predicted_s),
             measured_latency_s={str(k): v for k, v in outcome.measured_s.items()},
             validation={
-                "vendor_routes": {k: v for k, v in routes.items() if k != "timed_s"},
+                "vendor_routes": routes,  # as the service publishes it: timed_s gives accelerate's expected speedups
                 "tuning_seconds": seconds,
             },
             created_at=dt.datetime.now(dt.UTC),
@@ -297,7 +299,9 @@ def host_fingerprint(device: str) -> tuple[str, Any]:
 
 
 def tune_workload(w: Workload, args: argparse.Namespace, target: Any, work: Path) -> Any:
+    from kernelfleet import vendor
     from service.models import WorkloadSpec
+    from service.tuning.kinds.host_library import HOST_LIBRARY_TAG, route_libraries
     from service.tuning.tuners.ukernel.tuner import QuietRangeSink, RangeTask, UKernelTuner
 
     total = sum(w.weights.values()) or 1.0
@@ -328,6 +332,8 @@ def tune_workload(w: Workload, args: argparse.Namespace, target: Any, work: Path
         max_ukernels=args.max_ukernels,
         work_dir=work,
         representative_m=representative,
+        # as the job `add_model` submits for a graph from extract_torch (tagged host_library=torch) runs it
+        vendor_libraries=route_libraries({HOST_LIBRARY_TAG: vendor.TORCH}),
     )
     return UKernelTuner().tune(task, QuietRangeSink())
 

@@ -1,13 +1,16 @@
-"""kernelfleet.client.Client against a fake service (httpx.MockTransport): waiting on models."""
+"""kernelfleet.client.Client against a fake service (httpx.MockTransport): adding and waiting on models."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import pytest
 
-from kernelfleet import Client, JobFailed
+from kernelfleet import Client, JobFailed, vendor
+from kernelfleet.model_import import ExtractedOp, ModelGraph
+from kernelfleet.vendor import HOST_LIBRARY_TAG
 
 
 def _model(state: str, ops: list[tuple[str, str, str | None]]) -> dict[str, Any]:
@@ -77,3 +80,36 @@ def test_wait_model_returns_a_model_whose_jobs_all_succeeded() -> None:
         "m1", poll_s=0, on_update=lambda m: seen.append(m.state)
     )
     assert model.state == "succeeded" and seen == ["queued", "succeeded"]
+
+
+def _recording_client(bodies: list[dict[str, Any]]) -> Client:
+    """A client whose POST /v1/models records the request body and answers a queued model."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("POST", "/v1/models")
+        bodies.append(json.loads(request.content))
+        return httpx.Response(201, json=_model("queued", [("fc1", "queued", None)]))
+
+    return Client("http://fleet.test", transport=httpx.MockTransport(handler), retries=0)
+
+
+def _graph(host_library: str | None) -> ModelGraph:
+    graph = ModelGraph(source="MLP", inputs={"batch": "input[0]"}, host_library=host_library)
+    graph.add(ExtractedOp(op="dense", dims={"M": "batch", "N": 64, "K": 32}, sources=["fc1"]))
+    return graph
+
+
+def test_add_model_tags_the_jobs_with_the_library_the_graph_s_hosts_run() -> None:
+    bodies: list[dict[str, Any]] = []
+    client = _recording_client(bodies)
+    target = {"kind": "llvm", "mcpu": "host"}
+    # a graph from extract_torch: its hosts run PyTorch, so its ukernel jobs time uKernels against PyTorch alone
+    client.add_model(_graph(vendor.TORCH), target, ranges={"batch": (1, 8)}, kind="ukernel")
+    # the caller's own tag wins; a graph that cannot tell its hosts' library adds none
+    client.add_model(_graph(vendor.TORCH), target, ranges={"batch": (1, 8)}, tags={HOST_LIBRARY_TAG: vendor.NUMPY})
+    client.add_model(_graph(None), target, ranges={"batch": (1, 8)}, tags={"team": "search"})
+    assert [b["tags"] for b in bodies] == [
+        {HOST_LIBRARY_TAG: vendor.TORCH},
+        {HOST_LIBRARY_TAG: vendor.NUMPY},
+        {"team": "search"},
+    ]

@@ -48,6 +48,7 @@ def test_a_hand_built_block() -> None:
         only_accelerated=False,
     )
     assert g.inputs == {"batch": "x[0]", "seq": "x[1]"}
+    assert g.host_library == "torch"  # its hosts run PyTorch: add_model tags the jobs so (test_client.py)
     assert _found(g) == {
         ("dense", (("M", "batch*seq"), ("N", 256), ("K", 64)), (("bias", True), ("activation", "gelu"))): 1,
         ("batch_matmul", (("B", "4*batch"), ("M", "seq"), ("N", "seq"), ("K", 16)), ()): 1,  # QKᵀ

@@ -25,6 +25,7 @@ from kernelfleet.errors import (
     Unauthorized,
 )
 from kernelfleet.models import BestConfig, DispatchDoc, Job, Model, Target, Workload, non_finite
+from kernelfleet.vendor import HOST_LIBRARY_TAG
 
 log = logging.getLogger("kernelfleet")
 
@@ -282,7 +283,7 @@ class Client:
             "target": dict(target),
             "distribution": dict(distribution),
             "budget": dict(budget or {}),
-            "tags": dict(tags or {}),
+            "tags": tags,
         }
         return Job.model_validate(self._request("POST", "/v1/jobs", json=body).json())
 
@@ -359,12 +360,20 @@ class Client:
         """Onboard a model: one job per tunable op, the budget (`{"trials": total, "min_trials": floor}`) split by
         expected FLOPs × occurrences. `graph_or_ops` is a `ModelGraph` (`kernelfleet.model_import`: each op's
         distribution comes from `histogram`/`ranges` over the model's dynamic inputs) or the request's op bodies
-        (name, workload, occurrences, distribution). Ops the kind cannot tune on `target` come back `skipped`."""
+        (name, workload, occurrences, distribution). Ops the kind cannot tune on `target` come back `skipped`.
+
+        A graph that names its hosts' library (`extract_torch`: PyTorch) tags the jobs `host_library` with it
+        unless `tags` says otherwise: `accelerate` runs every shape a table does not give a uKernel on PyTorch,
+        so the jobs time their uKernels against PyTorch alone, and a uKernel that beats PyTorch but not numpy
+        still serves its shapes."""
         from kernelfleet.model_import import ModelGraph
 
+        tags = dict(tags or {})
         if isinstance(graph_or_ops, ModelGraph):
             ops = model_ops(graph_or_ops, histogram=histogram, ranges=ranges)
             name = name or _model_name(graph_or_ops.source)
+            if graph_or_ops.host_library:
+                tags.setdefault(HOST_LIBRARY_TAG, graph_or_ops.host_library)
         else:
             ops = [dict(op) for op in graph_or_ops]
         body = {
@@ -373,7 +382,7 @@ class Client:
             "target": dict(target),
             "ops": ops,
             "budget": dict(budget or {}),
-            "tags": dict(tags or {}),
+            "tags": tags,
         }
         return Model.model_validate(self._request("POST", "/v1/models", json=body).json())
 

@@ -31,6 +31,8 @@ NUMPY = "numpy"
 TORCH = "torch"
 LIBRARIES = (NUMPY, TORCH)
 VENDOR = "vendor"  # the wire form of a route to numpy; a route to another library is "vendor:<library>"
+# the job tag naming the library a workload's hosts run without KernelFleet (service.tuning.kinds.host_library)
+HOST_LIBRARY_TAG = "host_library"
 
 
 def route_of(library: str) -> str:

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kernelfleet import vendor
+from kernelfleet.vendor import HOST_LIBRARY_TAG
 from service.tuning.kinds.base import Problem
 
-HOST_LIBRARY_TAG = "host_library"
+__all__ = ["HOST_LIBRARY_TAG", "check_host_library", "host_library", "route_libraries"]
 
 
 def check_host_library(tags: Mapping[str, str]) -> Problem | None:

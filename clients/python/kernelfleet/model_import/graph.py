@@ -101,10 +101,13 @@ def op_flops(op: str, d: Mapping[str, int], attrs: Mapping[str, Attr]) -> int:
 class ModelGraph:
     """The workloads of one model (`ops`, deduplicated), its dynamic inputs (`inputs`: symbol → where it comes from,
     e.g. "input_ids[1]"), the GEMM-like operators it could not express (`unsupported`) and a count of every other
-    operator (`other_ops`), so nothing is dropped silently."""
+    operator (`other_ops`), so nothing is dropped silently. `host_library` is the vendor library the model's hosts
+    run its operators on today (`kernelfleet.vendor`: PyTorch for a model read by `extract_torch`), None when the
+    import cannot tell."""
 
     source: str
     inputs: dict[str, str]
+    host_library: str | None = None
     ops: list[ExtractedOp] = field(default_factory=list)
     unsupported: list[UnsupportedOp] = field(default_factory=list)
     other_ops: dict[str, int] = field(default_factory=dict)

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from kernelfleet import vendor
 from kernelfleet.epilogue import ACTIVATION_OPS
 from kernelfleet.model_import.expr import Mono, as_dim, product
 from kernelfleet.model_import.graph import ExtractedOp, ModelGraph, ModelImportError
@@ -86,7 +87,7 @@ def extract_torch(
             "no dynamic dims: torch.export made every input dim static (a Dim whose size the model fixes is "
             "specialised); give a Dim for an axis that really varies, e.g. batch or sequence"
         )
-    graph = ModelGraph(source=type(module).__name__, inputs=inputs)
+    graph = ModelGraph(source=type(module).__name__, inputs=inputs, host_library=vendor.TORCH)
     runtime = _AcceleratedLayers(module) if only_accelerated else None
     _Walker(torch, graph, names, runtime).walk(ep.graph)
     return graph

@@ -23,6 +23,7 @@ from kernelfleet.torch_forward import (
     MODEL_BLOCK,
     MODEL_CALLS,
     MODEL_SETTLE,
+    MODEL_SWITCH_S,
     ForwardScope,
     SignatureRecord,
 )
@@ -44,6 +45,16 @@ def _model(library: str, scope: ForwardScope) -> tuple[nn.Module, AcceleratedLin
     return model, layer
 
 
+def _until_decided(model: nn.Module, x: torch.Tensor, scope: ForwardScope, limit: int = 5000) -> int:
+    """Forwards at `x` until the whole-forward check has chosen (each block runs MODEL_SWITCH_S before it keeps a
+    forward, so a tiny model's microsecond forwards take many); how many ran."""
+    n = 0
+    while scope.decision((x,), {}) is None and n < limit:
+        model(x)
+        n += 1
+    return n
+
+
 def _slow(seconds: float, fn: Any) -> Any:
     def slowed(*args: Any, **kwargs: Any) -> Any:
         time.sleep(seconds)
@@ -61,8 +72,7 @@ def test_a_forward_slower_on_the_tables_runs_as_the_models_own(
     x = torch.randn(3, 6)
     with torch.inference_mode():
         expected = torch.relu(layer._layer_in_torch(x))
-        for _ in range(CHECK_FORWARDS):
-            model(x)
+        _until_decided(model, x, scope)
         calls = layer.stats.calls
         for _ in range(5):
             torch.testing.assert_close(model(x), expected)
@@ -79,8 +89,7 @@ def test_a_forward_faster_on_the_tables_keeps_them(two_threads: None, monkeypatc
     model, layer = _model(vendor.NUMPY, scope)
     x = torch.randn(3, 6)
     with torch.inference_mode():
-        for _ in range(CHECK_FORWARDS):
-            model(x)
+        _until_decided(model, x, scope)
         calls = layer.stats.calls
         model(x)
     (decision,) = scope.decisions().values()
@@ -93,12 +102,11 @@ def test_each_input_signature_is_decided_on_its_own(two_threads: None, monkeypat
     scope = ForwardScope()
     model, _ = _model(vendor.NUMPY, scope)
     with torch.inference_mode():
-        for _ in range(CHECK_FORWARDS):
-            model(torch.randn(3, 6))
+        ran = _until_decided(model, torch.randn(3, 6), scope)
         model(torch.randn(5, 6))
     decisions = scope.decisions()
     assert [d["decision"] for d in decisions.values()] == [EAGER, None]
-    assert [d["forwards"] for d in decisions.values()] == [CHECK_FORWARDS, 1]
+    assert [d["forwards"] for d in decisions.values()] == [ran, 1]
 
 
 def test_a_forward_all_on_pytorch_is_not_timed(two_threads: None) -> None:
@@ -155,3 +163,35 @@ def test_tables_slower_by_less_than_the_early_margin_or_overlapping_take_the_who
     # the whole check runs and its medians decide
     noisy = _decide(lambda mode, i: 0.013 if mode == ACCELERATED else (0.020 if i == 1 else 0.010))
     assert 0.020 in noisy.eager_s and noisy.forwards == CHECK_FORWARDS and noisy.decision == EAGER
+
+
+def test_forwards_shorter_than_a_switch_are_kept_only_once_the_block_has_run_a_while() -> None:
+    """Forwards of 0.1 ms (a one-layer model) run 3x slower for the first MODEL_SWITCH_S after a switch (the other
+    side's workers still spinning): a block keeps none of those, so the tables' true 1.5x decides, not the switch."""
+    record = SignatureRecord(runs_ukernels=True)
+    since_switch, mode_before = 0.0, None
+    while record.decision is None and record.forwards < 10_000:
+        mode = record.next_mode(check=True)
+        since_switch = 0.0 if mode != mode_before else since_switch
+        steady = 0.0001 if mode == ACCELERATED else 0.00015
+        seconds = steady * (3 if since_switch < MODEL_SWITCH_S and record.forwards >= MODEL_SETTLE else 1)
+        record.record(mode, seconds, check=True)
+        since_switch, mode_before = since_switch + seconds, mode
+    assert record.decision == ACCELERATED
+    assert max(record.accelerated_s) == 0.0001 and max(record.eager_s) == 0.00015
+
+
+def test_a_forward_running_a_layers_in_model_check_postpones_the_whole_forward_check() -> None:
+    """A forward whose layer still alternates uKernels and PyTorch (its in-model check) is no sample of the tables:
+    the check starts after the next forward without one, and one in the middle of the check starts it again."""
+    record = SignatureRecord(runs_ukernels=True)
+    for _ in range(MODEL_SETTLE + 5):  # the layers' checks outlast the usual settling
+        record.record(record.next_mode(check=True), 0.010, check=True, trials=True)
+    assert record.next_mode(check=True) == ACCELERATED and record.start == MODEL_SETTLE + 6
+    record.record(ACCELERATED, 0.010, check=True)  # the first forward without a trial
+    assert record.next_mode(check=True) == EAGER  # the check's first block
+    for _ in range(2 * MODEL_BLOCK):
+        record.record(record.next_mode(check=True), 0.010, check=True)
+    assert record.eager_s and record.accelerated_s
+    record.record(ACCELERATED, 0.010, check=True, trials=True)  # a layer at a new route of its own: start over
+    assert record.eager_s == [] and record.accelerated_s == [] and record.decision is None

@@ -408,8 +408,10 @@ class AcceleratedLinear(nn.Module):
     def _narrow_threads(self) -> None:
         """A uKernel is about to run: the forward scope notes it and (thread_policy="managed") narrows PyTorch."""
         scope = self.forward_scope
-        if scope is not None and not scope.runs_ukernels:
-            scope.narrow()
+        if scope is not None:
+            scope.ran_table = True
+            if not scope.runs_ukernels:
+                scope.narrow()
 
     def _in_model_check(self, x: torch.Tensor, S: int) -> torch.Tensor:
         """The table runs S on uKernels, timed against the job's libraries in isolation; inside a model the other
@@ -422,6 +424,8 @@ class AcceleratedLinear(nn.Module):
         if x.dtype is not _F32 or not x.is_cpu or _tracks_grad(x, w, bias):
             return self._checked(x, S)  # a call the table would not run (its fallback), not a sample
         table_s, torch_s = self._trials.setdefault(S, ([], []))
+        if self.forward_scope is not None:
+            self.forward_scope.trial_call = True  # this forward is no sample of what the tables will run
         if len(table_s) <= len(torch_s):
             start = _now()
             y = self._checked(x, S)

@@ -41,7 +41,12 @@ import torch
 from torch import nn
 
 MODEL_SETTLE = 10  # forwards at a signature before its timing starts: the layers' in-model checks take 2 × 4 calls
+# (and later, while a forward still runs a layer's in-model check: a layer of a module called once in a while, e.g.
+# one of several branches, settles in as many of its own calls; timing half-PyTorch trial forwards chose eager)
 MODEL_BLOCK = 3  # the check runs each side in blocks of this many forwards and keeps all but each block's first
+# ... and none of a block's forwards until the block has run this long: libgomp workers an eager forward left
+# spinning outlast a forward of a few hundred µs (a one-layer model's), whose whole block they would slow
+MODEL_SWITCH_S = 0.002
 MODEL_CALLS = 8  # forwards kept per side (four blocks each); medians of 4 once kept eager where the tables won 1.15x
 MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
 # early exit: once each side has a block's kept forwards, tables whose every forward is this much slower than every
@@ -73,26 +78,52 @@ class SignatureRecord:
     decision: str | None = None  # ACCELERATED or EAGER, once the check is done
     no_ukernels: bool = False  # a forward here ran no uKernel, for its shapes alone (its calls fell back for none)
     own_forwards: int = 0  # forwards run as the model's own (the check's EAGER side, its EAGER choice, no uKernels)
+    start: int = MODEL_SETTLE  # the forward the check's blocks start at: after the layers' own checks are done
+    block_mode: str = EAGER  # the side the check's current block runs
+    block_s: float = 0.0  # seconds the current block's forwards have run
+    block_kept: int = 0  # forwards the current block has kept
 
     def next_mode(self, check: bool, own_if_no_ukernels: bool = False) -> str:
         if self.decision is not None:
             return self.decision
         if own_if_no_ukernels and self.no_ukernels:
             return EAGER  # nothing to compare: the model's own forward, not the wrappers on PyTorch
-        if not check or not self.runs_ukernels or self.forwards < MODEL_SETTLE:
+        if not check or not self.runs_ukernels or self.forwards < self.start:
             return ACCELERATED  # nothing to compare (all on PyTorch), or the layers' own checks still settling
-        return EAGER if (self.forwards - MODEL_SETTLE) // MODEL_BLOCK % 2 == 0 else ACCELERATED
+        return self.block_mode
 
-    def record(self, mode: str, seconds: float, check: bool) -> None:
-        position = self.forwards - MODEL_SETTLE
+    def record(self, mode: str, seconds: float, check: bool, trials: bool = False, ran_table: bool = True) -> None:
+        """Count a forward (`trials`: one of its layers ran an in-model check call, half of which run PyTorch;
+        `ran_table`: one of its layers called a dispatcher)."""
+        if trials and self.decision is None:
+            # not a forward the tables will run: the check starts (again) after the next forward without one
+            self.start = max(self.start, self.forwards + 2)
+            self.accelerated_s.clear()
+            self.eager_s.clear()
+            self.block_mode, self.block_s, self.block_kept = EAGER, 0.0, 0
+        position = self.forwards - self.start
         timed = check and self.decision is None and self.runs_ukernels and position >= 0
         self.forwards += 1
+        if not timed:
+            return
+        if mode == ACCELERATED and not ran_table:
+            # the layers' own checks sent every call at these shapes to PyTorch: the tables run nothing here, so the
+            # model's own forward (the twin) runs them, without the wrappers
+            self.decision = EAGER
+            return
         # a block's first forward follows the other side's and pays for it (libgomp workers a 2-thread eager
-        # forward left spinning, TVM workers asleep): steady state is what the caller runs, so it is not kept
-        if not timed or position % MODEL_BLOCK == 0:
+        # forward left spinning, TVM workers asleep), and so do the next ones until MODEL_SWITCH_S has passed:
+        # steady state is what the caller runs, so they are not kept
+        settled = self.block_s >= MODEL_SWITCH_S  # (never for the block's first forward)
+        self.block_s += seconds
+        if not settled:
             return
         (self.eager_s if mode == EAGER else self.accelerated_s).append(seconds)
         kept = MODEL_BLOCK - 1
+        self.block_kept += 1
+        if self.block_kept >= kept:  # the block is done: the other side runs the next one
+            self.block_mode = ACCELERATED if self.block_mode == EAGER else EAGER
+            self.block_s, self.block_kept = 0.0, 0
         if (
             len(self.eager_s) >= kept
             and len(self.accelerated_s) >= kept
@@ -129,6 +160,8 @@ class ForwardScope:
         self.check = check
         self.own_if_no_ukernels = own_if_no_ukernels
         self.call_fallback = False  # a layer of this forward fell back for the call itself (dtype, device, autograd)
+        self.trial_call = False  # a layer of this forward ran an in-model check call (kernelfleet.torch)
+        self.ran_table = False  # a layer of this forward called its dispatcher (kernelfleet.torch)
         self._lock = threading.Lock()
         self._depth = 0
         self._saved = 0
@@ -161,7 +194,7 @@ class ForwardScope:
             if record is None and len(self._records) < MAX_SIGNATURES:
                 record = self._records[signature] = SignatureRecord()
             self._current = record
-            self.call_fallback = False
+            self.call_fallback = self.trial_call = self.ran_table = False
             own = self.own_if_no_ukernels
             self._mode = record.next_mode(self.check, own) if record is not None else ACCELERATED
             self.bypass = self._mode == EAGER
@@ -204,7 +237,7 @@ class ForwardScope:
                     and output is not None  # (None: the forward raised; always_call hooks still run)
                 ):
                     record.no_ukernels = True
-                record.record(self._mode, seconds, self.check)
+                record.record(self._mode, seconds, self.check, self.trial_call, self.ran_table)
             self._current, self.bypass, self.runs_ukernels = None, False, False
 
     def install(self, root: nn.Module) -> list[Any]:

@@ -9,9 +9,10 @@ variable; the model is built from its config (held out: DistilBERT, 6 layers, or
 3. `fast = accelerate(model, fleet)`, which prints its summary,
 
 as README.md writes them. Then eager, `fast` and `torch.compile(dynamic=True)` run the same inputs per sequence
-length: each warmed up (accelerate's per-signature checks settle: `--warmup-calls` forwards; compile's first call
-is its compile), then interleaved rounds, each round starting with another contender (`common.interleaved`),
-medians with the rounds' min–max. Ratios eager/accelerate and compile/accelerate per point, and the weighted
+length: `fast` first until its whole-forward check has chosen for that shape (`whole_model.settle_check`, the
+forwards reported), then each warmed up (`--warmup-calls` forwards; compile's first call is its compile), then
+interleaved rounds, each round starting with another contender (`common.interleaved`), medians with the rounds'
+min–max. Ratios eager/accelerate and compile/accelerate per point, and the weighted
 geomean over `whole_model.HISTOGRAM` (each point takes the weight of the histogram points nearest to it).
 
     .venv/bin/kernelfleet standalone &          # a fresh data dir: KERNELFLEET_DATA_DIR=/tmp/kf-readme
@@ -35,7 +36,7 @@ from typing import Any
 import numpy  # noqa: F401  (as a user's code does: numpy and torch load before kernelfleet)
 import torch
 from common import cpu_model, interleaved
-from whole_model import HISTOGRAM, build_model, model_inputs
+from whole_model import HISTOGRAM, build_model, model_inputs, settle_check
 
 
 def point_weights(seqs: list[int]) -> dict[int, float]:
@@ -107,6 +108,7 @@ def main() -> None:
         for seq in seqs:
             inputs = model_inputs(args.model, 1, seq, model.config.vocab_size)
             calls = {name: (lambda m=m, i=inputs: m(**i)) for name, m in contenders.items()}
+            check = settle_check(fast, inputs, lambda: None)  # a new shape's first requests pay it (reported)
             for _ in range(args.warmup_calls):
                 for call in calls.values():
                     call()
@@ -120,6 +122,7 @@ def main() -> None:
                 "spread_ms": {name: [min(s) * 1e3, max(s) * 1e3] for name, s in samples.items()},
                 "eager_over_accelerate": med["eager"] / med["accelerate"],
                 "max_abs_diff": diff,
+                "check": check,
             }
             if "compile" in med:
                 row["compile_over_accelerate"] = med["compile"] / med["accelerate"]
@@ -130,7 +133,8 @@ def main() -> None:
                 + ", ".join(f"{n} {v:.2f} ms" for n, v in row["ms"].items())
                 + f"; eager/acc {row['eager_over_accelerate']:.2f}"
                 + (f", compile/acc {row['compile_over_accelerate']:.2f}" if "compile_over_accelerate" in row else "")
-                + f" (rounds' min–max: {spread}); max |diff| {diff:.1e}",
+                + f" (rounds' min–max: {spread}); max |diff| {diff:.1e}; check: {check['choice']} after "
+                + f"{check['forwards']} forwards",
                 flush=True,
             )
     summary = {"eager_over_accelerate": geomean({r["seq"]: r["eager_over_accelerate"] for r in rows}, weights)}

@@ -449,7 +449,7 @@ def time_side_by_side(
 
 
 def settle_check(
-    fast: Any, inputs: Mapping[str, Any], sync: Callable[[], None], limit: int = 80, budget_s: float = 60.0
+    fast: Any, inputs: Mapping[str, Any], sync: Callable[[], None], limit: int = 2000, budget_s: float = 60.0
 ) -> dict[str, Any]:
     """Forwards of the accelerated model at these inputs until its whole-forward check has chosen for their
     signature (at most `limit` forwards or `budget_s`): what a server's first requests of a new shape pay, reported

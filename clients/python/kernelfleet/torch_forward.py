@@ -44,10 +44,12 @@ MODEL_SETTLE = 10  # forwards at a signature before its timing starts: the layer
 # (and later, while a forward still runs a layer's in-model check: a layer of a module called once in a while, e.g.
 # one of several branches, settles in as many of its own calls; timing half-PyTorch trial forwards chose eager)
 MODEL_BLOCK = 3  # the check runs each side in blocks of this many forwards and keeps all but each block's first
-# ... and none of a block's forwards until the block has run this long: after an eager forward at 2 threads, a
-# one-layer model's tables forward (190 µs steady) ran 340-4,000 µs for the next 5-50 ms on the AMD EPYC VM; with
-# 2 ms blocks it timed 2.1 ms a forward and chose eager, with 20 ms 0.18 ms (eager 0.38 ms)
-MODEL_SWITCH_S = 0.02
+# ... and none of a block's forwards until the block has run this long. After an eager forward at 2 threads, a
+# one-layer model's tables forward (190 µs steady) ran 340-4,000 µs for the next 5-50 ms on the AMD EPYC VM (ad hoc
+# probes): 2 ms blocks still timed it at 2.1 ms and chose eager, 20 ms blocks at 0.18 ms (eager 0.38) — but 20 ms
+# kept GPT-2's decode steps (a new signature per step, ~2 ms forwards) checking through a whole bench run, 1.67x
+# eager -> 0.98x. Forwards of 2 ms or more keep the rule "all but the block's first".
+MODEL_SWITCH_S = 0.002
 MODEL_CALLS = 8  # forwards kept per side (four blocks each); medians of 4 once kept eager where the tables won 1.15x
 MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
 # early exit: once each side has a block's kept forwards, tables whose every forward is this much slower than every

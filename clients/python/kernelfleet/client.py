@@ -283,7 +283,7 @@ class Client:
             "target": dict(target),
             "distribution": dict(distribution),
             "budget": dict(budget or {}),
-            "tags": tags,
+            "tags": dict(tags or {}),
         }
         return Job.model_validate(self._request("POST", "/v1/jobs", json=body).json())
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from kernelfleet import Client, JobFailed, vendor
+from kernelfleet.errors import InvalidRequest
 from kernelfleet.model_import import ExtractedOp, ModelGraph
 from kernelfleet.vendor import HOST_LIBRARY_TAG
 
@@ -91,6 +92,20 @@ def _recording_client(bodies: list[dict[str, Any]]) -> Client:
         return httpx.Response(201, json=_model("queued", [("fc1", "queued", None)]))
 
     return Client("http://fleet.test", transport=httpx.MockTransport(handler), retries=0)
+
+
+def test_submit_without_tags_sends_an_empty_mapping() -> None:
+    """The service's JobSpec takes a mapping, not null (a submit with tags=None was once answered 422)."""
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(422, json={"detail": "recorded"})
+
+    client = Client("http://fleet.test", transport=httpx.MockTransport(handler), retries=0)
+    with pytest.raises(InvalidRequest, match="recorded"):
+        client.submit("abc", {"kind": "llvm"}, {"kind": "uniform", "dims": {"M": [1, 8]}})
+    assert bodies[0]["tags"] == {}
 
 
 def _graph(host_library: str | None) -> ModelGraph:

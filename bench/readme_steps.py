@@ -36,20 +36,7 @@ from typing import Any
 import numpy  # noqa: F401  (as a user's code does: numpy and torch load before kernelfleet)
 import torch
 from common import cpu_model, interleaved
-from whole_model import HISTOGRAM, build_model, model_inputs, settle_check
-
-
-def point_weights(seqs: list[int]) -> dict[int, float]:
-    """Each histogram point's weight to the nearest of `seqs` (log scale), normalised."""
-    weights = dict.fromkeys(seqs, 0.0)
-    for h, w in HISTOGRAM.items():
-        weights[min(seqs, key=lambda s: abs(math.log(s) - math.log(h)))] += w
-    total = sum(weights.values()) or 1.0
-    return {s: w / total for s, w in weights.items()}
-
-
-def geomean(ratios: dict[int, float], weights: dict[int, float]) -> float:
-    return math.exp(sum(weights[s] * math.log(r) for s, r in ratios.items()) / sum(weights[s] for s in ratios))
+from whole_model import build_model, geomean, model_inputs, seq_weights, settle_check
 
 
 def onboard(model: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -102,7 +89,7 @@ def main() -> None:
     contenders = {"eager": model, "accelerate": fast}
     if not args.no_compile:
         contenders["compile"] = torch.compile(model, dynamic=True)
-    weights = point_weights(seqs)
+    weights = seq_weights(seqs)
     rows = []
     with torch.inference_mode():
         for seq in seqs:
@@ -137,9 +124,8 @@ def main() -> None:
                 + f"{check['forwards']} forwards",
                 flush=True,
             )
-    summary = {"eager_over_accelerate": geomean({r["seq"]: r["eager_over_accelerate"] for r in rows}, weights)}
-    if not args.no_compile:
-        summary["compile_over_accelerate"] = geomean({r["seq"]: r["compile_over_accelerate"] for r in rows}, weights)
+    names = ["eager_over_accelerate"] + ([] if args.no_compile else ["compile_over_accelerate"])
+    summary = {n: geomean({r["seq"]: r[n] for r in rows}, weights) or math.nan for n in names}
     print(
         f"{args.model} on {cpu_model()}, threads: torch {torch.get_num_threads()}, uKernels "
         f"{os.environ.get('TVM_NUM_THREADS')}: weighted geomean "

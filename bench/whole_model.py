@@ -574,6 +574,16 @@ def accelerated_share(fast: Any, call: Callable[[], Any]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------------------------------
 
 
+def seq_weights(seqs: Sequence[int]) -> dict[int, float]:
+    """Each HISTOGRAM point's weight given to the nearest of `seqs` (log scale), normalised: the histogram's own
+    weights when `seqs` are its points."""
+    weights = dict.fromkeys(seqs, 0.0)
+    for h, w in HISTOGRAM.items():
+        weights[min(seqs, key=lambda s: abs(math.log(s) - math.log(h)))] += w
+    total = sum(weights.values())
+    return {s: w / total for s, w in weights.items()}
+
+
 def geomean(ratios: Mapping[Any, float], weights: Mapping[Any, float]) -> float | None:
     keys = [k for k in ratios if ratios[k] is not None and weights.get(k, 0) > 0]
     total = sum(weights[k] for k in keys)
@@ -914,17 +924,8 @@ def main() -> None:
     from kernelfleet.torch import accelerate
 
     batches = [int(b) for b in args.batch.split(",") if b]
-    if args.seqs:
-        seqs = [int(s) for s in args.seqs.split(",") if s]
-        weights = {s: 0.0 for s in seqs}  # each histogram point's weight goes to the nearest seq given (log scale)
-        for h, w in HISTOGRAM.items():
-            weights[min(seqs, key=lambda s: abs(math.log(s) - math.log(h)))] += w
-        if not sum(weights.values()):
-            weights = dict.fromkeys(seqs, 1.0)
-    else:
-        seqs, weights = list(HISTOGRAM), dict(HISTOGRAM)
-    total = sum(weights.values())
-    weights = {s: w / total for s, w in weights.items()}
+    seqs = [int(s) for s in args.seqs.split(",") if s] if args.seqs else list(HISTOGRAM)
+    weights = seq_weights(seqs)
     points = [(b, s, weights[s]) for b in batches for s in seqs if b * s <= args.max_tokens]
     skipped = [(b, s) for b in batches for s in seqs if b * s > args.max_tokens]
     if skipped:

@@ -9,21 +9,22 @@ forward pass. Traffic is a histogram of (batch, seq) per model and day, M = batc
   day 2  GPT-2 is added (40 % of requests: decode M = 1..8, some prefill up to 128), BERT's sequences shift
          longer (16..256), past the range day 1 tuned;
   day 3+ GPT-2 takes 60 % of requests.
-Each day this process serves a sample of requests as a PyTorch host does: every served layer is an `nn.Linear`
-(+ its GELU) put on the fleet's tables by `kernelfleet.torch.accelerate` with its defaults (thread policy, PyTorch
-for every shape a table routes to a vendor library, each uKernel shape checked against PyTorch inside the model),
-and for every served workload of the request's model one call runs at its M. Where a table serves, accelerate holds
-calls out for the baseline (kernelfleet.holdout): one in `--holdout` per shape runs the layer's own PyTorch
-computation, what hosts of these models run without KernelFleet; without a table both sides are PyTorch. Served
-and held-out calls interleave in time, in this one process, with default thread settings. The day's telemetry (the
-SDK's own records: volume scaled to `--fleet-calls`, holdout sums as sampled) goes to the real API; the saving is
-the service's measurement (GET /v1/fleet/savings: served volume × the difference of the sides' means, with a 95 %
-interval), not this script's. The daily run for day d+1 then rolls back tables its telemetry shows slower, ranks,
-budgets and submits ordinary jobs to the real worker (the Supervisor), and the next day's traffic uses what they
-published.
+Each day this process serves a sample of requests as a PyTorch host does: each model, whole (`ModelHost`), put on
+the fleet's tables by `kernelfleet.torch.accelerate` with its defaults (thread policy, PyTorch for every shape a
+table routes to a vendor library, each layer's in-model check, the whole-forward check, the model's own forward
+wherever the tables run no uKernel), one forward per request. Where a table serves, accelerate holds calls out for
+the baseline (kernelfleet.holdout): one in `--holdout` per shape runs the layer's own PyTorch computation, what
+hosts of these models run without KernelFleet. Served and held-out calls interleave in time, in this one process,
+with default thread settings. Calls no table ran (no table, the shape past it, forwards run as the model's own) are
+reported as misses and save nothing — so day 1, with no table, saves nothing by construction, but tells the fleet
+what its hosts run. The day's telemetry (the SDK's own records: volume scaled to `--fleet-calls`, holdout sums as
+sampled) goes to the real API; the saving is the service's measurement (GET /v1/fleet/savings: the volume tables
+served × the difference of the sides' means, with a 95 % interval), not this script's. The daily run for
+day d+1 then rolls back tables its telemetry shows slower, ranks, budgets and submits ordinary jobs to the real
+worker (the Supervisor), and the next day's traffic uses what they published.
 
 Tuning cost = the worker's wall seconds for the fleet's jobs (finished − started, from the store) plus the daily
-runs' own wall time. Day 1 has no tables, so both sides run PyTorch: its saving is the noise floor. Each day's
+runs' own wall time. Each day's
 saving is also split by what served each shape (uKernels, PyTorch, no table), from the same samples. `--runs N`
 repeats the whole simulation on fresh stores with other traffic seeds and prints the spread.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import math
 import os
 import subprocess
@@ -62,9 +64,8 @@ from service.workers.fleet.savings import measure
 MODELS = ("bert", "gpt2")
 FLEET_CALLS_PER_DAY = 1_000_000  # production calls of the served layers per day the sample stands for
 MIN_SIDE = 4  # holdout samples per (layer, M), day and side at least
-MAX_EXTRA_CALLS = 400  # calls a (layer, M) gets to reach MIN_SIDE (the in-model check takes some first)
+MAX_EXTRA_FORWARDS = 60  # forwards a (batch, seq) gets to reach MIN_SIDE (the checks take about 34 first)
 HOLDOUT_EVERY = 2  # the sample is small: one call in 2 is held out (production hosts: 1 in 100)
-WEIGHT_COPIES = 3  # weights rotate through copies, so calls do not all find one W hot in cache
 BERT_SHORT = {(1, 8): 0.30, (1, 16): 0.25, (1, 32): 0.20, (1, 64): 0.15, (1, 128): 0.10}
 BERT_LONG = {(1, 16): 0.15, (1, 32): 0.20, (1, 64): 0.25, (1, 128): 0.25, (1, 256): 0.15}
 GPT2_MIX = {(1, 1): 0.36, (2, 1): 0.18, (4, 1): 0.18, (8, 1): 0.18, (1, 32): 0.04, (1, 64): 0.03, (1, 128): 0.03}
@@ -80,23 +81,30 @@ def traffic(day: int) -> dict[str, tuple[float, dict[tuple[int, int], float]]]:
 
 
 # -- the models' dense layers ------------------------------------------------------------------------------------
+def build_model(model: str, n_layers: int) -> Any:
+    """BERT-base or GPT-2 small with `n_layers` layers, random weights seeded alike on every call, eval mode."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    module: Any
+    if model == "bert":
+        module = transformers.BertModel(transformers.BertConfig(num_hidden_layers=n_layers))
+    else:
+        module = transformers.GPT2Model(transformers.GPT2Config(n_layer=n_layers, use_cache=False))
+    return module.train(False)
+
+
 def _extract_child(n_layers: int) -> None:
     """In a child process: print each model's dense ops as JSON (workload body, M expression, occurrences)."""
     import torch
-    import transformers
     from torch.export import Dim
 
     from kernelfleet.model_import import extract_torch
 
-    torch.manual_seed(0)
     out = {}
     for model in MODELS:
-        module: Any
-        if model == "bert":
-            module = transformers.BertModel(transformers.BertConfig(num_hidden_layers=n_layers))
-        else:
-            module = transformers.GPT2Model(transformers.GPT2Config(n_layer=n_layers, use_cache=False))
-        module.train(False)
+        module = build_model(model, n_layers)
         ids = torch.randint(0, 100, (2, 16))
         seq = Dim("seq", max=512 if model == "bert" else 1024)  # the models' position tables
         graph = extract_torch(module, {"input_ids": ids}, {"input_ids": {0: Dim("batch"), 1: seq}})
@@ -130,13 +138,12 @@ def _m_of(expr: str, batch: int, seq: int) -> int:
 
 @dataclass
 class Layer:
-    """One served workload: its body, hash, weights, and which model ops (M expression, occurrences) use it."""
+    """One served workload: its body, hash, and which model ops (M expression, occurrences) use it."""
 
     key: str
     body: dict[str, Any]
     uses: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # model → [(M expression, occurrences)]
     workload_hash: str = ""
-    weights: list[tuple[np.ndarray, np.ndarray | None]] = field(default_factory=list)
 
     @property
     def epilogue(self) -> Epilogue:
@@ -172,78 +179,80 @@ def time_shares(layers: list[Layer], days: int) -> list[float]:
 
 
 # -- serving ------------------------------------------------------------------------------------------------------
-_ACTIVATIONS = {"gelu": {}, "gelu_tanh": {"approximate": "tanh"}}  # the models' activations as nn.GELU arguments
+class ModelHost:
+    """A host serving one model as a PyTorch user runs it: the model built as `extract_dense` built it (the same
+    config, layers and seeded random weights), put on the fleet's tables by `kernelfleet.torch.accelerate` with its
+    defaults (thread policy, PyTorch for every vendor route, each layer's in-model check, the whole-forward check,
+    the model's own forward wherever the tables run no uKernel) and its A/B holdout (one call in `holdout` per S a
+    table serves runs the layer's own PyTorch computation). One request is one forward. Telemetry is read from the
+    dispatchers of the served workloads (day_records), not sent by accelerate's reporter, so the sample can be
+    scaled to the fleet's volume."""
 
-
-class LayerHost:
-    """A host's copy of one served layer, as a PyTorch user runs it: `nn.Linear` (+ its activation) in
-    `WEIGHT_COPIES` copies, put on the fleet's tables by `kernelfleet.torch.accelerate` with its defaults (thread
-    policy, PyTorch for every vendor route, the in-model check) and its A/B holdout (one call in `holdout` per S
-    the table serves runs the layer's own PyTorch computation). Telemetry is read from the layer's dispatcher
-    (day_records), not sent by accelerate's reporter, so the sample can be scaled to the fleet's volume."""
-
-    def __init__(self, layer: Layer, client: Client, target: str, holdout: int, cache_dir: Path) -> None:
+    def __init__(
+        self, model: str, n_layers: int, served: set[str], client: Client, target: str, holdout: int, cache_dir: Path
+    ) -> None:
         import torch
-        from torch import nn
 
-        from kernelfleet.torch import accelerate
+        from kernelfleet.torch import AcceleratedLinear, accelerate
 
-        n, k = layer.body["dims"]["N"], layer.body["dims"]["K"]
-        activation = layer.epilogue.activation
-        copies = nn.ModuleList()
-        for w, b in layer.weights:
-            linear = nn.Linear(k, n, bias=b is not None)
-            with torch.no_grad():
-                linear.weight.copy_(torch.from_numpy(w))
-                if b is not None:
-                    linear.bias.copy_(torch.from_numpy(b))
-            parts: list[nn.Module] = [linear]
-            if activation != "none":
-                parts.append(nn.GELU(**_ACTIVATIONS[activation]))
-            copies.append(nn.Sequential(*parts))
-
-        class Copies(nn.Module):  # one model holding the copies: one dispatcher for the layer's workload
-            def __init__(self) -> None:
-                super().__init__()
-                self.copies = copies
-
-            def forward(self, x: torch.Tensor, i: int) -> torch.Tensor:
-                return self.copies[i](x)  # type: ignore[no-any-return]
-
-        self.fast = accelerate(
-            Copies().eval(),
-            client,
-            workloads={f"copies.{i}.0": layer.workload_hash for i in range(len(copies))},
-            target=target,
-            cache_dir=cache_dir,
-            telemetry=True,
-            telemetry_interval_s=1e9,  # never sends by itself: day_records reads the dispatcher
-            print_summary=False,
-            holdout=holdout,
-        )
+        self.model = model
         self.torch = torch
-        self.layers = list(self.fast.layers.values())
-        found = {id(a.dispatcher): a.dispatcher for a in self.layers if isinstance(a.dispatcher, Dispatcher)}
-        assert len(found) <= 1, "the copies share one workload, so one dispatcher"
-        self.dispatcher: Dispatcher | None = next(iter(found.values()), None)
+        said = logging.getLogger("kernelfleet.torch")
+        level = said.level
+        said.setLevel(logging.ERROR)  # each layer without a table warns, every day: the day's line says how many
+        try:
+            self.fast = accelerate(
+                build_model(model, n_layers),
+                client,
+                target=target,
+                cache_dir=cache_dir,
+                telemetry=True,
+                telemetry_interval_s=1e9,  # never sends by itself: day_records reads the dispatchers
+                print_summary=False,
+                holdout=holdout,
+            )
+        finally:
+            said.setLevel(level)
+        self.layers: dict[str, list[AcceleratedLinear]] = {}  # served workload hash → the layers running it
+        self.dispatchers: dict[str, Dispatcher] = {}  # one per workload in an accelerated model
+        for layer in self.fast.layers.values():
+            d = layer.dispatcher
+            if isinstance(d, Dispatcher) and d.meta.get("workload_hash") in served:
+                self.layers.setdefault(d.meta["workload_hash"], []).append(layer)
+                self.dispatchers[d.meta["workload_hash"]] = d
 
-    def __call__(self, x: np.ndarray, turn: int) -> None:
+    def __call__(self, batch: int, seq: int) -> bool:
+        """One forward at (batch, seq); True when it ran as the model's own (every layer on PyTorch, no wrapper)."""
+        ids = self.torch.zeros((batch, seq), dtype=self.torch.long)
+        own = self._own_forwards()
         with self.torch.inference_mode():
-            self.fast(self.torch.from_numpy(x), turn % len(self.layers))
+            self.fast(input_ids=ids)
+        return self._own_forwards() > own
 
-    def route(self, m: int) -> str:
-        """What serves M: "no table", "torch" (the layer's PyTorch computation), "uKernels", or the library the
-        table names (only where accelerate runs vendor routes on the table's library)."""
-        d = self.dispatcher
+    def settled_own(self, batch: int, seq: int) -> bool:
+        """Forwards at (batch, seq) run as the model's own from now on: the whole-forward check chose it, or they
+        run no uKernel at all."""
+        from kernelfleet.torch_forward import input_signature
+
+        ids = self.torch.zeros((batch, seq), dtype=self.torch.long)
+        if self.fast.forward_choice(input_ids=ids) == "eager":
+            return True
+        record = self.fast.forward_decisions().get(repr(input_signature((), {"input_ids": ids})))
+        return bool(record and record["no_ukernels"])
+
+    def _own_forwards(self) -> int:
+        return sum(int(r["own_forwards"]) for r in self.fast.forward_decisions().values())
+
+    def route(self, workload_hash: str, m: int) -> str:
+        """What served M's calls through the layers of a workload: "no table", "torch" (every such layer's route:
+        its PyTorch computation), "uKernels", or the library the table names (only where accelerate runs vendor
+        routes on the table's library)."""
+        d = self.dispatchers.get(workload_hash)
         if d is None or d.table is None:
             return "no table"
-        if self.layers[0].route(m) == "pytorch" or self.fast.forward_choice(self._probe(m), 0) == "eager":
-            return "torch"  # the layer's route, or accelerate's whole-forward check, runs PyTorch at M
+        if all(layer.route(m) == "pytorch" for layer in self.layers[workload_hash]):
+            return "torch"
         return "uKernels" if d.vendor_route(m) is None else d.library(m)
-
-    def _probe(self, m: int) -> Any:
-        """An input of M rows, for asking what accelerate decided for forwards called with that shape."""
-        return self.torch.empty(m, self.layers[0].K)
 
     def close(self) -> None:
         assert self.fast.reporter is not None
@@ -253,11 +262,18 @@ class LayerHost:
 
 @dataclass
 class DayStats:
-    """What the sample ran: per (layer, M) the production calls it stands for (occurrences per forward pass
-    included); per model the requests."""
+    """What the sample ran: per (model, workload, M) the calls the requests' forwards made through the served
+    layers (forwards that ran as the model's own make none); the served layers' calls in all (own forwards
+    included, occurrences per forward pass counted); per model the requests and how many ran as its own forward."""
 
-    volume: dict[tuple[str, int], int] = field(default_factory=dict)
+    volume: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    layer_calls: int = 0
     requests: dict[str, int] = field(default_factory=dict)
+    own_forwards: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def own_share(self) -> float:
+        return sum(self.own_forwards.values()) / max(1, sum(self.requests.values()))
 
 
 def _sample_requests(rng: np.random.Generator, day: int, n: int) -> list[tuple[str, int, int]]:
@@ -273,86 +289,81 @@ def _sample_requests(rng: np.random.Generator, day: int, n: int) -> list[tuple[s
     return out
 
 
-def serve_day(layers: list[Layer], hosts: dict[str, LayerHost], requests: list[tuple[str, int, int]]) -> DayStats:
-    """Serve the sample as a host does: one call per served layer use per request, on the layer's accelerated
-    PyTorch copies, which hold calls out for the layer's PyTorch computation where a table serves; a (layer, M)
-    with a table and fewer than MIN_SIDE samples on either side is called again until it has them. Weights rotate
-    through copies, so calls do not all find one W hot in cache."""
+def _layer_ms(layers: list[Layer], model: str, b: int, s: int) -> list[tuple[Layer, int, int]]:
+    """(layer, M, occurrences per forward) of each served layer use of `model` at (batch, seq)."""
+    return [(layer, _m_of(expr, b, s), occ) for layer in layers for expr, occ in layer.uses.get(model, [])]
+
+
+def serve_day(layers: list[Layer], hosts: dict[str, ModelHost], requests: list[tuple[str, int, int]]) -> DayStats:
+    """Serve the sample as hosts do, one forward per request; then each (batch, seq) is run again, up to
+    MAX_EXTRA_FORWARDS times, until every (served workload, M) its forward runs through a table has MIN_SIDE samples
+    on both sides of the holdout, or its forwards run as the model's own. Those extra forwards add samples, not
+    volume: the volume is what the requests' own forwards called."""
     stats = DayStats()
-    inputs: dict[tuple[int, int], np.ndarray] = {}
-    calls: list[tuple[str, int]] = []  # (layer key, M), in the order the requests make them
     for model, b, s in requests:
         stats.requests[model] = stats.requests.get(model, 0) + 1
-        for layer in layers:
-            for expr, occ in layer.uses.get(model, []):
-                m, k = _m_of(expr, b, s), layer.body["dims"]["K"]
-                if (m, k) not in inputs:
-                    inputs[(m, k)] = np.random.default_rng(m * 7919 + k).standard_normal((m, k), dtype=np.float32)
-                calls.append((layer.key, m))
-                stats.volume[(layer.key, m)] = stats.volume.get((layer.key, m), 0) + occ
-    by_key = {layer.key: layer for layer in layers}
-    turn = 0
-
-    def run(key: str, m: int) -> None:
-        nonlocal turn
-        turn += 1
-        hosts[key](inputs[(m, by_key[key].body["dims"]["K"])], turn)
-
-    for key, m in calls:
-        run(key, m)
-    for key, m in dict.fromkeys(calls):
-        d = hosts[key].dispatcher
-        holdout = d.holdout if d is not None else None
-        if holdout is None:
-            continue  # accelerate holds nothing out (no telemetry for this layer)
-        for _ in range(MAX_EXTRA_CALLS):
-            if d is not None and d.table is not None and hosts[key].layers[0].route(m) is None:
-                break  # M is outside the table (PyTorch runs it as a fallback): nothing to hold out
-            sample = holdout.samples().get(m)
-            if sample is not None and min(sample.served_calls, sample.baseline_calls) >= MIN_SIDE:
-                break
-            run(key, m)
+        stats.layer_calls += sum(occ for _, _, occ in _layer_ms(layers, model, b, s))
+        if hosts[model](b, s):
+            stats.own_forwards[model] = stats.own_forwards.get(model, 0) + 1
+    for model, host in hosts.items():
+        for wh, d in host.dispatchers.items():
+            for m, use in d.usage().items():
+                stats.volume[(model, wh, m)] = use.calls
+    for model, b, s in dict.fromkeys(requests):
+        host = hosts[model]
+        for _ in range(MAX_EXTRA_FORWARDS):
+            pending = False
+            for layer, m, _ in _layer_ms(layers, model, b, s):
+                held = host.dispatchers.get(layer.workload_hash)
+                if held is None or held.holdout is None:
+                    continue  # accelerate holds nothing out (no telemetry for this layer)
+                if held.table is not None and all(x.route(m) is None for x in host.layers[layer.workload_hash]):
+                    continue  # M is outside the table (PyTorch runs it as a fallback): nothing to hold out
+                sample = held.holdout.samples().get(m)
+                pending |= sample is None or min(sample.served_calls, sample.baseline_calls) < MIN_SIDE
+            if not pending or host.settled_own(b, s):
+                break  # enough samples, or forwards at (b, s) run as the model's own: no more samples come
+            host(b, s)
     return stats
 
 
-def saving_by_route(
-    layers: list[Layer], hosts: dict[str, LayerHost], records: list[dict[str, Any]], day: dt.date
-) -> dict[str, float]:
-    """The day's saving (s/day) split by what served each (layer, M): the service's own measurement
+def day_records(
+    hosts: dict[str, ModelHost], stats: DayStats, scale: float, day: dt.date
+) -> list[tuple[dict[str, Any], str]]:
+    """The day's telemetry as the SDK builds it (kernelfleet.telemetry.usage_records), with what served each
+    record's shape (ModelHost.route): each record's calls and kernel seconds scaled to the production volume its
+    requests' calls stand for; the holdout sums stay the sample's (they are timings, not volume). A shape whose
+    calls all came from the extra forwards (the requests' forwards ran as the model's own there) had no production
+    volume on the tables: its record is dropped."""
+    records = []
+    for model, host in hosts.items():
+        for wh, d in host.dispatchers.items():
+            for record in usage_records(d, day):
+                m, ran = record["shape"]["M"], record["calls"]
+                volume = round(stats.volume.get((model, wh, m), 0) * scale)
+                if volume <= 0:
+                    continue
+                record["kernel_seconds"] *= volume / ran
+                record["fallbacks"] = round(record["fallbacks"] * volume / ran)
+                record["calls"] = volume
+                records.append((record, host.route(wh, m)))
+    return records
+
+
+def saving_by_route(records: list[tuple[dict[str, Any], str]], day: dt.date) -> dict[str, float]:
+    """The day's saving (s/day) split by what served each (workload, M): the service's own measurement
     (service.workers.fleet.savings.measure) of the day's telemetry records, run once per route on the records of
     the shapes that route served. The service does not know routes; this says where its saving came from."""
-    host_of = {layer.workload_hash: hosts[layer.key] for layer in layers}
     groups: dict[str, tuple[list[Usage], list[HoldoutSums]]] = {}
-    for r in records:
+    for r, route in records:
         held = r.get("holdout")
         if held is None:
             continue
         wh, fp, key = r["workload_hash"], r["target_fingerprint"], shape_key(r["shape"])
-        usage, sums = groups.setdefault(host_of[wh].route(r["shape"]["M"]), ([], []))
+        usage, sums = groups.setdefault(route, ([], []))
         usage.append(Usage(wh, fp, key, r["calls"], r["kernel_seconds"], r["fallbacks"]))
         sums.append(HoldoutSums(wh, fp, "", key, held["baseline"], **{n: held[n] for n in HOLDOUT_SUMS}))
     return {route: measure(u, h, day, day, 1).saved_s_per_day for route, (u, h) in sorted(groups.items())}
-
-
-def day_records(
-    layers: list[Layer], hosts: dict[str, LayerHost], stats: DayStats, scale: float, day: dt.date
-) -> list[dict[str, Any]]:
-    """The day's telemetry as the SDK builds it (kernelfleet.telemetry.usage_records), each record's calls and
-    kernel seconds scaled to the production volume its sampled calls stand for; the holdout sums stay the
-    sample's (they are timings, not volume)."""
-    records = []
-    for layer in layers:
-        d = hosts[layer.key].dispatcher
-        if d is None:
-            continue  # accelerate found no dense dispatcher to report on (it logged why)
-        for record in usage_records(d, day):
-            ran = record["calls"]
-            volume = max(ran, round(stats.volume.get((layer.key, record["shape"]["M"]), 0) * scale))
-            record["kernel_seconds"] *= volume / ran
-            record["fallbacks"] = round(record["fallbacks"] * volume / ran)
-            record["calls"] = volume
-            records.append(record)
-    return records
 
 
 # -- the loop -----------------------------------------------------------------------------------------------------
@@ -368,6 +379,7 @@ class DayRow:
     rollbacks: list[dict[str, Any]] = field(default_factory=list)  # tables the run after this day rolled back
     modelled: dict[str, Any] = field(default_factory=dict)  # the run's modelled estimate, shown as such
     by_route: dict[str, float] = field(default_factory=dict)  # the day's saving by what served (saving_by_route)
+    own_share: float = 0.0  # requests whose forward ran as the model's own (PyTorch: nothing saved, nothing measured)
 
     @property
     def served_s(self) -> float:
@@ -462,20 +474,10 @@ def main(
         used = ", ".join(f"{m} {occ}× M={e}" for m, uses in layer.uses.items() for e, occ in uses)
         mark = "served" if layer in served else "not served (sample)"
         console.print(escape(f"  {layer.describe():<34} {shares[i]:6.1%} of dense FLOPs  [{used}]  {mark}"))
-    rng = np.random.default_rng(0)
-    for layer in served:
-        n, k = layer.body["dims"]["N"], layer.body["dims"]["K"]
-        layer.weights = [
-            (
-                rng.standard_normal((n, k), dtype=np.float32) * np.float32(k**-0.5),
-                rng.standard_normal(n, dtype=np.float32) if layer.epilogue.bias else None,
-            )
-            for _ in range(WEIGHT_COPIES)
-        ]
     results = []
     for run in range(runs):
         run_dir = Path(tempfile.mkdtemp(prefix="kernelfleet-fleet-sim-")) if data_dir is None or runs > 1 else data_dir
-        rows = _simulate(served, days, requests, fleet_calls, holdout, port, run_dir, run, console)
+        rows = _simulate(served, n_layers, days, requests, fleet_calls, holdout, port, run_dir, run, console)
         result = SimResult(
             rows=rows,
             layers=[(all_layers[i].describe(), shares[i], all_layers[i] in served) for i in order],
@@ -493,6 +495,7 @@ def main(
 
 def _simulate(
     served: list[Layer],
+    n_layers: int,
     days: int,
     requests: int,
     fleet_calls: int,
@@ -519,17 +522,20 @@ def _simulate(
         first = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days)
         for i in range(days):
             day = first + dt.timedelta(days=i)
-            hosts = {layer.key: LayerHost(layer, client, fp, holdout, data_dir / "host-cache") for layer in served}
+            hashes = {layer.workload_hash for layer in served}
+            cache = data_dir / "host-cache"
+            hosts = {m: ModelHost(m, n_layers, hashes, client, fp, holdout, cache) for m in traffic(i)}
             try:
                 stats = serve_day(served, hosts, _sample_requests(rng, i, requests))
-                scale = fleet_calls / max(1, sum(stats.volume.values()))
-                records = day_records(served, hosts, stats, scale, day)
-                by_route = saving_by_route(served, hosts, records, day)
-                tables = sum(1 for h in hosts.values() if h.dispatcher is not None and h.dispatcher.table is not None)
+                scale = fleet_calls / max(1, stats.layer_calls)
+                records = day_records(hosts, stats, scale, day)
+                by_route = saving_by_route(records, day)
+                tables = len({wh for h in hosts.values() for wh, d in h.dispatchers.items() if d.table is not None})
             finally:
                 for host in hosts.values():
                     host.close()
-            client.send_telemetry({"batch_id": str(uuid.uuid4()), "host": "simulated", "records": records})
+            batch = [record for record, _ in records]
+            client.send_telemetry({"batch_id": str(uuid.uuid4()), "host": "simulated", "records": batch})
             row = DayRow(
                 day=day,
                 requests={m: n * scale for m, n in stats.requests.items()},
@@ -537,13 +543,16 @@ def _simulate(
                 tables=tables,
                 scale=scale,
                 by_route=by_route,
+                own_share=stats.own_share,
             )
             rows.append(row)
             console.print(
                 f"day {i + 1} ({day}): models {', '.join(sorted(row.requests))}; {row.tables}/{len(served)} layers on "
                 f"tables; saved {row.saved_s:,.0f} ± {row.ci95_s:,.0f} s/day (served {row.served_s:,.0f} vs "
-                f"baseline {row.baseline_s:,.0f}, {row.measured['measured_share']:.0%} of fleet time measured); "
-                "by route: " + ", ".join(f"{r} {v:,.0f}" for r, v in sorted(row.by_route.items()))
+                f"baseline {row.baseline_s:,.0f}: {row.measured['measured_share']:.0%} of the "
+                f"{row.measured['fleet_s_per_day']:,.0f} s/day reported; "
+                f"{row.own_share:.0%} of requests ran as the model's own forward, their calls misses); by route: "
+                + ", ".join(f"{r} {v:,.0f}" for r, v in sorted(row.by_route.items()))
             )
             run_day = day + dt.timedelta(days=1)
             client.run_fleet(run_day.isoformat())
@@ -589,8 +598,8 @@ def print_result(result: SimResult, console: Console, title: str = "") -> None:
     table = Table(
         title=f"Fleet kernel time per day, {title}: measured by the hosts' A/B holdout on {result.machine} (scaled)"
     )
-    for col in ("day", "models (req/day)", "tables", "served s/day", "baseline s/day", "speedup", "measured",
-                "saved s/day (95 %)", "cum. saved", "cum. tuning s", "saved ÷ cost [95 %]"):  # fmt: skip
+    for col in ("day", "models (req/day)", "tables", "own forwards", "served s/day", "baseline s/day", "speedup",
+                "measured", "saved s/day (95 %)", "cum. saved", "cum. tuning s", "saved ÷ cost [95 %]"):  # fmt: skip
         table.add_column(col, justify="right")
     for row, (saved, ci, cost) in zip(result.rows, result.cumulative(), strict=True):
         speedup = row.measured.get("speedup")
@@ -598,6 +607,7 @@ def print_result(result: SimResult, console: Console, title: str = "") -> None:
             str(row.day),
             " ".join(f"{m} {n:,.0f}" for m, n in sorted(row.requests.items())),
             str(row.tables),
+            f"{row.own_share:.0%}",
             f"{row.served_s:,.0f}",
             f"{row.baseline_s:,.0f}",
             f"{speedup:.2f}×" if speedup else "-",
@@ -610,9 +620,9 @@ def print_result(result: SimResult, console: Console, title: str = "") -> None:
     console.print(table)
     console.print(
         f"scale: each day's sampled calls stand for {result.fleet_calls:,} production calls of the served layers "
-        f"(day 1: each call × {result.rows[0].scale:,.0f}); savings scale with it, the tuning cost does not. Day 1 "
-        "has no tables: PyTorch runs both sides, so its saving is the noise floor; so are shapes a table routes to "
-        "PyTorch."
+        f"(day 1: each call × {result.rows[0].scale:,.0f}); savings scale with it, the tuning cost does not. Forwards "
+        "that ran as the model's own (day 1: no table) saved nothing and are measured as such; shapes a table routes "
+        "to PyTorch hold out PyTorch against PyTorch: their saving is the noise floor."
     )
     for row in result.rows:
         if row.modelled.get("jobs"):

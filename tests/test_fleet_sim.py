@@ -1,7 +1,9 @@
 """`kernelfleet fleet simulate --quick` on the real loop: API, worker, daily run and jobs through the Supervisor.
 
 Two simulated days on one-layer BERT and GPT-2 (the same distinct dense workloads as the 12-layer models, with
-occurrences per layer), served by `accelerate` as PyTorch hosts run them: GPT-2 appears on day 2, savings are the
+occurrences per layer), whole models served by `accelerate` as PyTorch hosts run them, one forward per request:
+day 1 has no table (forwards run as the model's own, reported, measured as saving nothing), GPT-2 appears on day 2,
+savings are the
 service's measurement of the hosts' A/B holdout (with an interval), and the tuning cost comes from the store's job
 times, not from constants.
 """
@@ -56,19 +58,20 @@ def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_sav
 
     day1, day2 = result.rows
     assert set(day1.requests) == {"bert"} and set(day2.requests) == {"bert", "gpt2"}  # GPT-2 added mid-run
-    assert day1.tables == 0  # nothing tuned yet: both sides run the baseline, the noise floor
+    assert day1.tables == 0  # nothing tuned yet
     assert set(day1.by_route) <= {"no table"}  # the split says so too
-    # without tables every served shape is held out (PyTorch on both sides); on day 2 shapes past the table's range
-    # are misses accelerate runs on PyTorch unsampled, so how much of the time is measured depends on the timings
-    assert day1.measured["measured_share"] > 0.9
-    for row in result.rows:  # the service's measurement of the hosts' holdout
-        m = row.measured
-        assert m["holdout_calls"] > 0 and m["measured_share"] > 0 and row.served_s > 0 and row.baseline_s > 0
-        assert m["ci95_s_per_day"] > 0 and row.scale > 0
+    # the hosts hold calls out without tables too (PyTorch on both sides), but every call is a miss: no table ran it,
+    # so nothing is served volume and nothing is saved; the calls still tell the run after day 1 what to rank
+    assert day1.measured["holdout_calls"] > 0 and day1.measured["measured_share"] == 0 and day1.saved_s == 0
+    assert day1.measured["fleet_s_per_day"] > 0
+    # day 2: one table; whether it wins this machine's shapes (and so how much is measured) depends on the machine:
+    # the measurement's arithmetic is tests/workers/fleet/test_savings.py's
+    assert day2.tables == 1 and day2.measured["fleet_s_per_day"] > 0 and day2.scale > 0
+    assert 0 <= day2.own_share <= 1 and 0 <= day2.measured["measured_share"] <= 1
     assert len(day1.jobs) == 1  # the run after day 1 tuned the top task with its one unit
     assert day1.cost_s > 0  # from the job's started/finished times in the store and the run's own time
     assert day2.cost_s == 0 and not day2.jobs  # the run after the last day tunes nothing that is served
     saved, ci, cost = result.cumulative()[-1]
     assert saved == pytest.approx(day1.saved_s + day2.saved_s) and ci > 0
     assert cost == day1.cost_s
-    assert "Fleet kernel time per day" in text and "calls/day" in text and "noise floor" in text
+    assert "Fleet kernel time per day" in text and "calls/day" in text and "model's own forward" in text

@@ -83,6 +83,28 @@ def test_a_forward_slower_on_the_tables_runs_as_the_models_own(
     assert torch.get_num_threads() == 2
 
 
+def test_the_calls_of_forwards_run_as_the_models_own_reach_the_dispatchers_usage_as_misses(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fleet ranks and tunes by the calls hosts report: a signature decided for the model's own forward still
+    reports its layers' calls (misses, at the layer's latest PyTorch time), not silence."""
+    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
+    scope = ForwardScope()
+    model, layer = _model(vendor.NUMPY, scope)
+    d = layer.dispatcher
+    assert isinstance(d, Dispatcher)
+    x = torch.randn(3, 6)
+    with torch.inference_mode():
+        _until_decided(model, x, scope)
+        before = d.usage(reset=True)[3]
+        for _ in range(5):
+            model(x)
+    assert before.fallbacks > 0  # the check's own forwards were counted too
+    use = d.usage()[3]
+    assert use.calls == use.fallbacks == 5
+    assert 0 < use.seconds < 5 * 0.004  # each at the layer's own PyTorch call in that forward: µs, not the table's
+
+
 def test_a_forward_faster_on_the_tables_keeps_them(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", _slow(0.004, AcceleratedLinear._layer_in_torch))
     scope = ForwardScope()

@@ -137,6 +137,23 @@ def test_a_forward_that_runs_no_ukernel_runs_the_original_modules_bit_for_bit(
     assert fast.stats()["block.fc1"]["calls"] == 1  # the layers count the first forward only (see stats())
 
 
+def test_the_twins_forwards_report_the_calls_the_wrappers_would_have_made(tables: None, tmp_path: Path) -> None:
+    """One call per wrapper per forward (gate and up stacked: one call), misses after the first forward (which ran
+    the tables' PyTorch routes through the wrappers), each at that first call's time."""
+    fast = _accelerate(_net(), tmp_path)
+    x = torch.randn(PYTORCH_ROWS, H)
+    with torch.inference_mode():
+        for _ in range(4):
+            fast(x)
+    by_dispatcher = {id(layer.dispatcher): layer for layer in fast.layers.values()}
+    assert len(by_dispatcher) == 4  # fc1 (+ GELU), fc2, gate+up stacked, down: four workloads
+    for layer in by_dispatcher.values():
+        assert isinstance(layer.dispatcher, Dispatcher)
+        use = layer.dispatcher.usage()[PYTORCH_ROWS]
+        assert use.calls == 4 and use.fallbacks == 3
+        assert use.seconds == pytest.approx(4 * layer._torch_s[PYTORCH_ROWS])
+
+
 def test_a_forward_that_runs_the_dispatcher_keeps_the_tables(
     tables: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

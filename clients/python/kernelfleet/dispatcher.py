@@ -316,15 +316,15 @@ class Dispatcher:
             usage.seconds += seconds
             usage.fallbacks += fell_back
 
-    def _record(self, S: int, seconds: float, fell_back: bool) -> None:
+    def _record(self, S: int, seconds: float, fell_back: bool, calls: int = 1) -> None:
         with self._lock:  # against a concurrent usage(reset=True) and other calling threads
             usage = self._usage.get(S)
             if usage is None:
                 key = S if len(self._usage) < MAX_TRACKED_SHAPES else -1
                 usage = self._usage.setdefault(key, ShapeUsage())
-            usage.calls += 1
+            usage.calls += calls
             usage.seconds += seconds
-            usage.fallbacks += fell_back
+            usage.fallbacks += calls if fell_back else 0
 
     def record_route(self, S: int, seconds: float) -> None:
         """Count a call for S that the caller ran on the vendor library the table routes S to (e.g. the conv
@@ -335,6 +335,11 @@ class Dispatcher:
         """Count a call for S that the caller ran elsewhere (e.g. kernelfleet.torch runs PyTorch for an S past the
         table, or with no table): telemetry then reports it as a miss, like the numpy fallback's calls."""
         self._record(S, seconds, True)
+
+    def record_elsewhere(self, S: int, calls: int, seconds: float) -> None:
+        """Count `calls` misses for S at once, run elsewhere in `seconds` together: kernelfleet.torch counts the
+        layers' calls of forwards that ran as the model's own this way."""
+        self._record(S, seconds, True, calls)
 
     def usage(self, reset: bool = False) -> dict[int, ShapeUsage]:
         """Calls, kernel seconds and fallbacks per S since the last reset."""

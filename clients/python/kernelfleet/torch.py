@@ -216,6 +216,9 @@ class AcceleratedLinear(nn.Module):
         self.numpy_routes_on_pytorch = False
         self.check_in_model = False  # accelerate(check_in_model=True): uKernel S checked against PyTorch in place
         self._trials: dict[int, tuple[list[float], list[float]]] = {}  # S → (uKernel, PyTorch) seconds so far
+        # S → seconds of this layer's latest PyTorch call at S (a fallback, a PyTorch route, an in-model check's or
+        # the holdout's baseline): what a call of the model's own forward at S is counted at (own_call)
+        self._torch_s: dict[int, float] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (deepcopy) gets a lock of its own and packs its own weight on its first call; the dispatcher is
@@ -256,6 +259,7 @@ class AcceleratedLinear(nn.Module):
             self.forward_scope.call_fallback = True  # the same shapes in inference mode may run uKernels
         start = time.perf_counter()
         y = self._layer_in_torch(x)
+        seconds = time.perf_counter() - start
         st = self.stats
         st.calls += 1
         st.fallbacks += 1
@@ -263,7 +267,8 @@ class AcceleratedLinear(nn.Module):
         if S > 0 and (S in st.fallback_shapes or len(st.fallback_shapes) < MAX_TRACKED_SHAPES):
             st.fallback_shapes[S] += 1
         if reason in ("range", "no_table") and isinstance(self.dispatcher, Dispatcher):
-            self.dispatcher.record_fallback(S, time.perf_counter() - start)  # a shape the fleet has not tuned
+            self.dispatcher.record_fallback(S, seconds)  # a shape the fleet has not tuned
+            self._note_torch(S, seconds)
         return y
 
     @staticmethod
@@ -304,10 +309,15 @@ class AcceleratedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scope = self.forward_scope
         if scope is not None and scope.bypass:  # the whole-forward check runs (or chose) the model's own forward
-            return self._layer_in_torch(x)
+            start = _now()
+            y = self._layer_in_torch(x)
+            self._note_torch(x.numel() // self.K, _now() - start)  # what its call is counted at (torch_seconds)
+            return y
         K = self.K
         shape = x.shape
         S = x.numel() // K if shape and shape[-1] == K else 0
+        if scope is not None and scope.learning is not None:
+            scope.learning.append((self, S))  # the signature's first forward: what its own forwards will call
         route = self._routes.get(S)
         if route is _PYTORCH:  # the table routes S to PyTorch: the original layer on the caller's tensors,
             start = _now()  # nothing in between (issue 31 item 2); any dtype, device or grad mode runs as it would
@@ -404,6 +414,20 @@ class AcceleratedLinear(nn.Module):
         """Count a call the table routed to PyTorch in the dispatcher's usage (the table's choice, not a miss)."""
         self.dispatcher.record_route(S, seconds)  # type: ignore[union-attr]  # only Dispatchers have PyTorch routes
         self._count(S)
+        self._note_torch(S, seconds)
+
+    def _note_torch(self, S: int, seconds: float) -> None:
+        if S in self._torch_s or len(self._torch_s) < MAX_TRACKED_SHAPES:
+            self._torch_s[S] = seconds
+
+    def own_call(self, S: int) -> Dispatcher | None:
+        """Where a call at S that the model's own forward ran (no wrapper: kernelfleet.torch_forward counts it) is
+        counted: the layer's CPU dispatcher (None without one)."""
+        return self._cpu_dispatcher if S > 0 else None
+
+    def torch_seconds(self, S: int) -> float:
+        """This layer's latest PyTorch call at S in seconds, 0 where none ran: what an own forward's call costs."""
+        return self._torch_s.get(S, 0.0)
 
     def _narrow_threads(self) -> None:
         """A uKernel is about to run: the forward scope notes it and (thread_policy="managed") narrows PyTorch."""
@@ -467,6 +491,9 @@ class AcceleratedLinear(nn.Module):
         return self._holdout.run(S, lambda: serve(self, x), lambda: self._baseline(x, S), _now)
 
     def _baseline(self, x: torch.Tensor, S: int) -> torch.Tensor:
+        scope = self.forward_scope
+        if scope is not None and scope.learning is not None:
+            scope.learning.append((self, S))  # (held out: forward is not called)
         start = _now()
         y = self._layer_in_torch(x)
         self._routed(S, _now() - start)  # a call the host ran: the fleet's time, not a miss

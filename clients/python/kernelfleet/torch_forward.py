@@ -27,6 +27,13 @@ check, past the table's range, or without a table: what the layers do at a signa
 so the forwards after it would run PyTorch through the wrappers for nothing. A forward whose layers fell back for
 the call itself (another dtype or device, autograd recording) teaches nothing: the same shapes in inference mode
 may run uKernels. Without a twin, such forwards run every layer's PyTorch computation through its wrapper.
+
+Telemetry. A forward run as the model's own calls no wrapper, yet the fleet needs its calls: they are the volume
+per shape it ranks and tunes by (and, without them, a model whose every forward runs as its own looks silent).
+So each signature's first forward notes the (layer, S) calls it makes, and every forward run as the model's own
+adds those calls to the layers' dispatchers' usage as misses (no table ran them: the fleet's measured saving counts
+none for them, service.workers.fleet.savings), each at the layer's latest measured PyTorch time at S: counted
+calls, not samples (the holdout takes none from them).
 """
 
 from __future__ import annotations
@@ -85,6 +92,21 @@ class SignatureRecord:
     block_mode: str = EAGER  # the side the check's current block runs
     block_s: float = 0.0  # seconds the current block's forwards have run
     block_kept: int = 0  # forwards the current block has kept
+    layer_calls: tuple[tuple[Any, int], ...] | None = None  # (AcceleratedLinear, S) its first forward called
+    own_usage: list[tuple[Any, int, tuple[Any, ...]]] | None = None  # (dispatcher, S, its layers' calls): own_calls
+
+    def own_calls(self) -> list[tuple[Any, int, int, float]]:
+        """The dispatchers' usage one forward run as the model's own adds: its layers' calls (as the first forward
+        at this signature made them) summed per (dispatcher, S) — (dispatcher, S, calls, seconds) —, each at the
+        layer's latest PyTorch time at S."""
+        if self.own_usage is None:
+            groups: dict[tuple[int, int], tuple[Any, list[Any]]] = {}
+            for layer, S in self.layer_calls or ():
+                d = layer.own_call(S)
+                if d is not None:
+                    groups.setdefault((id(d), S), (d, []))[1].append(layer)
+            self.own_usage = [(d, S, tuple(layers)) for (_, S), (d, layers) in groups.items()]
+        return [(d, S, len(ls), sum(x.torch_seconds(S) for x in ls)) for d, S, ls in self.own_usage]
 
     def next_mode(self, check: bool, own_if_no_ukernels: bool = False) -> str:
         if self.decision is not None:
@@ -165,6 +187,7 @@ class ForwardScope:
         self.call_fallback = False  # a layer of this forward fell back for the call itself (dtype, device, autograd)
         self.trial_call = False  # a layer of this forward ran an in-model check call (kernelfleet.torch)
         self.ran_table = False  # a layer of this forward called its dispatcher (kernelfleet.torch)
+        self.learning: list[tuple[Any, int]] | None = None  # a signature's first forward: its layers' calls
         self._lock = threading.Lock()
         self._depth = 0
         self._saved = 0
@@ -201,6 +224,8 @@ class ForwardScope:
             own = self.own_if_no_ukernels
             self._mode = record.next_mode(self.check, own) if record is not None else ACCELERATED
             self.bypass = self._mode == EAGER
+            learn = record is not None and record.layer_calls is None and not self.bypass
+            self.learning = [] if learn else None
             self.runs_ukernels = not self.bypass and record is not None and record.runs_ukernels
             if self.runs_ukernels:
                 self._narrow_locked()  # before the forward's first PyTorch op can wake a libgomp worker
@@ -230,9 +255,14 @@ class ForwardScope:
                 torch.set_num_threads(self._saved)
                 self.narrowed = False
             record = self._current
+            learned, self.learning = self.learning, None
             if record is not None:
+                if learned is not None and not self.call_fallback and output is not None:
+                    record.layer_calls = tuple(learned)
                 if self._mode == EAGER:
                     record.own_forwards += 1
+                    for d, S, calls, layer_s in record.own_calls():
+                        d.record_elsewhere(S, calls, layer_s)  # the fleet sees the calls the host ran
                 elif (
                     not self.runs_ukernels
                     and not record.runs_ukernels

@@ -2,7 +2,8 @@
 
 Per (workload, target, shape, baseline) the hosts report both sides' calls, seconds and squared seconds
 (kernelfleet.holdout), so each side has a mean and a variance. The fleet's saving at a shape is its served volume
-(calls that day minus the held-out ones) times the difference of the means, and the variance of that estimate is
+(calls that day minus the held-out ones and the misses — calls no table ran: no table, the shape past it, forwards
+a PyTorch host ran as the model's own —) times the difference of the means, and the variance of that estimate is
 volume² · (var_baseline/n_baseline + var_served/n_served) (Welch). Shapes are independent samples, so sums add and
 so do variances: the total comes with a 95 % interval (normal approximation, ±1.96 σ). Shapes without samples on
 both sides are counted as saving nothing and reported as the share of fleet time left unmeasured.
@@ -116,7 +117,9 @@ def measure(
         if pair is None or used is None or used.calls <= 0:
             continue
         share = (h.served_calls + h.baseline_calls) / sampled[key]
-        served_here = max(0, round(used.calls * share) - h.baseline_calls)  # held-out calls saved nothing
+        # held-out calls saved nothing, and neither did misses (the kernel seconds are not split: scaled alike)
+        share *= 1.0 - min(used.fallbacks, used.calls) / used.calls
+        served_here = max(0, round(used.calls * share) - h.baseline_calls)
         served_calls += served_here
         served, base = pair
         by_task.setdefault((h.workload_hash, h.target_fingerprint), []).append((served_here / days, base, served))

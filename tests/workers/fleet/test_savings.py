@@ -31,6 +31,15 @@ def test_the_saving_is_served_volume_times_the_difference_of_the_means() -> None
     assert task.label == "dense" and task.shapes == 1 and task.saved_s_per_day == pytest.approx(2000.0)
 
 
+def test_misses_save_nothing_their_calls_are_not_served_volume() -> None:
+    """400 of 1003 calls at M=8 ran no table (forwards a PyTorch host ran as the model's own, S past the table):
+    only the rest is served volume, and only their share of the kernel seconds is measured."""
+    served, baseline = np.array([1.0, 2.0, 3.0]), np.array([3.0, 4.0, 5.0])
+    m = measure([Usage("w", "fp", "M=8", 1003, 100.0, 400)], [_sums("M=8", served, baseline)], DAY, DAY, days=1)
+    assert m.served_calls == 603 - 3 and m.saved_s_per_day == pytest.approx(600 * 2.0)
+    assert m.measured_share == pytest.approx(603 / 1003)
+
+
 def test_hosts_with_different_baselines_at_one_shape_split_its_volume_and_are_never_summed() -> None:
     """numpy hosts (baseline mean 2) and PyTorch hosts (mean 4) both served at mean 1: a quarter of the sampled
     calls came from the numpy hosts, so a quarter of the volume saves 1 s a call and the rest 3 s."""

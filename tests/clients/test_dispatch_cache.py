@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from kernelfleet.dispatch import DispatchTable, Interval
 from kernelfleet.dispatch_cache import CachedDoc, DispatchCache, Entry, cached_doc, load_dispatcher, service_id
-from kernelfleet.errors import ServiceUnavailable
+from kernelfleet.errors import NotFound, ServiceUnavailable
 from kernelfleet.models import DispatchDoc
 from kernelfleet.signing import UntrustedArtifact, document_message
 
@@ -58,6 +58,7 @@ class Service:
     def __init__(self, signer: Signer, s_max: int) -> None:
         self.signer, self.current = signer, signer.doc(s_max)
         self.down = False
+        self.withdrawn = False  # the table was rolled back or retired: GET /v1/dispatch answers 404
         self.etags: list[str | None] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -66,6 +67,8 @@ class Service:
         if request.url.path == "/v1/signing-key":
             return httpx.Response(200, json={"public_key": self.signer.public})
         self.etags.append(request.headers.get("If-None-Match"))
+        if self.withdrawn:
+            return httpx.Response(404, json={"detail": "no dispatch table"})
         if request.headers.get("If-None-Match") == self.current.etag:
             return httpx.Response(304)
         headers = {"ETag": self.current.etag or "", "X-KernelFleet-Signature": self.current.signature}
@@ -86,6 +89,8 @@ class Source:
             raise ServiceUnavailable(str(exc)) from exc
         if resp.status_code == 304:
             return None
+        if resp.status_code == 404:
+            raise NotFound("GET /v1/dispatch -> 404: no dispatch table", 404)
         return resp.content, resp.headers["ETag"], resp.headers["X-KernelFleet-Signature"]
 
     def artifact(self, sha256: str) -> bytes:
@@ -116,6 +121,22 @@ def test_each_service_writes_and_revalidates_its_own_entry_in_a_shared_cache(tmp
     mine.down = theirs.down = True  # both down: each serves its own cached table, verified with its pinned key
     assert _s_max(load_dispatcher(me, WL, TARGET, tmp_path)) == 8
     assert _s_max(load_dispatcher(them, WL, TARGET, tmp_path)) == 16
+
+
+def test_a_table_the_service_no_longer_serves_is_dropped_from_the_cache_not_served_from_it(tmp_path: Path) -> None:
+    """Down, a service's cached table keeps serving; answering 404 (the fleet rolled it back or retired it), it is
+    gone: no table now, none when the service is down later, none offline. Another service's entry stays."""
+    mine, theirs = Service(Signer(), 8), Service(Signer(), 16)
+    me, them = Source(URL, mine), Source(OTHER_URL, theirs)
+    assert _s_max(load_dispatcher(me, WL, TARGET, tmp_path)) == 8 and _s_max(
+        load_dispatcher(them, WL, TARGET, tmp_path)
+    )
+    mine.withdrawn = True
+    d = load_dispatcher(me, WL, TARGET, tmp_path)
+    assert d.table is None and "404" in d.meta["reason"]
+    assert DispatchCache(tmp_path).entries() == [Entry(WL, TARGET, service_id(OTHER_URL))]
+    mine.withdrawn, mine.down = False, True
+    assert load_dispatcher(me, WL, TARGET, tmp_path).table is None  # down: nothing of this service's cached
 
 
 def test_an_unkeyed_entry_is_read_only_when_it_verifies_and_an_altered_own_entry_raises(

@@ -48,7 +48,7 @@ from kernelfleet.conv_dispatcher import ConvDispatcher
 from kernelfleet.dispatch import DispatchTable
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import Epilogue
-from kernelfleet.errors import KernelFleetError
+from kernelfleet.errors import KernelFleetError, NotFound
 from kernelfleet.models import DispatchDoc
 from kernelfleet.signing import UntrustedArtifact, verify_bytes, verify_document
 from kernelfleet.tables import BatchMatmulTable, ConvTable, DenseTable, table_from_json
@@ -151,6 +151,16 @@ class DispatchCache:
         publishes tables itself, with no service to name)."""
         record = {"etag": doc.etag, "signature": doc.signature, "body": doc.body.decode()}
         _write_atomic(self._doc_path(workload, target, service), json.dumps(record).encode())
+
+    def drop_doc(self, workload: str, target: str, service: str) -> bool:
+        """Remove the entry of `service` (it answered that it serves no table for the pair: one rolled back or
+        retired must not be served from here, offline either); whether there was one."""
+        path = self._doc_path(workload, target, service)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def artifact_path(self, sha256: str) -> Path:
         return self.root / "artifacts" / f"{_hex(sha256, 'sha256')}.so"
@@ -423,6 +433,14 @@ register_loader(BatchMatmulTable.kind, _load_batch_matmul)
 _UNANSWERED = (KernelFleetError, httpx.HTTPError, OSError, ValueError)
 
 
+def _no_table(
+    workload: str, target: str, reason: str, meta: dict[str, Any], epilogue: Epilogue | None, level: int
+) -> Dispatcher:
+    """The numpy fallback where no table loads, `reason` in its meta."""
+    log.log(level, "no dispatch table for %s on %s (%s): running numpy", workload, target, reason)
+    return Dispatcher(None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": reason}, epilogue=epilogue)
+
+
 def load_dispatcher(
     client: DispatchSource,
     workload: str,
@@ -450,16 +468,17 @@ def load_dispatcher(
         source = "service"
     except UntrustedArtifact:
         raise
+    except NotFound as exc:  # the service answered: it serves no table for the pair (none yet, rolled back, retired)
+        if not any_service and cache.drop_doc(workload, target, service_id(client.base_url)):
+            log.warning("%s: dropped the cached dispatch table the service no longer serves", exc)
+        return _no_table(workload, target, str(exc), meta, epilogue, level)
     except _UNANSWERED as exc:
         key = trusted_key or cache.pinned_key(client.base_url)
         service = None if any_service else service_id(client.base_url)
         found = cached_doc(cache, workload, target, key, service) if key else None
         if found is None:
             reason = f"{exc}; no verified table cached" if key else f"{exc}; no trusted key to verify a cached table"
-            log.log(level, "no dispatch table for %s on %s (%s): running numpy", workload, target, reason)
-            return Dispatcher(
-                None, {}, N=None, K=None, source="fallback", meta={**meta, "reason": reason}, epilogue=epilogue
-            )
+            return _no_table(workload, target, reason, meta, epilogue, level)
         cached_level = logging.INFO if any_service else logging.WARNING  # offline, reading the cache is the point
         log.log(cached_level, "the service did not answer (%s): using the cached dispatch table", exc)
         doc, source = found, "cache"

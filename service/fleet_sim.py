@@ -32,6 +32,7 @@ repeats the whole simulation on fresh stores with other traffic seeds and prints
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import logging
 import math
@@ -210,6 +211,7 @@ class ModelHost:
                 telemetry_interval_s=1e9,  # never sends by itself: day_records reads the dispatchers
                 print_summary=False,
                 holdout=holdout,
+                inplace=True,  # the model is the host's own: no second copy of its weights
             )
         finally:
             said.setLevel(level)
@@ -534,6 +536,8 @@ def _simulate(
             finally:
                 for host in hosts.values():
                     host.close()
+                del hosts  # two 12-layer models a day: freed before the next day's are built
+                gc.collect()
             batch = [record for record, _ in records]
             client.send_telemetry({"batch_id": str(uuid.uuid4()), "host": "simulated", "records": batch})
             row = DayRow(

@@ -139,7 +139,7 @@ def test_a_forward_that_runs_no_ukernel_runs_the_original_modules_bit_for_bit(
 
 def test_the_twins_forwards_report_the_calls_the_wrappers_would_have_made(tables: None, tmp_path: Path) -> None:
     """One call per wrapper per forward (gate and up stacked: one call), misses after the first forward (which ran
-    the tables' PyTorch routes through the wrappers), each at that first call's time."""
+    the tables' PyTorch routes through the wrappers), each at most at that first call's time."""
     fast = _accelerate(_net(), tmp_path)
     x = torch.randn(PYTORCH_ROWS, H)
     with torch.inference_mode():
@@ -151,7 +151,8 @@ def test_the_twins_forwards_report_the_calls_the_wrappers_would_have_made(tables
         assert isinstance(layer.dispatcher, Dispatcher)
         use = layer.dispatcher.usage()[PYTORCH_ROWS]
         assert use.calls == 4 and use.fallbacks == 3
-        assert use.seconds == pytest.approx(4 * layer._torch_s[PYTORCH_ROWS])
+        first = layer._torch_s[PYTORCH_ROWS]  # the first forward's call, timed in full
+        assert first < use.seconds <= 4 * first + 1e-12  # own calls at most at it (less where the twin took less)
 
 
 def test_a_forward_that_runs_the_dispatcher_keeps_the_tables(

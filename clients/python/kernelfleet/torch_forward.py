@@ -32,8 +32,9 @@ Telemetry. A forward run as the model's own calls no wrapper, yet the fleet need
 per shape it ranks and tunes by (and, without them, a model whose every forward runs as its own looks silent).
 So each signature's first forward notes the (layer, S) calls it makes, and every forward run as the model's own
 adds those calls to the layers' dispatchers' usage as misses (no table ran them: the fleet's measured saving counts
-none for them, service.workers.fleet.savings), each at the layer's latest measured PyTorch time at S: counted
-calls, not samples (the holdout takes none from them).
+none for them, service.workers.fleet.savings), each at the layer's latest measured PyTorch time at S (scaled down
+where they add up to more than the forward took: a first call at a shape runs cold): counted calls, not samples
+(the holdout takes none from them).
 """
 
 from __future__ import annotations
@@ -261,8 +262,12 @@ class ForwardScope:
                     record.layer_calls = tuple(learned)
                 if self._mode == EAGER:
                     record.own_forwards += 1
-                    for d, S, calls, layer_s in record.own_calls():
-                        d.record_elsewhere(S, calls, layer_s)  # the fleet sees the calls the host ran
+                    own = record.own_calls()
+                    # a layer's latest PyTorch time may be its first, cold call: the forward's layers cannot have
+                    # taken longer than the forward itself
+                    scale = min(1.0, seconds / max(1e-12, sum(layer_s for _, _, _, layer_s in own)))
+                    for d, S, calls, layer_s in own:
+                        d.record_elsewhere(S, calls, layer_s * scale)  # the fleet sees the calls the host ran
                 elif (
                     not self.runs_ukernels
                     and not record.runs_ukernels

@@ -139,6 +139,19 @@ def test_a_table_the_service_no_longer_serves_is_dropped_from_the_cache_not_serv
     assert load_dispatcher(me, WL, TARGET, tmp_path).table is None  # down: nothing of this service's cached
 
 
+def test_a_service_signing_with_another_key_is_refused_with_the_pinned_key_to_delete(tmp_path: Path) -> None:
+    """A service redeployed at the same URL with a new key cannot be told from an impostor: refused, and the error
+    names the pinned key whose deletion trusts the new one."""
+    assert _s_max(load_dispatcher(Source(URL, Service(Signer(), 8)), WL, TARGET, tmp_path)) == 8
+    redeployed = Source(URL, Service(Signer(), 16))
+    with pytest.raises(UntrustedArtifact) as refused:
+        load_dispatcher(redeployed, WL, TARGET, tmp_path)
+    pinned = DispatchCache(tmp_path).pinned_key_path(URL)
+    assert str(pinned) in str(refused.value) and pinned.exists()
+    pinned.unlink()  # the user's decision: trust the new key
+    assert _s_max(load_dispatcher(redeployed, WL, TARGET, tmp_path)) == 16
+
+
 def test_an_unkeyed_entry_is_read_only_when_it_verifies_and_an_altered_own_entry_raises(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

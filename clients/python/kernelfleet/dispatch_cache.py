@@ -190,6 +190,9 @@ class DispatchCache:
     def pin_key(self, base_url: str, key: str) -> None:
         _write_atomic(self._key_path(base_url), key.encode())
 
+    def pinned_key_path(self, base_url: str) -> Path:
+        return self._key_path(base_url)
+
 
 def resolve_trusted_key(client: DispatchSource, cache: DispatchCache, explicit: str | None) -> str:
     """The explicit key, else the key pinned for this service, else the service's key (then pinned)."""
@@ -224,7 +227,18 @@ def _fetch(
     fetched = client.dispatch_raw(workload, target, etag=cached.etag if cached else None)
     current = cached if fetched is None else CachedDoc(fetched[1], fetched[0], fetched[2])
     assert current is not None, "a 304 answers only a request that sent an ETag"
-    doc = verified_doc(current, workload, target, resolve_trusted_key(client, cache, trusted_key))
+    try:
+        doc = verified_doc(current, workload, target, resolve_trusted_key(client, cache, trusted_key))
+    except UntrustedArtifact as exc:
+        if trusted_key or fetched is None:
+            raise
+        # the key pinned when this host first fetched from the service: a service redeployed with a new key at the
+        # same URL looks like this too, and only the user can tell the two apart
+        path = cache.pinned_key_path(client.base_url)
+        raise UntrustedArtifact(
+            f"{exc}: the key pinned for {client.base_url} ({path}) when this host first fetched from it; if the "
+            f"service was redeployed with a new signing key on purpose, delete {path} to trust its new key"
+        ) from exc
     for u in doc.ukernels:
         path = cache.artifact_path(u.sha256)
         if path.exists():

@@ -24,9 +24,9 @@ day d+1 then rolls back tables its telemetry shows slower, ranks, budgets and su
 worker (the Supervisor), and the next day's traffic uses what they published.
 
 Tuning cost = the worker's wall seconds for the fleet's jobs (finished − started, from the store) plus the daily
-runs' own wall time. Each day's
-saving is also split by what served each shape (uKernels, PyTorch, no table), from the same samples. `--runs N`
-repeats the whole simulation on fresh stores with other traffic seeds and prints the spread.
+runs' own wall time. Each day's saving is also split by what served each shape (uKernels, PyTorch, no table), from
+the same samples. `--runs N` repeats the whole simulation on fresh stores with other traffic seeds and prints the
+spread.
 """
 
 from __future__ import annotations
@@ -196,7 +196,6 @@ class ModelHost:
 
         from kernelfleet.torch import AcceleratedLinear, accelerate
 
-        self.model = model
         self.torch = torch
         said = logging.getLogger("kernelfleet.torch")
         level = said.level
@@ -264,9 +263,9 @@ class ModelHost:
 
 @dataclass
 class DayStats:
-    """What the sample ran: per (model, workload, M) the calls the requests' forwards made through the served
-    layers (forwards that ran as the model's own make none); the served layers' calls in all (own forwards
-    included, occurrences per forward pass counted); per model the requests and how many ran as its own forward."""
+    """What the sample ran: per (model, workload, M) the calls the requests' forwards reported on the served
+    workloads' dispatchers (those of forwards run as the model's own as misses); the served layers' calls in all
+    (occurrences per forward pass counted); per model the requests and how many ran as its own forward."""
 
     volume: dict[tuple[str, str, int], int] = field(default_factory=dict)
     layer_calls: int = 0
@@ -335,8 +334,8 @@ def day_records(
     """The day's telemetry as the SDK builds it (kernelfleet.telemetry.usage_records), with what served each
     record's shape (ModelHost.route): each record's calls and kernel seconds scaled to the production volume its
     requests' calls stand for; the holdout sums stay the sample's (they are timings, not volume). A shape whose
-    calls all came from the extra forwards (the requests' forwards ran as the model's own there) had no production
-    volume on the tables: its record is dropped."""
+    calls all came from the extra forwards (no request called it) had no production volume: its record is
+    dropped."""
     records = []
     for model, host in hosts.items():
         for wh, d in host.dispatchers.items():

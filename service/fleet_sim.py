@@ -42,9 +42,10 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from rich.console import Console
@@ -354,17 +355,40 @@ def day_records(
 def saving_by_route(records: list[tuple[dict[str, Any], str]], day: dt.date) -> dict[str, float]:
     """The day's saving (s/day) split by what served each (workload, M): the service's own measurement
     (service.workers.fleet.savings.measure) of the day's telemetry records, run once per route on the records of
-    the shapes that route served. The service does not know routes; this says where its saving came from."""
-    groups: dict[str, tuple[list[Usage], list[HoldoutSums]]] = {}
+    the shapes that route served. The service does not know routes; this says where its saving came from. Hosts
+    of different models report the same (workload, M) when they share a layer: their records are summed, as the
+    store sums a day's telemetry, so that each shape's volume is the fleet's."""
+    usage: dict[tuple[str, str, str, str], Usage] = {}
+    sums: dict[tuple[str, str, str, str, str], HoldoutSums] = {}
     for r, route in records:
         held = r.get("holdout")
         if held is None:
             continue
         wh, fp, key = r["workload_hash"], r["target_fingerprint"], shape_key(r["shape"])
-        usage, sums = groups.setdefault(route, ([], []))
-        usage.append(Usage(wh, fp, key, r["calls"], r["kernel_seconds"], r["fallbacks"]))
-        sums.append(HoldoutSums(wh, fp, "", key, held["baseline"], **{n: held[n] for n in HOLDOUT_SUMS}))
-    return {route: measure(u, h, day, day, 1).saved_s_per_day for route, (u, h) in sorted(groups.items())}
+        use = Usage(wh, fp, key, r["calls"], r["kernel_seconds"], r["fallbacks"])
+        usage[(route, wh, fp, key)] = _added(
+            usage.get((route, wh, fp, key)), use, ("calls", "kernel_seconds", "fallbacks")
+        )
+        held_sums = HoldoutSums(wh, fp, "", key, held["baseline"], **{n: held[n] for n in HOLDOUT_SUMS})
+        at = (route, wh, fp, key, held["baseline"])
+        sums[at] = _added(sums.get(at), held_sums, HOLDOUT_SUMS)
+    routes = sorted({route for route, *_ in usage})
+    return {
+        route: measure(
+            [u for k, u in usage.items() if k[0] == route], [h for k, h in sums.items() if k[0] == route], day, day, 1
+        ).saved_s_per_day
+        for route in routes
+    }
+
+
+_Summed = TypeVar("_Summed", Usage, HoldoutSums)
+
+
+def _added(total: _Summed | None, more: _Summed, fields: Iterable[str]) -> _Summed:
+    """`more` with `total`'s `fields` added (`more` alone when there is no total yet)."""
+    if total is None:
+        return more
+    return replace(more, **{f: getattr(total, f) + getattr(more, f) for f in fields})
 
 
 # -- the loop -----------------------------------------------------------------------------------------------------

@@ -77,3 +77,39 @@ def test_quick_simulation_serves_real_layers_adds_gpt2_on_day_2_and_measures_sav
     assert ci == pytest.approx(math.hypot(day1.ci95_s, day2.ci95_s))  # independent days: variances add
     assert cost == day1.cost_s
     assert "Fleet kernel time per day" in text and "calls/day" in text and "model's own forward" in text
+
+
+def _record(m: int, calls: int, served: tuple[float, ...], baseline: tuple[float, ...]) -> dict[str, object]:
+    """One host's telemetry record at M, as `kernelfleet.telemetry.usage_records` writes it."""
+    return {
+        "workload_hash": "w" * 64,
+        "target_fingerprint": "t" * 64,
+        "shape": {"M": m},
+        "calls": calls,
+        "kernel_seconds": calls * 1e-3,
+        "fallbacks": 0,
+        "holdout": {
+            "baseline": "torch",
+            "served_calls": len(served),
+            "served_s": sum(served),
+            "served_s2": sum(t * t for t in served),
+            "baseline_calls": len(baseline),
+            "baseline_s": sum(baseline),
+            "baseline_s2": sum(t * t for t in baseline),
+        },
+    }
+
+
+def test_saving_by_route_sums_the_hosts_that_share_a_layer() -> None:
+    """BERT's and GPT-2's hosts both report a layer they share: the split counts the shape's whole volume (it used to
+    keep one host's record, and the routes' savings added up to less than the day's)."""
+    import datetime as dt
+
+    day = dt.date(2026, 11, 27)
+    bert = _record(8, 600, (1e-3, 1.1e-3, 0.9e-3), (2e-3, 2.2e-3, 1.8e-3))
+    gpt2 = _record(8, 400, (1e-3, 1.2e-3, 0.8e-3), (2e-3, 2.1e-3, 1.9e-3))
+    both = fleet_sim.saving_by_route([(bert, "uKernels"), (gpt2, "uKernels")], day)["uKernels"]
+    served = 1000 - 6  # the shape's calls less the held-out ones
+    assert both == pytest.approx(served * 1e-3, rel=1e-6)  # the means differ by 1 ms
+    split = fleet_sim.saving_by_route([(bert, "uKernels"), (gpt2, "torch")], day)
+    assert split["uKernels"] + split["torch"] == pytest.approx(both, rel=0.01)

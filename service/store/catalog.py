@@ -6,13 +6,13 @@ import datetime as dt
 import json
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.models import Target, TargetSpec, Workload, WorkloadSpec
 from service.models.target import HOST_ALIAS
 from service.store.db import dialect_insert
-from service.store.tables import TargetRow, WorkerRow, WorkloadRow, utcnow
+from service.store.tables import ModelOpRow, ModelRow, TargetRow, WorkerRow, WorkloadRow, utcnow
 
 
 def put_workload(session: Session, spec: WorkloadSpec) -> Workload:
@@ -36,9 +36,30 @@ def get_workload(session: Session, workload_hash: str) -> Workload | None:
 
 
 def workload_label(session: Session, workload_hash: str) -> str:
-    """The workload as people read it ('dense M=? N=3072 K=768 +bias +gelu'); "" when it is not registered here."""
+    """The workload as people read it, with the onboarded models that run it and how often a forward calls it:
+    'dense M=? N=3072 K=768 +bias +gelu (bert-base 12×, gpt2 12×)'; "" when it is not registered here. Two layers
+    of one shape are one workload (one table serves both): the models say which layers a line stands for."""
     workload = get_workload(session, workload_hash)
-    return workload.label() if workload is not None else ""
+    if workload is None:
+        return ""
+    uses = model_uses(session, workload_hash)
+    models = ", ".join(f"{name} {calls}×" for name, calls in uses.items())
+    return f"{workload.label()} ({models})" if models else workload.label()
+
+
+def model_uses(session: Session, workload_hash: str) -> dict[str, int]:
+    """Model name → the workload's calls per forward of that model (its ops' occurrences added; a model onboarded
+    more than once counts once, at its largest), by name."""
+    per_model = select(ModelRow.name, ModelRow.id, func.sum(ModelOpRow.occurrences)).join(
+        ModelOpRow, ModelOpRow.model_id == ModelRow.id
+    )
+    rows = session.execute(
+        per_model.where(ModelOpRow.workload_hash == workload_hash).group_by(ModelRow.name, ModelRow.id)
+    )
+    uses: dict[str, int] = {}
+    for name, _, calls in rows:
+        uses[name] = max(uses.get(name, 0), int(calls or 0))
+    return dict(sorted(uses.items()))
 
 
 def list_workloads(session: Session, limit: int = 100, offset: int = 0) -> list[Workload]:

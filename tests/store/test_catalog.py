@@ -52,3 +52,27 @@ def test_two_requests_registering_the_same_spec_at_once_both_succeed(
     assert not racer.is_alive() and errors == []
     with Session(engine) as session:
         assert session.scalar(select(func.count()).select_from(table)) == 1
+
+
+def _op(workload_hash: str, name: str, occurrences: int) -> dict[str, Any]:
+    return {"name": name, "workload_hash": workload_hash, "job_id": None, "occurrences": occurrences,
+            "distribution": {}, "dims": {}, "sources": [], "priority": 1.0}  # fmt: skip
+
+
+def test_a_workload_label_names_the_models_that_run_it(use_store: str) -> None:
+    """Reports name layers by model, op, dims and epilogue (issue 35 item 6): calls per forward added over a model's
+    ops, a model onboarded twice counted once; a workload no model runs keeps its plain label."""
+    from sqlalchemy.orm import Session
+
+    from service.store import models
+
+    with Session(get_engine(use_store)) as session:
+        wh = catalog.put_workload(session, WORKLOAD).workload_hash
+        other = catalog.put_workload(session, WORKLOAD.model_copy(update={"dims": {"N": 64, "K": 32}})).workload_hash
+        bert_ops = [_op(wh, "encoder.layer.*.output.dense", 12), _op(wh, "pooler.dense", 1)]
+        for name, ops in [("bert", bert_ops), ("bert", bert_ops), ("gpt2", [_op(wh, "h.*.mlp.c_proj", 12)])]:
+            models.create_model(session, name=name, kind="ukernel", target={}, budget={}, split={}, tags={},
+                                owner_key_id=None, ops=ops)  # fmt: skip
+        assert catalog.workload_label(session, wh) == "dense M=? N=32 K=32 (bert 13×, gpt2 12×)"
+        assert catalog.workload_label(session, other) == "dense M=? N=64 K=32"
+        assert catalog.workload_label(session, "0" * 64) == ""

@@ -35,8 +35,7 @@ class Labels:
 
     def workload(self, workload_hash: str) -> str:
         if workload_hash not in self._workloads:
-            w = catalog.get_workload(self.session, workload_hash)
-            self._workloads[workload_hash] = w.label() if w else workload_hash[:12]
+            self._workloads[workload_hash] = catalog.workload_label(self.session, workload_hash) or workload_hash[:12]
         return self._workloads[workload_hash]
 
     def target(self, fingerprint: str | None, spec: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -586,10 +586,12 @@ def _simulate(
             report = _wait_report(client, run_day)
             row.rollbacks = report.get("rollbacks") or []
             row.modelled = report.get("modelled") or {}
+            tuned_by = {job: f"the table tuned after {r.day}" for r in rows for job in r.jobs}
             for b in row.rollbacks:
+                now = b["now_serving"]
                 console.print(
                     f"  rolled back by the run for {run_day}: {b['label']} ({b['served_s'] / b['other_s']:.2f}× "
-                    f"the {b['against']}; now serving {b['now_serving'] or 'no table'})"
+                    f"the {b['against']}; now serving {tuned_by.get(now, f'job {now}') if now else 'no table'})"
                 )
             if i == days - 1:
                 break  # the last run's jobs would only tune for a day that is not simulated

@@ -181,6 +181,12 @@ def time_shares(layers: list[Layer], days: int) -> list[float]:
 
 
 # -- serving ------------------------------------------------------------------------------------------------------
+# why a request's forward ran as the model's own (ModelHost.__call__)
+OWN_CHECKING = "in the whole-forward check"
+OWN_CHOSEN = "the check chose it"
+OWN_NO_UKERNEL = "no uKernel at its shapes"
+
+
 class ModelHost:
     """A host serving one model as a PyTorch user runs it: the model built as `extract_dense` built it (the same
     config, layers and seeded random weights), put on the fleet's tables by `kernelfleet.torch.accelerate` with its
@@ -223,13 +229,22 @@ class ModelHost:
                 self.layers.setdefault(d.meta["workload_hash"], []).append(layer)
                 self.dispatchers[d.meta["workload_hash"]] = d
 
-    def __call__(self, batch: int, seq: int) -> bool:
-        """One forward at (batch, seq); True when it ran as the model's own (every layer on PyTorch, no wrapper)."""
+    def __call__(self, batch: int, seq: int) -> str | None:
+        """One forward at (batch, seq); when it ran as the model's own (every layer on PyTorch, no wrapper), why:
+        OWN_CHECKING (one of the whole-forward check's blocks of the model's own forward), OWN_CHOSEN (the check
+        chose the model's own forward here) or OWN_NO_UKERNEL (the tables run no uKernel at these shapes)."""
+        from kernelfleet.torch_forward import input_signature
+
         ids = self.torch.zeros((batch, seq), dtype=self.torch.long)
+        before = self.fast.forward_decisions().get(repr(input_signature((), {"input_ids": ids}))) or {}
         own = self._own_forwards()
         with self.torch.inference_mode():
             self.fast(input_ids=ids)
-        return self._own_forwards() > own
+        if self._own_forwards() == own:
+            return None
+        if before.get("no_ukernels"):
+            return OWN_NO_UKERNEL
+        return OWN_CHOSEN if before.get("decision") == "eager" else OWN_CHECKING
 
     def settled_own(self, batch: int, seq: int) -> bool:
         """Forwards at (batch, seq) run as the model's own from now on: the whole-forward check chose it, or they
@@ -272,6 +287,7 @@ class DayStats:
     layer_calls: int = 0
     requests: dict[str, int] = field(default_factory=dict)
     own_forwards: dict[str, int] = field(default_factory=dict)
+    own_why: dict[str, int] = field(default_factory=dict)  # ModelHost.__call__'s reason → requests
 
     @property
     def own_share(self) -> float:
@@ -305,8 +321,10 @@ def serve_day(layers: list[Layer], hosts: dict[str, ModelHost], requests: list[t
     for model, b, s in requests:
         stats.requests[model] = stats.requests.get(model, 0) + 1
         stats.layer_calls += sum(occ for _, _, occ in _layer_ms(layers, model, b, s))
-        if hosts[model](b, s):
+        why = hosts[model](b, s)
+        if why is not None:
             stats.own_forwards[model] = stats.own_forwards.get(model, 0) + 1
+            stats.own_why[why] = stats.own_why.get(why, 0) + 1
     for model, host in hosts.items():
         for wh, d in host.dispatchers.items():
             for m, use in d.usage().items():
@@ -405,6 +423,7 @@ class DayRow:
     modelled: dict[str, Any] = field(default_factory=dict)  # the run's modelled estimate, shown as such
     by_route: dict[str, float] = field(default_factory=dict)  # the day's saving by what served (saving_by_route)
     own_share: float = 0.0  # requests whose forward ran as the model's own (PyTorch: nothing saved, nothing measured)
+    own_why: dict[str, int] = field(default_factory=dict)  # those requests by reason (ModelHost.__call__)
 
     @property
     def served_s(self) -> float:
@@ -571,6 +590,7 @@ def _simulate(
                 scale=scale,
                 by_route=by_route,
                 own_share=stats.own_share,
+                own_why=dict(stats.own_why),
             )
             rows.append(row)
             console.print(
@@ -578,7 +598,9 @@ def _simulate(
                 f"tables; saved {row.saved_s:,.0f} ± {row.ci95_s:,.0f} s/day (served {row.served_s:,.0f} vs "
                 f"baseline {row.baseline_s:,.0f}: {row.measured['measured_share']:.0%} of the "
                 f"{row.measured['fleet_s_per_day']:,.0f} s/day reported; "
-                f"{row.own_share:.0%} of requests ran as the model's own forward, their calls misses); by route: "
+                f"{row.own_share:.0%} of requests ran as the model's own forward, their calls misses"
+                + "".join(f"; {n} {why}" for why, n in sorted(row.own_why.items()))
+                + "); by route: "
                 + ", ".join(f"{r} {v:,.0f}" for r, v in sorted(row.by_route.items()))
             )
             run_day = day + dt.timedelta(days=1)

@@ -184,6 +184,7 @@ def time_shares(layers: list[Layer], days: int) -> list[float]:
 # why a request's forward ran as the model's own (ModelHost.__call__)
 OWN_CHECKING = "in the whole-forward check"
 OWN_CHOSEN = "the check chose it"
+OWN_NEIGHBOURS = "its neighbours' checks chose it"
 OWN_NO_UKERNEL = "no uKernel at its shapes"
 
 
@@ -232,11 +233,13 @@ class ModelHost:
     def __call__(self, batch: int, seq: int) -> str | None:
         """One forward at (batch, seq); when it ran as the model's own (every layer on PyTorch, no wrapper), why:
         OWN_CHECKING (one of the whole-forward check's blocks of the model's own forward), OWN_CHOSEN (the check
-        chose the model's own forward here) or OWN_NO_UKERNEL (the tables run no uKernel at these shapes)."""
+        chose the model's own forward here), OWN_NEIGHBOURS (it took the choice of the signatures around it) or
+        OWN_NO_UKERNEL (the tables run no uKernel at these shapes)."""
         from kernelfleet.torch_forward import input_signature
 
         ids = self.torch.zeros((batch, seq), dtype=self.torch.long)
-        before = self.fast.forward_decisions().get(repr(input_signature((), {"input_ids": ids}))) or {}
+        signature = repr(input_signature((), {"input_ids": ids}))
+        before = self.fast.forward_decisions().get(signature) or {}
         own = self._own_forwards()
         with self.torch.inference_mode():
             self.fast(input_ids=ids)
@@ -244,7 +247,10 @@ class ModelHost:
             return None
         if before.get("no_ukernels"):
             return OWN_NO_UKERNEL
-        return OWN_CHOSEN if before.get("decision") == "eager" else OWN_CHECKING
+        if before.get("decision") == "eager":
+            return OWN_CHOSEN
+        after = self.fast.forward_decisions().get(signature) or {}
+        return OWN_NEIGHBOURS if after.get("between") else OWN_CHECKING
 
     def settled_own(self, batch: int, seq: int) -> bool:
         """Forwards at (batch, seq) run as the model's own from now on: the whole-forward check chose it, or they

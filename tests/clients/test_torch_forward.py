@@ -26,6 +26,8 @@ from kernelfleet.torch_forward import (
     MODEL_SWITCH_S,
     ForwardScope,
     SignatureRecord,
+    input_signature,
+    neighbour_decision,
 )
 from kernelfleet.torch_fusion import dense_layer
 
@@ -146,6 +148,7 @@ def test_a_forward_all_on_pytorch_is_not_timed(two_threads: None) -> None:
         "eager_s": None,
         "no_ukernels": True,  # known now; a scope without the twin (own_if_no_ukernels) still runs the wrappers
         "own_forwards": 0,
+        "between": None,
     }
 
 
@@ -217,3 +220,48 @@ def test_a_forward_running_a_layers_in_model_check_postpones_the_whole_forward_c
     assert record.eager_s and record.accelerated_s
     record.record(ACCELERATED, 0.030, check=True, trials=True)  # a layer at a new route of its own: start over
     assert record.eager_s == [] and record.accelerated_s == [] and record.decision is None
+
+
+def _signature(rows: int, cols: int = 6) -> tuple[Any, ...]:
+    return input_signature((torch.empty(rows, cols),), {})
+
+
+def _ratio(ratio: float) -> SignatureRecord:
+    """A record its own check decided, the tables' forward at `ratio` × the model's own (below 1: faster)."""
+    return _decide(lambda mode, i: 0.030 * ratio if mode == ACCELERATED else 0.030)
+
+
+def test_a_signature_between_two_clear_decisions_alike_takes_theirs() -> None:
+    """Between 4 and 6 rows, both checks won by 1.5x: 5 rows is not checked again. Disagreeing neighbours, a narrow
+    win, a gap wider than NEIGHBOUR_SPAN, an unclear nearer neighbour, or a second size that differs: checked."""
+    fast, slow, narrow = _ratio(1 / 1.5), _ratio(1.5), _ratio(1 / 1.04)
+    assert fast.decision == ACCELERATED and slow.decision == EAGER and narrow.decision == ACCELERATED
+    decided = {_signature(4): fast, _signature(6): _ratio(1 / 1.5)}
+    assert neighbour_decision(_signature(5), decided) == (ACCELERATED, _signature(4), _signature(6))
+    assert neighbour_decision(_signature(5), {_signature(4): slow, _signature(6): _ratio(1.5)})[0] == EAGER  # type: ignore[index]
+    assert neighbour_decision(_signature(7), decided) is None  # outside the pair
+    assert neighbour_decision(_signature(5, 7), decided) is None  # another size differs too
+    assert neighbour_decision(_signature(5), {_signature(4): fast, _signature(6): slow}) is None
+    assert neighbour_decision(_signature(5), {_signature(4): fast, _signature(6): narrow}) is None
+    assert neighbour_decision(_signature(5), {_signature(2): fast, _signature(6): fast}) is None  # 3x apart
+    nearer_unclear = {_signature(3): fast, _signature(4): narrow, _signature(6): fast}
+    assert neighbour_decision(_signature(5), nearer_unclear) is None
+    taken = SignatureRecord(decision=ACCELERATED, between=(_signature(4), _signature(6)))
+    assert neighbour_decision(_signature(7), {_signature(6): fast, _signature(8): taken}) is None  # not an anchor
+
+
+def test_a_forward_between_decided_signatures_skips_its_check(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the scope: 3 and 5 rows checked (the tables 4 ms slower: the model's own forward), then 4 rows takes
+    that choice when its check is due, right after the layers' own checks, with no forward of the check's blocks."""
+    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
+    scope = ForwardScope()
+    model, _ = _model(vendor.NUMPY, scope)
+    with torch.inference_mode():
+        for rows in (3, 5):
+            _until_decided(model, torch.randn(rows, 6), scope)
+        ran = _until_decided(model, torch.randn(4, 6), scope)
+    record = scope.decisions()[repr(_signature(4))]
+    assert record["decision"] == EAGER and record["between"] == [repr(_signature(3)), repr(_signature(5))]
+    assert ran == MODEL_SETTLE + 1 and record["own_forwards"] == 1 and record["eager_s"] is None

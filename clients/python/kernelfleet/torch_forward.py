@@ -20,6 +20,14 @@ check early: once each side has one block kept, every tables forward slower than
 MODEL_EARLY_MARGIN decides for the model's own forward (the check's tables blocks are what it costs the caller).
 `decisions()` says which and why.
 
+Signatures between decided ones. A server whose sequence lengths vary sees hundreds of signatures, and each check
+costs about 2 × MODEL_CALLS forwards half of which run the model's own forward. A signature whose check is due
+takes its neighbours' decision without one when it lies between two signatures that differ from it in a single
+size (the same tensors, every other dimension equal), at most NEIGHBOUR_SPAN times apart, whose checks both chose
+the same side by at least NEIGHBOUR_MARGIN (medians): a forward whose sizes lie between two clear decisions of the
+same kind is not measured again. Anything less clear (the sides disagree, a narrow win, a wide gap, a signature
+outside every pair) is checked on its own, as before; `decisions()` names the pair a choice was taken from.
+
 The model's own forward. Where `accelerate` built the twin of the original module tree (kernelfleet.torch_twin),
 "the model's own" is that twin: the check's EAGER blocks, a signature it decided EAGER, and (`own_if_no_ukernels`)
 a signature whose first forward ran no uKernel at all — every layer routed to PyTorch by its table or its in-model
@@ -63,6 +71,8 @@ MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
 # early exit: once each side has a block's kept forwards, tables whose every forward is this much slower than every
 # eager one are dropped then (at 2 threads they often run 1.3x behind: the rest of the check only cost the caller)
 MODEL_EARLY_MARGIN = 0.15
+NEIGHBOUR_SPAN = 2.0  # the two decided signatures' differing sizes are at most this many times apart
+NEIGHBOUR_MARGIN = 0.2  # ... and each chose its side by this much (median ratio), five times the keeping margin
 MAX_SIGNATURES = 256  # signatures remembered; a forward at another one runs on the tables unchecked
 ACCELERATED, EAGER = "accelerated", "eager"
 _now = time.perf_counter
@@ -95,6 +105,37 @@ class SignatureRecord:
     block_kept: int = 0  # forwards the current block has kept
     layer_calls: tuple[tuple[Any, int], ...] | None = None  # (AcceleratedLinear, S) its first forward called
     own_usage: list[tuple[Any, int, tuple[Any, ...]]] | None = None  # (dispatcher, S, its layers' calls): own_calls
+    between: tuple[Signature, Signature] | None = None  # the decided signatures its decision was taken from
+
+    @property
+    def checked(self) -> bool:
+        """Decided by its own check's timings (not taken from neighbours, not for running no table)."""
+        return self.decision is not None and self.between is None and bool(self.accelerated_s and self.eager_s)
+
+    @property
+    def clear_decision(self) -> str | None:
+        """The check's own choice where it won by NEIGHBOUR_MARGIN (medians of both sides), else None."""
+        if not self.checked:
+            return None
+        ours, theirs = statistics.median(self.accelerated_s), statistics.median(self.eager_s)
+        if self.decision == ACCELERATED and ours * (1 + NEIGHBOUR_MARGIN) <= theirs:
+            return ACCELERATED
+        if self.decision == EAGER and theirs * (1 + NEIGHBOUR_MARGIN) <= ours:
+            return EAGER
+        return None
+
+    def check_due(self, check: bool) -> bool:
+        """The whole-forward check would run its first block at the next forward."""
+        return (
+            check
+            and self.decision is None
+            and self.runs_ukernels
+            and not self.no_ukernels
+            and self.forwards >= self.start
+            and not self.accelerated_s
+            and not self.eager_s
+            and self.block_s == 0.0
+        )
 
     def own_calls(self) -> list[tuple[Any, int, int, float]]:
         """The dispatchers' usage one forward run as the model's own adds: its layers' calls (as the first forward
@@ -171,7 +212,47 @@ class SignatureRecord:
             "eager_s": median(self.eager_s) if self.eager_s else None,
             "no_ukernels": self.no_ukernels,
             "own_forwards": self.own_forwards,
+            "between": [repr(sig) for sig in self.between] if self.between else None,
         }
+
+
+def _layout_and_sizes(signature: Signature) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """What two neighbouring signatures share (each argument's rank or type, the keywords' names and ranks) and
+    every size of the signature in order."""
+    args, kwargs = signature
+    entries = [*args, *(shape for _, shape in kwargs)]
+    layout = (tuple(len(e) if isinstance(e, tuple) else e for e in entries), tuple(name for name, _ in kwargs))
+    return layout, tuple(size for e in entries if isinstance(e, tuple) for size in e)
+
+
+def neighbour_decision(
+    signature: Signature, decided: dict[Signature, SignatureRecord]
+) -> tuple[str, Signature, Signature] | None:
+    """The side two decided signatures around `signature` both chose clearly, and which two (see the module's
+    docstring), or None."""
+    layout, sizes = _layout_and_sizes(signature)
+    # differing position → the nearest smaller (larger) signature its own check decided, and its clear choice
+    below: dict[int, tuple[int, Signature, str | None]] = {}
+    above: dict[int, tuple[int, Signature, str | None]] = {}
+    for other, record in decided.items():
+        if not record.checked:
+            continue
+        other_layout, other_sizes = _layout_and_sizes(other)
+        if other_layout != layout:
+            continue
+        differ = [i for i, (a, b) in enumerate(zip(sizes, other_sizes, strict=True)) if a != b]
+        if len(differ) != 1:
+            continue
+        i = differ[0]
+        size = other_sizes[i]
+        side = below if size < sizes[i] else above
+        if i not in side or abs(size - sizes[i]) < abs(side[i][0] - sizes[i]):
+            side[i] = (size, other, record.clear_decision)
+    for i in sorted(set(below) & set(above)):
+        (lo, lo_sig, lo_choice), (hi, hi_sig, hi_choice) = below[i], above[i]
+        if lo_choice is not None and lo_choice == hi_choice and lo > 0 and hi <= NEIGHBOUR_SPAN * lo:
+            return lo_choice, lo_sig, hi_sig
+    return None
 
 
 class ForwardScope:
@@ -222,6 +303,11 @@ class ForwardScope:
                 record = self._records[signature] = SignatureRecord()
             self._current = record
             self.call_fallback = self.trial_call = self.ran_table = False
+            if record is not None and record.check_due(self.check):
+                taken = neighbour_decision(signature, self._records)
+                if taken is not None:
+                    record.decision, *pair = taken
+                    record.between = (pair[0], pair[1])
             own = self.own_if_no_ukernels
             self._mode = record.next_mode(self.check, own) if record is not None else ACCELERATED
             self.bypass = self._mode == EAGER

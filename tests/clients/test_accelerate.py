@@ -31,9 +31,10 @@ from kernelfleet.dispatch import DispatchTable, Interval, Shape
 from kernelfleet.dispatch_cache import CachedDoc, DispatchCache
 from kernelfleet.dispatcher import Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
+from kernelfleet.in_model_check import IN_MODEL_CALLS
 from kernelfleet.models import DispatchDoc, UKernelRef
 from kernelfleet.signing import document_message
-from kernelfleet.torch import IN_MODEL_CALLS, AcceleratedLinear, accelerate, dense_workload, workload_hash
+from kernelfleet.torch import AcceleratedLinear, accelerate, dense_workload, workload_hash
 from service.models import WorkloadSpec
 from service.tuning.hardware import host_target
 from service.tuning.platforms import tvm_target
@@ -485,6 +486,25 @@ def test_each_ukernel_s_is_timed_against_pytorch_in_the_model_and_the_faster_kep
         unchecked(x)
         unchecked(x)
     assert unchecked.stats()["0"]["in_model"] == {}
+
+
+def test_layers_of_one_table_settle_each_s_together(fleet: Fleet) -> None:
+    """Four H×H layers share the table's dispatcher and its in-model check: S = 4 settles within three forwards
+    (each layer's first call, then two samples a side per forward), where one layer alone takes
+    1 + 2 × IN_MODEL_CALLS calls; each layer runs the verdict from its next call on."""
+    model = nn.Sequential(*(nn.Linear(H, H) for _ in range(4))).eval()
+    fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
+    fast._scope.check = False  # the layers' checks alone
+    x = torch.randn(4, H)
+    layers = list(fast.layers.values())
+    assert len(layers) == 4 and len({id(layer.in_model) for layer in layers}) == 1
+    with torch.inference_mode():
+        for _ in range(1 + 2 * IN_MODEL_CALLS // 4):
+            torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+        assert layers[0].in_model.verdicts[4].ukernels_s is not None
+        fast(x)
+    verdicts = [fast.stats()[name]["in_model"].get(4) for name in fast.layers]
+    assert all(v is not None and v["runs"] == verdicts[0]["runs"] for v in verdicts)  # type: ignore[index]
 
 
 def _client(service: FakeService, cache: Path, url: str = "http://fleet.test", **kwargs: Any) -> Client:

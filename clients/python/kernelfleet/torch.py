@@ -52,7 +52,6 @@ import hashlib
 import json
 import logging
 import os
-import statistics
 import sys
 import threading
 import time
@@ -66,13 +65,14 @@ import numpy as np
 import torch  # absolute: the real torch, never this module
 from torch import nn
 
-from kernelfleet import torch_twin, vendor  # torch_twin.BUILD_TWIN: read per call (bench/own_forward.py)
+from kernelfleet import in_model_check, torch_twin, vendor  # torch_twin.BUILD_TWIN: read per call
 from kernelfleet.accelerate_summary import AccelerationSummary, LayerSummary, expected_speedup
 from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_cache_dir, load_dispatcher, service_id
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
 from kernelfleet.epilogue import NO_EPILOGUE, Epilogue
 from kernelfleet.errors import KernelFleetError, ServiceUnavailable
 from kernelfleet.holdout import Holdout
+from kernelfleet.in_model_check import InModelCheck, Verdict
 from kernelfleet.torch_forward import ForwardScope
 from kernelfleet.torch_fusion import (
     DenseLayer,
@@ -93,9 +93,6 @@ log = logging.getLogger(__name__)
 _F32 = torch.float32
 _TABLE, _PYTORCH = "table", "pytorch"  # where a layer's calls for one S go (AcceleratedLinear._routes)
 _TRIAL = "trial"  # S whose uKernels are checked against PyTorch inside the model before one is kept
-# the in-model check: calls per side (alternating) and how much faster the uKernels must be to keep them
-IN_MODEL_CALLS = 4
-IN_MODEL_MARGIN = 0.03
 _now = time.perf_counter
 FALLBACK_REASONS = ("dtype", "device", "autograd", "range", "no_table", "empty")
 _CALL_REASONS = frozenset(("dtype", "device", "autograd"))  # fallbacks for the call itself, not for its shapes
@@ -140,8 +137,9 @@ class LayerStats:
     reasons: Counter[str] = field(default_factory=Counter)
     shapes: Counter[int] = field(default_factory=Counter)  # S → calls the dispatcher ran
     fallback_shapes: Counter[int] = field(default_factory=Counter)  # S → calls PyTorch ran
-    # S → the in-model check: median seconds of the uKernels and of PyTorch, and which the layer kept
-    in_model: dict[int, tuple[float, float, str]] = field(default_factory=dict)
+    # S → the in-model check (kernelfleet.in_model_check): median seconds of the uKernels and of PyTorch (None where
+    # taken from the S around it), and which the layer kept
+    in_model: dict[int, tuple[float | None, float | None, str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -215,7 +213,8 @@ class AcceleratedLinear(nn.Module):
         # accelerate(vendor_routes="pytorch"): the S the table gives to numpy run on PyTorch too
         self.numpy_routes_on_pytorch = False
         self.check_in_model = False  # accelerate(check_in_model=True): uKernel S checked against PyTorch in place
-        self._trials: dict[int, tuple[list[float], list[float]]] = {}  # S → (uKernel, PyTorch) seconds so far
+        # the in-model check of its S; accelerate gives every layer that runs the same dispatcher the same one
+        self.in_model = InModelCheck(table)
         # S → seconds of this layer's latest PyTorch call at S (a fallback, a PyTorch route, an in-model check's or
         # the holdout's baseline): what a call of the model's own forward at S is counted at (own_call)
         self._torch_s: dict[int, float] = {}
@@ -439,33 +438,43 @@ class AcceleratedLinear(nn.Module):
 
     def _in_model_check(self, x: torch.Tensor, S: int) -> torch.Tensor:
         """The table runs S on uKernels, timed against the job's libraries in isolation; inside a model the other
-        libraries' thread pools (and PyTorch's between layers) change that. After the first call at S (checks,
-        packing: not a sample), the next 2·IN_MODEL_CALLS calls alternate between the uKernels and the layer's
-        PyTorch computation, each timed where it really runs; then S stays on the uKernels only if their median
-        is IN_MODEL_MARGIN faster, else it goes to PyTorch. The medians and the choice are in `stats.in_model`."""
+        libraries' thread pools (and PyTorch's between layers) change that, so S is checked where it runs, once for
+        every layer of this table (kernelfleet.in_model_check): while unsettled, this call is one sample, on the
+        side the check asks for; once settled (by these samples, the other layers', or the S around it), the
+        call runs the kept route. The medians and the choice are in `stats.in_model`."""
         w, bias = self._parameters["weight"], self._parameters["bias"]
         assert w is not None
         if x.dtype is not _F32 or not x.is_cpu or _tracks_grad(x, w, bias):
             return self._checked(x, S)  # a call the table would not run (its fallback), not a sample
-        table_s, torch_s = self._trials.setdefault(S, ([], []))
-        if self.forward_scope is not None:
-            self.forward_scope.trial_call = True  # this forward is no sample of what the tables will run
-        if len(table_s) <= len(torch_s):
+        check = self.in_model
+        verdict = check.verdict(S)
+        if verdict is None:
+            if self.forward_scope is not None:
+                self.forward_scope.trial_call = True  # this forward is no sample of what the tables will run
+            side = check.next_side(S)
             start = _now()
-            y = self._checked(x, S)
-            table_s.append(_now() - start)
-        else:
-            start = _now()
-            y = self._layer_in_torch(x)
-            torch_s.append(_now() - start)
-            self._routed(S, torch_s[-1])
-        if len(torch_s) >= IN_MODEL_CALLS:
-            ours, theirs = statistics.median(table_s), statistics.median(torch_s)
-            route = _TABLE if ours * (1 + IN_MODEL_MARGIN) < theirs else _PYTORCH
-            self._routes[S] = route
-            self.stats.in_model[S] = (ours, theirs, route)
-            del self._trials[S]
+            if side == in_model_check.TABLE:
+                y = self._checked(x, S)
+                seconds = _now() - start
+            else:
+                y = self._layer_in_torch(x)
+                seconds = _now() - start
+                self._routed(S, seconds)
+            verdict = check.add(S, side, seconds)
+            if verdict is not None:
+                self._keep(S, verdict)
+            return y
+        self._keep(S, verdict)
+        if verdict.route == in_model_check.TABLE:
+            return self._checked(x, S)
+        start = _now()
+        y = self._layer_in_torch(x)
+        self._routed(S, _now() - start)
         return y
+
+    def _keep(self, S: int, verdict: Verdict) -> None:
+        self._routes[S] = _TABLE if verdict.route == in_model_check.TABLE else _PYTORCH
+        self.stats.in_model[S] = (verdict.ukernels_s, verdict.pytorch_s, self._routes[S])
 
     def route(self, S: int) -> str | None:
         """Where this layer's calls at S go now: "table" (the dispatcher), "pytorch", "trial" (the in-model check
@@ -891,6 +900,7 @@ def accelerate(
     layers: dict[str, AcceleratedLinear] = {}
     summaries: list[LayerSummary] = []
     rewrites: dict[str, list[tuple[GatedPair, nn.Module]]] = {}  # parent → its gated pairs' units
+    checks: dict[int, InModelCheck] = {}  # id(dispatcher) → the in-model check its layers share
     for site in sites:
         chosen: tuple[str, Dispatcher | CudaDispatcher | None] | None = None
         tried: list[tuple[str, str]] = []  # (workload, why its table does not run this layer)
@@ -934,6 +944,8 @@ def accelerate(
         )
         wrapper.numpy_routes_on_pytorch = vendor_routes == "pytorch"
         wrapper.check_in_model = check_in_model
+        if isinstance(d, Dispatcher):  # one in-model check per table, pooled over the layers that run it
+            wrapper.in_model = checks.setdefault(id(d), wrapper.in_model)
         wrapper.prepare()
         if pair is not None:
             halves = (root.get_submodule(pair.gate), root.get_submodule(pair.up))

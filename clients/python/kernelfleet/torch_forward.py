@@ -17,8 +17,10 @@ narrowed) alternate in blocks of MODEL_BLOCK forwards, the first of each block n
 switch), until each side has MODEL_CALLS; the tables keep that signature only if their median is
 MODEL_MARGIN faster, else its forwards run as the model's own from then on. Tables that are clearly slower stop the
 check early: once each side has one block kept, every tables forward slower than every eager one by
-MODEL_EARLY_MARGIN decides for the model's own forward (the check's tables blocks are what it costs the caller).
-`decisions()` says which and why.
+MODEL_EARLY_MARGIN decides for the model's own forward (the check's tables blocks are what it costs the caller);
+tables clearly faster stop it too, on a little more evidence: once each side has EARLY_KEEP_BLOCKS blocks kept, every
+tables forward faster than every eager one by MODEL_EARLY_MARGIN keeps the tables (the check's eager blocks are
+what it costs the caller there). `decisions()` says which and why.
 
 Signatures between decided ones. A server whose sequence lengths vary sees hundreds of signatures, and each check
 costs about 2 × MODEL_CALLS forwards half of which run the model's own forward. A signature whose check is due
@@ -56,9 +58,11 @@ from typing import Any
 import torch
 from torch import nn
 
-MODEL_SETTLE = 10  # forwards at a signature before its timing starts: the layers' in-model checks take 2 × 4 calls
-# (and later, while a forward still runs a layer's in-model check: a layer of a module called once in a while, e.g.
-# one of several branches, settles in as many of its own calls; timing half-PyTorch trial forwards chose eager)
+MODEL_SETTLE = 10  # forwards at a signature before its timing starts (later while a forward still runs an in-model
+# check call: `record(trials=True)` postpones it; timing half-PyTorch trial forwards chose eager). The layers' checks
+# settle in one or two forwards now that a table's layers pool their samples (kernelfleet.in_model_check), so these
+# forwards run on the tables; 3 started the check sooner and, on a stream of varying lengths (bench/shape_stream.py),
+# ran more forwards as the model's own at shapes seen a few times only (218 of 600 against 122 with 10)
 MODEL_BLOCK = 3  # the check runs each side in blocks of this many forwards and keeps all but each block's first
 # ... and none of a block's forwards until the block has run this long. After an eager forward at 2 threads, a
 # one-layer model's tables forward (190 µs steady) ran 340-4,000 µs for the next 5-50 ms on the AMD EPYC VM (ad hoc
@@ -71,6 +75,8 @@ MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
 # early exit: once each side has a block's kept forwards, tables whose every forward is this much slower than every
 # eager one are dropped then (at 2 threads they often run 1.3x behind: the rest of the check only cost the caller)
 MODEL_EARLY_MARGIN = 0.15
+# ... and tables whose every forward is that much faster than every eager one, over two blocks a side, are kept then
+EARLY_KEEP_BLOCKS = 2
 NEIGHBOUR_SPAN = 2.0  # the two decided signatures' differing sizes are at most this many times apart
 NEIGHBOUR_MARGIN = 0.2  # ... and each chose its side by this much (median ratio), five times the keeping margin
 MAX_SIGNATURES = 256  # signatures remembered; a forward at another one runs on the tables unchecked
@@ -197,6 +203,11 @@ class SignatureRecord:
             and min(self.accelerated_s) > max(self.eager_s) * (1 + MODEL_EARLY_MARGIN)
         ):
             self.decision = EAGER  # clearly slower: no overlap, by a margin five times the keeping one
+            return
+        if min(len(self.eager_s), len(self.accelerated_s)) >= EARLY_KEEP_BLOCKS * kept and max(self.accelerated_s) * (
+            1 + MODEL_EARLY_MARGIN
+        ) < min(self.eager_s):
+            self.decision = ACCELERATED  # clearly faster on every forward of two blocks a side: no more own forwards
             return
         if len(self.eager_s) >= MODEL_CALLS and len(self.accelerated_s) >= MODEL_CALLS:
             ours, theirs = statistics.median(self.accelerated_s), statistics.median(self.eager_s)

@@ -58,11 +58,14 @@ from typing import Any
 import torch
 from torch import nn
 
+# the signatures around a new one decide for it on the same terms as the S around a new S in the layers' check
+from kernelfleet.in_model_check import NEIGHBOUR_MARGIN, NEIGHBOUR_SPAN
+
 MODEL_SETTLE = 10  # forwards at a signature before its timing starts (later while a forward still runs an in-model
 # check call: `record(trials=True)` postpones it; timing half-PyTorch trial forwards chose eager). The layers' checks
 # settle in one or two forwards now that a table's layers pool their samples (kernelfleet.in_model_check), so these
 # forwards run on the tables; 3 started the check sooner and, on a stream of varying lengths (bench/shape_stream.py),
-# ran more forwards as the model's own at shapes seen a few times only (218 of 600 against 122 with 10)
+# ran more forwards as the model's own at shapes seen a few times only (218 and 222 of 600 against 110 and 61 with 10)
 MODEL_BLOCK = 3  # the check runs each side in blocks of this many forwards and keeps all but each block's first
 # ... and none of a block's forwards until the block has run this long. After an eager forward at 2 threads, a
 # one-layer model's tables forward (190 µs steady) ran 340-4,000 µs for the next 5-50 ms on the AMD EPYC VM (ad hoc
@@ -77,8 +80,6 @@ MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
 MODEL_EARLY_MARGIN = 0.15
 # ... and tables whose every forward is that much faster than every eager one, over two blocks a side, are kept then
 EARLY_KEEP_BLOCKS = 2
-NEIGHBOUR_SPAN = 2.0  # the two decided signatures' differing sizes are at most this many times apart
-NEIGHBOUR_MARGIN = 0.2  # ... and each chose its side by this much (median ratio), five times the keeping margin
 MAX_SIGNATURES = 256  # signatures remembered; a forward at another one runs on the tables unchecked
 ACCELERATED, EAGER = "accelerated", "eager"
 _now = time.perf_counter

@@ -60,6 +60,16 @@ def onboard(model: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return fleet, {"onboarding_s": seconds, "model_id": m.id, "ops": ops, "host_library": graph.host_library}
 
 
+def write_json(args: argparse.Namespace, command: str, record: dict[str, Any], **fields: Any) -> None:
+    """The run at `--json` (when given): the command, its arguments, the CPU and threads, the onboarding record and
+    `fields`."""
+    if not args.json:
+        return
+    threads = {"torch": torch.get_num_threads(), "tvm": os.environ.get("TVM_NUM_THREADS")}
+    body = {"command": command, "args": vars(args) | {"json": str(args.json)}, "cpu": cpu_model(), "threads": threads}
+    args.json.write_text(json.dumps({**body, **record, **fields}, indent=1, default=str))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8000")
@@ -132,23 +142,9 @@ def main() -> None:
         + ", ".join(f"{k.replace('_over_', '/')} {v:.2f}" for k, v in summary.items())
         + f"; onboarding {record['onboarding_s']:.0f} s"
     )
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "command": "bench/readme_steps.py",
-                    "args": vars(args) | {"json": str(args.json)},
-                    "cpu": cpu_model(),
-                    "threads": {"torch": torch.get_num_threads(), "tvm": os.environ.get("TVM_NUM_THREADS")},
-                    **record,
-                    "accelerate_summary": str(fast.summary()),
-                    "points": rows,
-                    "weighted": summary,
-                },
-                indent=1,
-                default=str,
-            )
-        )
+    write_json(
+        args, "bench/readme_steps.py", record, accelerate_summary=str(fast.summary()), points=rows, weighted=summary
+    )
     fast.close()
 
 

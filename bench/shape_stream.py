@@ -18,9 +18,7 @@ decided (its own check, its neighbours, undecided).
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from common import cpu_model
-from readme_steps import onboard
+from readme_steps import onboard, write_json
 from whole_model import build_model, model_inputs
 
 PHASES = ("checked", "unchecked")
@@ -119,21 +117,7 @@ def main() -> None:
         f"{args.model} on {cpu_model()}, threads: torch {torch.get_num_threads()}; "
         f"onboarding {record['onboarding_s']:.0f} s"
     )
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "command": "bench/shape_stream.py",
-                    "args": vars(args) | {"json": str(args.json)},
-                    "cpu": cpu_model(),
-                    "threads": {"torch": torch.get_num_threads(), "tvm": os.environ.get("TVM_NUM_THREADS")},
-                    **record,
-                    "runs": runs,
-                },
-                indent=1,
-                default=str,
-            )
-        )
+    write_json(args, "bench/shape_stream.py", record, runs=runs)
 
 
 if __name__ == "__main__":

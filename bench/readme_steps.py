@@ -70,19 +70,24 @@ def write_json(args: argparse.Namespace, command: str, record: dict[str, Any], *
     args.json.write_text(json.dumps({**body, **record, **fields}, indent=1, default=str))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def onboarding_arguments(ap: argparse.ArgumentParser) -> None:
+    """The service, the key and the model `onboard` reads (besides `--s-max`)."""
     ap.add_argument("--url", default="http://127.0.0.1:8000")
     ap.add_argument("--api-key-file", default=".kernelfleet/admin.key")
     ap.add_argument("--model", default="distilbert", choices=("distilbert", "llama", "bert", "gpt2"))
     ap.add_argument("--layers", type=int, default=0, help="default: the config's (DistilBERT 6, Llama-style 4)")
+    ap.add_argument("--timeout-s", type=float, default=1800, help="how long the onboarding's jobs may take")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    onboarding_arguments(ap)
     ap.add_argument("--seqs", default="1,8,64")
     ap.add_argument("--s-max", type=int, default=128, help="the seq range onboarded: 1..s_max, batch 1")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--min-sample-s", type=float, default=0.2)
     ap.add_argument("--warmup-calls", type=int, default=40)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--timeout-s", type=float, default=1800)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     seqs = [int(s) for s in args.seqs.split(",") if s]

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from common import cpu_model
-from readme_steps import onboard, write_json
+from readme_steps import onboard, onboarding_arguments, write_json
 from whole_model import build_model, model_inputs
 
 PHASES = ("checked", "unchecked")
@@ -70,15 +70,11 @@ def serve(model: Any, fast: Any, name: str, seqs: list[int]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", default="http://127.0.0.1:8000")
-    ap.add_argument("--api-key-file", default=".kernelfleet/admin.key")
-    ap.add_argument("--model", default="distilbert", choices=("distilbert", "llama", "bert", "gpt2"))
-    ap.add_argument("--layers", type=int, default=0, help="default: the config's (DistilBERT 6, Llama-style 4)")
+    onboarding_arguments(ap)
     ap.add_argument("--s-max", type=int, default=128, help="the seq range onboarded and served: 1..s_max, batch 1")
     ap.add_argument("--requests", type=int, default=600)
     ap.add_argument("--seeds", default="1,2", help="one stream per seed and phase")
     ap.add_argument("--phases", default=",".join(PHASES), help=f"some of {', '.join(PHASES)}")
-    ap.add_argument("--timeout-s", type=float, default=1800)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     model = build_model(args.model, args.layers or None)

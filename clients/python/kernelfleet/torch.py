@@ -65,7 +65,8 @@ import numpy as np
 import torch  # absolute: the real torch, never this module
 from torch import nn
 
-from kernelfleet import in_model_check, torch_twin, vendor  # torch_twin.BUILD_TWIN: read per call
+# torch_twin.BUILD_TWIN: read per call (bench/own_forward.py)
+from kernelfleet import in_model_check, torch_twin, vendor
 from kernelfleet.accelerate_summary import AccelerationSummary, LayerSummary, expected_speedup
 from kernelfleet.dispatch_cache import DispatchCache, DispatchSource, default_cache_dir, load_dispatcher, service_id
 from kernelfleet.dispatcher import MAX_TRACKED_SHAPES, Dispatcher
@@ -473,6 +474,7 @@ class AcceleratedLinear(nn.Module):
         return y
 
     def _keep(self, S: int, verdict: Verdict) -> None:
+        """Run S where the table's in-model check settled it, from this call on (and say so in `stats.in_model`)."""
         self._routes[S] = _TABLE if verdict.route == in_model_check.TABLE else _PYTORCH
         self.stats.in_model[S] = (verdict.ukernels_s, verdict.pytorch_s, self._routes[S])
 

@@ -382,26 +382,22 @@ def saving_by_route(records: list[tuple[dict[str, Any], str]], day: dt.date) -> 
     the shapes that route served. The service does not know routes; this says where its saving came from. Hosts
     of different models report the same (workload, M) when they share a layer: their records are summed, as the
     store sums a day's telemetry, so that each shape's volume is the fleet's."""
-    usage: dict[tuple[str, str, str, str], Usage] = {}
-    sums: dict[tuple[str, str, str, str, str], HoldoutSums] = {}
+    # route → (usage by (workload, target, shape), holdout sums by (workload, target, shape, baseline))
+    groups: dict[str, tuple[dict[tuple[str, ...], Usage], dict[tuple[str, ...], HoldoutSums]]] = {}
     for r, route in records:
         held = r.get("holdout")
         if held is None:
             continue
         wh, fp, key = r["workload_hash"], r["target_fingerprint"], shape_key(r["shape"])
+        usage, sums = groups.setdefault(route, ({}, {}))
         use = Usage(wh, fp, key, r["calls"], r["kernel_seconds"], r["fallbacks"])
-        usage[(route, wh, fp, key)] = _added(
-            usage.get((route, wh, fp, key)), use, ("calls", "kernel_seconds", "fallbacks")
-        )
+        usage[(wh, fp, key)] = _added(usage.get((wh, fp, key)), use, ("calls", "kernel_seconds", "fallbacks"))
         held_sums = HoldoutSums(wh, fp, "", key, held["baseline"], **{n: held[n] for n in HOLDOUT_SUMS})
-        at = (route, wh, fp, key, held["baseline"])
+        at = (wh, fp, key, held["baseline"])
         sums[at] = _added(sums.get(at), held_sums, HOLDOUT_SUMS)
-    routes = sorted({route for route, *_ in usage})
     return {
-        route: measure(
-            [u for k, u in usage.items() if k[0] == route], [h for k, h in sums.items() if k[0] == route], day, day, 1
-        ).saved_s_per_day
-        for route in routes
+        route: measure(usage.values(), sums.values(), day, day, 1).saved_s_per_day
+        for route, (usage, sums) in sorted(groups.items())
     }
 
 

@@ -54,7 +54,7 @@ def test_an_s_between_two_clear_verdicts_alike_takes_theirs(
     verdict = check.verdict(at)
     assert (verdict.route if verdict else None) == expected
     if verdict is not None:
-        assert verdict.between == (8, 12) and verdict.ukernels_s is None and not verdict.clear
+        assert verdict.between == (8, 12) and verdict.ukernels_s is None and verdict.clear_route is None
         assert check.verdict(at) is verdict  # remembered
 
 

@@ -30,6 +30,21 @@ NEIGHBOUR_MARGIN = 0.2  # ... both decided by this much (median ratio), six time
 TABLE, PYTORCH = "table", "pytorch"
 
 
+def clear_choice(choice: str, ours_s: float, theirs_s: float, ours: str) -> str | None:
+    """`choice` where it won by NEIGHBOUR_MARGIN, else None: `ours_s` is the median of the side named `ours`,
+    `theirs_s` the other side's (the layers' check and the whole-forward check share this rule)."""
+    won, lost = (ours_s, theirs_s) if choice == ours else (theirs_s, ours_s)
+    return choice if won * (1 + NEIGHBOUR_MARGIN) <= lost else None
+
+
+def between_choice(lo: int, lo_choice: str | None, hi: int, hi_choice: str | None) -> str | None:
+    """What a size between two checked ones, `lo` < `hi`, takes from them: the clear choice both made, where they
+    are at most NEIGHBOUR_SPAN apart; else None (it is checked on its own)."""
+    if lo_choice is not None and lo_choice == hi_choice and lo > 0 and hi <= NEIGHBOUR_SPAN * lo:
+        return lo_choice
+    return None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Where S runs, on which medians (seconds: the uKernels', PyTorch's; None where taken from neighbours)."""
@@ -40,13 +55,11 @@ class Verdict:
     between: tuple[int, int] | None = None  # the checked S it was taken from
 
     @property
-    def clear(self) -> bool:
-        """Checked, and won by NEIGHBOUR_MARGIN either way."""
+    def clear_route(self) -> str | None:
+        """The route where it was checked and won by NEIGHBOUR_MARGIN either way, else None."""
         if self.ukernels_s is None or self.pytorch_s is None:
-            return False
-        if self.route == TABLE:
-            return self.ukernels_s * (1 + NEIGHBOUR_MARGIN) <= self.pytorch_s
-        return self.pytorch_s * (1 + NEIGHBOUR_MARGIN) <= self.ukernels_s
+            return None
+        return clear_choice(self.route, self.ukernels_s, self.pytorch_s, TABLE)
 
 
 @dataclass
@@ -98,12 +111,10 @@ class InModelCheck:
         if i == 0 or i == len(self._checked):
             return None
         lo, hi = self._checked[i - 1], self._checked[i]
-        below, above = self.verdicts[lo], self.verdicts[hi]
-        if not (below.clear and above.clear and below.route == above.route and hi <= NEIGHBOUR_SPAN * lo):
-            return None
-        if self.table is None:
+        route = between_choice(lo, self.verdicts[lo].clear_route, hi, self.verdicts[hi].clear_route)
+        if route is None or self.table is None:
             return None
         runs = self._ukernels(S)
         if runs is None or not self._ukernels(lo) == runs == self._ukernels(hi):
             return None
-        return Verdict(below.route, between=(lo, hi))
+        return Verdict(route, between=(lo, hi))

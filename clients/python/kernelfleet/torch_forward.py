@@ -26,9 +26,11 @@ Signatures between decided ones. A server whose sequence lengths vary sees hundr
 costs about 2 × MODEL_CALLS forwards half of which run the model's own forward. A signature whose check is due
 takes its neighbours' decision without one when it lies between two signatures that differ from it in a single
 size (the same tensors, every other dimension equal), at most NEIGHBOUR_SPAN times apart, whose checks both chose
-the same side by at least NEIGHBOUR_MARGIN (medians): a forward whose sizes lie between two clear decisions of the
-same kind is not measured again. Anything less clear (the sides disagree, a narrow win, a wide gap, a signature
-outside every pair) is checked on its own, as before; `decisions()` names the pair a choice was taken from.
+the same side by at least NEIGHBOUR_MARGIN (medians; the rule and its constants are the layers' check's:
+kernelfleet.in_model_check's `clear_choice` and `between_choice`): a forward whose sizes lie between two clear
+decisions of the same kind is not measured again. Anything less clear (the sides disagree, a narrow win, a wide
+gap, a signature outside every pair) is checked on its own, as before; `decisions()` names the pair a choice was
+taken from.
 
 The model's own forward. Where `accelerate` built the twin of the original module tree (kernelfleet.torch_twin),
 "the model's own" is that twin: the check's EAGER blocks, a signature it decided EAGER, and (`own_if_no_ukernels`)
@@ -59,7 +61,7 @@ import torch
 from torch import nn
 
 # the signatures around a new one decide for it on the same terms as the S around a new S in the layers' check
-from kernelfleet.in_model_check import NEIGHBOUR_MARGIN, NEIGHBOUR_SPAN
+from kernelfleet.in_model_check import between_choice, clear_choice
 
 MODEL_SETTLE = 10  # forwards at a signature before its timing starts (later while a forward still runs an in-model
 # check call: `record(trials=True)` postpones it; timing half-PyTorch trial forwards chose eager). The layers' checks
@@ -122,14 +124,10 @@ class SignatureRecord:
     @property
     def clear_decision(self) -> str | None:
         """The check's own choice where it won by NEIGHBOUR_MARGIN (medians of both sides), else None."""
-        if not self.checked:
+        if not self.checked or self.decision is None:
             return None
         ours, theirs = statistics.median(self.accelerated_s), statistics.median(self.eager_s)
-        if self.decision == ACCELERATED and ours * (1 + NEIGHBOUR_MARGIN) <= theirs:
-            return ACCELERATED
-        if self.decision == EAGER and theirs * (1 + NEIGHBOUR_MARGIN) <= ours:
-            return EAGER
-        return None
+        return clear_choice(self.decision, ours, theirs, ACCELERATED)
 
     def check_due(self, check: bool) -> bool:
         """The whole-forward check would run its first block at the next forward."""
@@ -262,8 +260,9 @@ def neighbour_decision(
             side[i] = (size, other, record.clear_decision)
     for i in sorted(set(below) & set(above)):
         (lo, lo_sig, lo_choice), (hi, hi_sig, hi_choice) = below[i], above[i]
-        if lo_choice is not None and lo_choice == hi_choice and lo > 0 and hi <= NEIGHBOUR_SPAN * lo:
-            return lo_choice, lo_sig, hi_sig
+        choice = between_choice(lo, lo_choice, hi, hi_choice)
+        if choice is not None:
+            return choice, lo_sig, hi_sig
     return None
 
 

@@ -106,7 +106,11 @@ def test_timing(ukernels: dict[str, UKernel]) -> None:
 
 def test_schedule_shape_and_bad_tiles() -> None:
     script = schedule_ukernel(N, K, 6, 32, 4, 16)["main"].script()
-    assert "X_pad" in script and "T.parallel" in script  # padded panel per task, parallel tiles
+    assert "X_pad" in script and "T.parallel" in script  # padded X, parallel tiles
+    # X is padded once, in its own parallel loop before the tiles: not again inside every (N-tile, M-tile) task
+    tiles = script.index("j_0_i_0_fused in T.parallel")
+    assert script.count("T.parallel(") == 2 and script.index('T.sblock("X_pad")') < tiles
+    assert 'T.sblock("X_pad")' not in script[tiles:]
     target = tvm_target(host_target())
     for bad in [(6, 32, 5), (0, 32, 4)]:  # kt ∤ K, empty tile (nt ∤ N pads N: test_odd_dims.py)
         with pytest.raises(ValueError):

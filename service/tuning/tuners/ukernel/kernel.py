@@ -100,8 +100,12 @@ def schedule_ukernel(
     tasks = sch.fuse(jo, io)
     sch.parallel(tasks)
     if xpad is not None:
-        sch.compute_at(xpad, tasks)  # pad one mt×K X panel per task, not all of X up front
-        sch.vectorize(sch.split(sch.get_loops(xpad)[-1], [None, vec])[1])
+        # X is padded once, whole, before the tiles run, its rows split over the cores. Padding inside each task
+        # (compute_at) redid it for every N-tile, into the one shared padded buffer (N/nt copies of X): 3-6 % of
+        # a BERT FFN GEMM at M = 8..64 on one thread (AMD EPYC Zen 4; docs/results.md "Issue 33, round 6").
+        rows, cols = sch.get_loops(xpad)
+        sch.vectorize(sch.split(cols, [None, vec])[1])
+        sch.parallel(rows)
     sch.decompose_reduction(blk, ko)  # last: vectorize/parallel refuse the decomposed init block
     return sch.mod
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +221,24 @@ def test_each_timing_block_starts_after_the_previous_librarys_threads_are_asleep
     assert len(blocks) == 2 * 3  # rounds × (ours + two libraries)
     for i in blocks:  # every block's first call follows its settle
         assert i + 1 < len(events) and events[i + 1] != "settle"
+
+
+def test_which_side_is_timed_first_alternates_round_by_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block right after a settle pays what the pause cost; with a fixed order the uKernels paid it every round.
+    Rounds alternate who goes first, also across the extra rounds a sequential decision asks for."""
+    from service.tuning.tuners.ukernel import tuner
+
+    monkeypatch.setattr(tuner, "settle", lambda: None)
+    order: list[str] = []
+
+    def call(name: str, seconds: list[float]) -> Callable[[], float]:
+        times = itertools.cycle(seconds)
+        return lambda: order.append(name) or next(times)
+
+    monkeypatch.setattr(tuner, "median_call", lambda fn, *a, **k: fn())
+    # ours wins the median but loses the second round: 4 of 5 confirms nothing yet, so more rounds follow
+    ours = call("ours", [0.9, 1.1] + [0.9] * 20)
+    timing = tuner.paired_rounds(ours, {"torch": call("torch", [1.0])}, rounds=5, sequential=True)
+    assert timing.rounds > 5  # the order keeps alternating through the extra rounds
+    expected = [side for i in range(timing.rounds) for side in (("ours", "torch"), ("torch", "ours"))[i % 2]]
+    assert order == expected

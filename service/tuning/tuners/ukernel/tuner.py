@@ -259,13 +259,29 @@ def paired_rounds(
     sequential: bool = True,
 ) -> PointTiming:
     """`rounds` rounds of our call and each library's, each block a `median_call` after the previous block's
-    threads are asleep; with `sequential`, more rounds while the route rule asks for them (route_stats)."""
+    threads are asleep; with `sequential`, more rounds while the route rule asks for them (route_stats).
+
+    Which side runs first alternates round by round: a block that starts after the settle pays whatever the pause
+    cost (cores clocked down, a thread pool's workers asleep or moved), and a fixed order charged it to the uKernels
+    every round, a bias toward the libraries the sign test cannot see (AMD EPYC Zen 4, 2 cores: the uKernels
+    timed at their one-thread speed for whole stretches of a job while PyTorch ran at its two-thread one)."""
 
     def block(fn: Callable[[], object]) -> float:
         return median_call(fn, min_seconds, 3, settled=True, long_call_s=LONG_CALL_S)
 
+    def one_round(ours_first: bool) -> tuple[float, dict[str, float]]:
+        if ours_first:
+            mine = block(ours)
+            return mine, {lib: block(fn) for lib, fn in libraries.items()}
+        theirs = {lib: block(fn) for lib, fn in libraries.items()}
+        return block(ours), theirs
+
+    done = 0  # rounds so far: the order keeps alternating across `timed` calls
+
     def timed(n: int) -> PointTiming:
-        samples = [(block(ours), {lib: block(fn) for lib, fn in libraries.items()}) for _ in range(n)]
+        nonlocal done
+        samples = [one_round((done + i) % 2 == 0) for i in range(n)]
+        done += n
         return PointTiming(tuple(o for o, _ in samples), {lib: tuple(t[lib] for _, t in samples) for lib in libraries})
 
     timing = timed(rounds)

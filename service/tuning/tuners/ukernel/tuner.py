@@ -261,10 +261,10 @@ def paired_rounds(
     """`rounds` rounds of our call and each library's, each block a `median_call` after the previous block's
     threads are asleep; with `sequential`, more rounds while the route rule asks for them (route_stats).
 
-    Which side runs first alternates round by round: a block that starts after the settle pays whatever the pause
-    cost (cores clocked down, a thread pool's workers asleep or moved), and a fixed order charged it to the uKernels
-    every round, a bias toward the libraries the sign test cannot see (AMD EPYC Zen 4, 2 cores: the uKernels
-    timed at their one-thread speed for whole stretches of a job while PyTorch ran at its two-thread one)."""
+    Which side runs first alternates round by round: the block that starts a round pays whatever the pause before it
+    cost, and a fixed order charged that to the uKernels every round, a bias toward the libraries the sign test
+    cannot see (AMD EPYC Zen 4, 2 cores: the uKernels timed at their one-thread speed for whole stretches of a job
+    while PyTorch ran at its two-thread one; the cause is not known, `bench/pause_cost.py` shows one trigger)."""
 
     def block(fn: Callable[[], object]) -> float:
         return median_call(fn, min_seconds, 3, settled=True, long_call_s=LONG_CALL_S)

@@ -276,17 +276,13 @@ def paired_rounds(
         theirs = {lib: block(fn) for lib, fn in libraries.items()}
         return block(ours), theirs
 
-    done = 0  # rounds so far: the order keeps alternating across `timed` calls
-
-    def timed(n: int) -> PointTiming:
-        nonlocal done
-        samples = [one_round((done + i) % 2 == 0) for i in range(n)]
-        done += n
+    def timed(n: int, first_round: int) -> PointTiming:  # the order keeps alternating from the rounds taken so far
+        samples = [one_round((first_round + i) % 2 == 0) for i in range(n)]
         return PointTiming(tuple(o for o, _ in samples), {lib: tuple(t[lib] for _, t in samples) for lib in libraries})
 
-    timing = timed(rounds)
+    timing = timed(rounds, 0)
     while sequential and timing.needs_more_rounds:
-        timing = timing.merged(timed(max(1, CONFIRM_ROUNDS - timing.rounds)))
+        timing = timing.merged(timed(max(1, CONFIRM_ROUNDS - timing.rounds), timing.rounds))
     return timing
 
 

@@ -488,6 +488,45 @@ def test_each_ukernel_s_is_timed_against_pytorch_in_the_model_and_the_faster_kep
     assert unchecked.stats()["0"]["in_model"] == {}
 
 
+@pytest.mark.parametrize("slower", ["ukernels", "pytorch"])
+def test_an_s_routed_to_a_library_is_timed_on_the_nearest_ukernels_in_the_model(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, slower: str
+) -> None:
+    """The H×H table sends S 9..16 to a library (numpy: PyTorch runs it in a model); its uKernel of 1..8 runs any S.
+    Inside the model S = 12 is checked like a uKernel S, on that uKernel: where it wins, the dispatcher adopts S and
+    later calls run it; where PyTorch wins, S stays where the table sent it."""
+    model = nn.Sequential(nn.Linear(H, H)).eval()
+    fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
+    fast._scope.check = False  # the layer's own check alone
+    d = fast.layers["0"].dispatcher
+    assert isinstance(d, Dispatcher) and d.vendor_route(12) == "numpy"
+    ran = {"ukernels": 0, "pytorch": 0}
+
+    def slowed(side: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            ran[side] += 1
+            if side == slower:
+                time.sleep(0.03)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(Dispatcher, "_run_pieces", slowed("ukernels", Dispatcher._run_pieces))
+    monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", slowed("pytorch", AcceleratedLinear._layer_in_torch))
+    x = torch.randn(12, H)
+    with torch.inference_mode():
+        for _ in range(1 + 2 * IN_MODEL_CALLS + 3):  # the first call runs the table's route (not a sample)
+            torch.testing.assert_close(fast(x), model(x), atol=ATOL, rtol=1e-4)
+    kept = "pytorch" if slower == "ukernels" else "table"
+    assert ran == {
+        "ukernels": IN_MODEL_CALLS + 3 * (kept == "table"),
+        "pytorch": 1 + IN_MODEL_CALLS + 3 * (kept == "pytorch"),
+    }
+    assert fast.stats()["0"]["in_model"][12]["runs"] == kept and fast.fallbacks() == 0
+    assert d.vendor_route(12) == (None if kept == "table" else "numpy")
+    assert d.vendor_route(13) == "numpy"  # only the S checked moved
+
+
 def test_layers_of_one_table_settle_each_s_together(fleet: Fleet) -> None:
     """Four H×H layers share the table's dispatcher and its in-model check: S = 4 settles within three forwards
     (each layer's first call, then two samples a side per forward), where one layer alone takes

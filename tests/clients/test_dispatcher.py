@@ -77,6 +77,40 @@ def test_exact_kernels_win_their_shape_and_no_table_means_numpy(
         Dispatcher(table, {"a": kernels["a"]}, N=N, K=K)
 
 
+def test_a_vendor_routed_s_runs_on_the_nearest_intervals_ukernels_when_adopted(kernels: dict[str, UKernel]) -> None:
+    """S 4..8 and past 30 go to numpy; 1..3 run on b alone, 9..30 as 8 rows on a plus the rest on b. A vendor S runs on
+    the program of the interval nearest it that can take its rows (the lower one on a tie); adopted, it stays there."""
+    table = DispatchTable(
+        (
+            Interval(1, 3, Shape((), "b")),
+            Interval(4, 8, None),
+            Interval(9, 30, Shape((("a", 2),), "b")),
+            Interval(31, 40, None),
+        ),
+        {"a": 4, "b": 3},
+    )
+    assert table.nearest_shape(2) == Shape((), "b")  # its own
+    assert [table.nearest_shape(S) for S in (5, 6)] == [Shape((), "b")] * 2  # 9..30 needs S > 8 rows
+    assert table.nearest_shape(9) == Shape((("a", 2),), "b")
+    assert table.nearest_shape(40) == table.nearest_shape(100) == Shape((("a", 2),), "b")
+    assert DispatchTable((Interval(1, 8, None),), {}).nearest_shape(4) is None
+    d = Dispatcher(table, kernels, N=N, K=K)
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((N, K)).astype("float32")
+    x = rng.standard_normal((33, K)).astype("float32")
+    assert d.vendor_route(33) == "numpy" and [p.rows for p in d.ukernel_program(33)] == [8, 25]
+    np.testing.assert_allclose(d.run_ukernels(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+    assert d.vendor_route(33) == "numpy"  # a trial: the table's route stands
+    d(x, w)
+    d.adopt(33)
+    assert d.vendor_route(33) is None and d.program(33) == d.ukernel_program(33)
+    np.testing.assert_allclose(d(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+    assert d.usage()[33].calls == 3 and d.usage()[33].fallbacks == 0
+    assert d.vendor_route(34) == "numpy"  # only the adopted S moved
+    with pytest.raises(ValueError, match="no uKernel program"):
+        Dispatcher(DispatchTable((Interval(1, 8, None),), {}), {}, N=N, K=K).adopt(4)
+
+
 def test_dispatch_overhead_is_a_few_microseconds(kernels: dict[str, UKernel], table: DispatchTable) -> None:
     d = Dispatcher(table, kernels, N=N, K=K)
     w = np.ones((N, K), np.float32)

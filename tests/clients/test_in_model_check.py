@@ -10,6 +10,8 @@ from kernelfleet.in_model_check import IN_MODEL_CALLS, PYTORCH, TABLE, InModelCh
 
 ONE_UKERNEL = DispatchTable((Interval(1, 64, Shape((), "u4")),), {"u4": 4})
 TWO_UKERNELS = DispatchTable((Interval(1, 9, Shape((), "u4")), Interval(10, 64, Shape((), "u8"))), {"u4": 4, "u8": 8})
+# S 10..64 routed to PyTorch: checked on the uKernel of 1..9, the nearest interval's
+ROUTED_ABOVE_9 = DispatchTable((Interval(1, 9, Shape((), "u4")), Interval(10, 64, None, "torch")), {"u4": 4})
 
 
 def _checked(check: InModelCheck, S: int, ukernels_s: float, pytorch_s: float) -> Verdict:
@@ -43,6 +45,8 @@ def test_samples_from_any_layer_settle_s_once_for_all() -> None:
         (ONE_UKERNEL, (1.0, 1.1), (1.0, 2.0), 10, None),  # one won narrowly
         (ONE_UKERNEL, (1.0, 2.0), (1.0, 2.0), 13, None),  # outside the pair
         (TWO_UKERNELS, (1.0, 2.0), (1.0, 2.0), 10, None),  # 10 runs another uKernel than 8
+        (ROUTED_ABOVE_9, (1.0, 2.0), (1.0, 2.0), 10, TABLE),  # routed S are checked on the same uKernel as 8
+        (ROUTED_ABOVE_9, (2.0, 1.0), (2.0, 1.0), 11, PYTORCH),
     ],
 )
 def test_an_s_between_two_clear_verdicts_alike_takes_theirs(

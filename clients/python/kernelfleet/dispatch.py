@@ -133,6 +133,14 @@ class DispatchTable:
         iv = self.interval(S)
         return iv.library if iv.vendor else None
 
+    def nearest_shape(self, S: int) -> Shape | None:
+        """The uKernel program shape of the interval nearest S that can run S rows (its own where uKernels run S),
+        None where no interval can: what a caller that checks uKernels at a vendor-routed S in place runs there
+        (kernelfleet.torch). Its remainder piece is shape-generic, so it runs S however far the interval ends."""
+        runnable = (iv for iv in self.intervals if iv.shape is not None and iv.shape.fixed_rows(self.mts) < S)
+        nearest = min(runnable, key=lambda iv: (max(iv.lo - S, S - iv.hi, 0), iv.lo), default=None)
+        return nearest.shape if nearest is not None else None
+
     @functools.cached_property
     def _starts(self) -> list[int]:
         return [iv.lo for iv in self.intervals]

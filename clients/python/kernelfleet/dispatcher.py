@@ -12,9 +12,11 @@ never tuned still get a program: the table extends past its last interval (see D
 
 Exact-shape kernels (from `sketch` jobs, measured faster than the table's program for that S) take precedence for
 their S. Where the table routes S to a vendor library (the job measured numpy or PyTorch faster there:
-kernelfleet.vendor) the dispatcher calls that library, as the table chose: not a fallback. With no table at all
-(service unreachable and nothing cached) the dispatcher runs numpy and counts every call as a fallback, so the
-fleet can see what it missed.
+kernelfleet.vendor) the dispatcher calls that library, as the table chose: not a fallback. Such an S can still run
+on uKernels (they are shape-generic): `run_ukernels` runs it on the nearest interval's program, and `adopt(S)` keeps
+it there, for a caller that found them faster where it runs them (kernelfleet.torch's in-model check). With no
+table at all (service unreachable and nothing cached) the dispatcher runs numpy and counts every call as a fallback,
+so the fleet can see what it missed.
 
 `usage()` returns what ran per S (calls, kernel seconds, fallbacks): the raw material for telemetry.
 `hold_out(every, baseline)` runs one call in `every` per S on the baseline library (kernelfleet.holdout), so the
@@ -109,6 +111,7 @@ class Dispatcher:
         self.source = source  # "service", "cache", "fallback" or "local": where the table came from
         self.meta = dict(meta or {})
         self._programs: dict[int, tuple[Piece, ...]] = {}
+        self._adopted: dict[int, tuple[Piece, ...]] = {}  # vendor-routed S a caller moved to uKernels (adopt)
         self._libraries: dict[int, str] = {}
         self._vendor_calls: dict[int, vendor.DenseCall | None] = {}
         self._library_calls: dict[str, vendor.DenseCall] = {}
@@ -136,10 +139,36 @@ class Dispatcher:
         """The pieces that run S rows; empty when S runs on an exact kernel or numpy (the vendor)."""
         pieces = self._programs.get(S)
         if pieces is None:
-            pieces = _FALLBACK if self.table is None or S in self.exact else self.table.lookup(S)
+            if self.table is None or S in self.exact:
+                pieces = _FALLBACK
+            else:
+                pieces = self._adopted.get(S) or self.table.lookup(S)
             if len(self._programs) < MAX_TRACKED_SHAPES:  # memo bounded like usage: rare S re-derive it
                 self._programs[S] = pieces
         return pieces
+
+    def ukernel_program(self, S: int) -> tuple[Piece, ...]:
+        """The uKernel program for S: the one that runs it where uKernels do, else (a vendor-routed S) the nearest
+        interval's that can run S rows (DispatchTable.nearest_shape); empty with no table, at an exact-kernel S, or
+        where no interval's uKernels can run S."""
+        if self.table is None or S in self.exact:
+            return ()
+        pieces = self.program(S)
+        if not pieces:
+            shape = self.table.nearest_shape(S)
+            pieces = shape.expand(S, self.table.mts) if shape is not None else ()
+        return pieces
+
+    def adopt(self, S: int) -> None:
+        """Run S on `ukernel_program(S)` from now on instead of the vendor library the table routes it to: the caller
+        timed both where it runs them and the uKernels won (the job timed them in isolation)."""
+        pieces = self.ukernel_program(S)
+        if not pieces:
+            raise ValueError(f"no uKernel program can run S={S}")
+        with self._lock:
+            self._adopted[S] = pieces
+            self._programs.pop(S, None)  # both memos derive S again, now from the adopted program
+            self._vendor_calls.pop(S, None)
 
     def _vendor_call_for(self, S: int) -> vendor.DenseCall | None:
         """The library call that runs S where no uKernel program or exact kernel does (the table's route, numpy
@@ -249,30 +278,7 @@ class Dispatcher:
         pieces = self.program(S)
         start = time.perf_counter()
         if pieces:
-            if x.dtype != self.dtype:
-                raise ValueError(f"X must be {self.dtype}, got {x.dtype}")
-            packed = self._packed_for(w).by_kernel
-            x = as_aligned(x)  # one copy here rather than one per piece inside the kernels
-            if out is not None and (out.shape != (S, w.shape[0]) or out.dtype != self.dtype):
-                raise ValueError(f"out must be {self.dtype}[{S}, {w.shape[0]}], got {out.dtype}{list(out.shape)}")
-            y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self.dtype.name)
-            biases = self._device_biases(bias) if bias is not None else {}
-            row = 0
-            for p in pieces:
-                # every piece starts on a 64-byte boundary when K and N rows are multiples of 64 bytes;
-                # otherwise the checked call copies the slice. Each piece runs the epilogue on its own rows.
-                end = row + p.rows
-                kernel = self.kernels[p.ukernel_id]
-                if self._rows_aligned:
-                    b = biases.get(kernel.spec.n_computed)
-                    kernel.run_aligned(x[row:end], packed[p.ukernel_id], y[row:end], b)
-                else:
-                    kernel(x[row:end], self._raw_packed(w, p.ukernel_id), y[row:end], bias=bias)
-                row = end
-            if out is None:
-                out = y
-            elif y is not out:
-                out = _copy_into(out, y)
+            out = self._run_pieces(pieces, x, w, out, bias)
         else:  # an exact-shape kernel, built from the workload's own compute (with a bias iff the layer has one)
             try:
                 y = self.exact[S](x, w) if bias is None else self.exact[S](x, w, bias)
@@ -285,6 +291,51 @@ class Dispatcher:
             out = y if out is None else _copy_into(out, y)
         self._count(S, time.perf_counter() - start, False)
         return out
+
+    def run_ukernels(self, x: np.ndarray, w: np.ndarray, *, bias: np.ndarray | None = None) -> np.ndarray:
+        """act(X·Wᵀ + bias) on `ukernel_program(S)` whatever the table routes S to: a trial of the uKernels at a
+        vendor-routed S (kernelfleet.torch times it against PyTorch in the model); counted as a served call."""
+        shape = x.shape
+        if len(shape) != 2 or shape[0] < 1 or (self.K is not None and shape[1] != self.K):
+            raise ValueError(f"X must be [S≥1, {self.K or 'K'}], got {list(shape)}")
+        if (bias is not None or self._takes_bias) and bias is not self._bias_checked:
+            self._check_bias(bias, w)
+        pieces = self.ukernel_program(shape[0])
+        if not pieces:
+            raise ValueError(f"no uKernel program can run S={shape[0]}")
+        start = _now()
+        y = self._run_pieces(pieces, x, w, None, bias)
+        self._count(shape[0], _now() - start, False)
+        return y
+
+    def _run_pieces(
+        self, pieces: tuple[Piece, ...], x: np.ndarray, w: np.ndarray, out: np.ndarray | None, bias: np.ndarray | None
+    ) -> np.ndarray:
+        """Each piece of a program on its rows of X, into `out` (or a new aligned array)."""
+        S = x.shape[0]
+        if x.dtype != self.dtype:
+            raise ValueError(f"X must be {self.dtype}, got {x.dtype}")
+        packed = self._packed_for(w).by_kernel
+        x = as_aligned(x)  # one copy here rather than one per piece inside the kernels
+        if out is not None and (out.shape != (S, w.shape[0]) or out.dtype != self.dtype):
+            raise ValueError(f"out must be {self.dtype}[{S}, {w.shape[0]}], got {out.dtype}{list(out.shape)}")
+        y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self.dtype.name)
+        biases = self._device_biases(bias) if bias is not None else {}
+        row = 0
+        for p in pieces:
+            # every piece starts on a 64-byte boundary when K and N rows are multiples of 64 bytes;
+            # otherwise the checked call copies the slice. Each piece runs the epilogue on its own rows.
+            end = row + p.rows
+            kernel = self.kernels[p.ukernel_id]
+            if self._rows_aligned:
+                b = biases.get(kernel.spec.n_computed)
+                kernel.run_aligned(x[row:end], packed[p.ukernel_id], y[row:end], b)
+            else:
+                kernel(x[row:end], self._raw_packed(w, p.ukernel_id), y[row:end], bias=bias)
+            row = end
+        if out is None:
+            return y
+        return out if y is out else _copy_into(out, y)
 
     def _check_bias(self, bias: np.ndarray | None, w: np.ndarray) -> None:
         """Whether `bias` fits the layer's epilogue (raises if not); biases are long-lived, so a bias that passed is

@@ -4,7 +4,10 @@ A table's S runs on uKernels because the job timed them faster than PyTorch in i
 libraries' thread pools (and PyTorch's between layers) change that, so each S is timed where it runs before it is
 kept: after the first call at S (packing, checks: not a sample) calls alternate between the uKernels and the layer's
 PyTorch computation until each side has IN_MODEL_CALLS, and S stays on the uKernels only if their median is
-IN_MODEL_MARGIN faster, else it goes to PyTorch.
+IN_MODEL_MARGIN faster, else it goes to PyTorch. An S the table routes to PyTorch is checked the same way on the
+uKernels of the interval nearest it (they are shape-generic): the job timed PyTorch there in isolation on all the
+host's threads, and inside a forward that runs uKernels PyTorch gets one, so one noisy or misplaced timing in a job no
+longer decides the S for good.
 
 One check per table, not per layer. The layers of a model that share a workload (BERT's 48 768×768 projections, a
 Llama stack's gate-up pairs) share its dispatcher and compute the same thing at the same S, so their calls are
@@ -100,9 +103,10 @@ class InModelCheck:
         return verdict
 
     def _ukernels(self, S: int) -> Any:
-        """What the table runs at S (its interval's uKernel shape), None where it has none."""
+        """What the check runs at S on the uKernels (its interval's uKernel shape; at a vendor-routed S, the nearest
+        interval's), None where there is none."""
         try:
-            return self.table.interval(S).shape
+            return self.table.interval(S).shape or self.table.nearest_shape(S)
         except KeyError:
             return None
 

@@ -355,9 +355,10 @@ class AcceleratedLinear(nn.Module):
                 return y if len(shape) == 2 else y.view((*shape[:-1], self.N))
         return self._checked(x, S)
 
-    def _checked(self, x: torch.Tensor, S: int) -> torch.Tensor:
+    def _checked(self, x: torch.Tensor, S: int, trial: bool = False) -> torch.Tensor:
         """A call with every check in order (the first for each S, or one the hot path's tests turned away): its
-        fallback reason, or the dispatcher; S's route is remembered once the table is known to cover it."""
+        fallback reason, or the dispatcher; S's route is remembered once the table is known to cover it. `trial`: the
+        in-model check's uKernel side, which runs a vendor-routed S on uKernels (Dispatcher.run_ukernels)."""
         K, shape = self.K, x.shape
         y: torch.Tensor
         params = self._parameters
@@ -381,11 +382,16 @@ class AcceleratedLinear(nn.Module):
         d = self.dispatcher
         remember = len(self._routes) < MAX_TRACKED_SHAPES
         library = d.vendor_route(S) if isinstance(d, Dispatcher) else None
-        if library == vendor.TORCH or (library is not None and self.numpy_routes_on_pytorch):
+        on_pytorch = library == vendor.TORCH or (library is not None and self.numpy_routes_on_pytorch)
+        if on_pytorch and not trial:
             # the job timed PyTorch fastest at S (or a vendor library, and the model's own runs it): from now on
-            # the first test in forward sends S there
+            # the first test in forward sends S there; with check_in_model, first the check if uKernels can run S
+            # (the job timed them in isolation against all of PyTorch's threads; in a forward PyTorch runs on one)
             if remember:
-                self._routes[S] = _PYTORCH
+                assert isinstance(d, Dispatcher)
+                self._routes[S] = _TRIAL if self.check_in_model and d.ukernel_program(S) else _PYTORCH
+                if self._routes[S] is _TRIAL and self.forward_scope is not None:
+                    self.forward_scope.trial_call = True  # S is undecided: this forward says nothing of its shapes
             start = _now()
             y = self._layer_in_torch(x)
             self._routed(S, _now() - start)
@@ -394,7 +400,8 @@ class AcceleratedLinear(nn.Module):
             self._narrow_threads()
             xa = (x2.detach() if x2.requires_grad else x2).numpy()
             fused = self.fused_bias
-            y = torch.from_numpy(d(xa, self._weight_view(w), bias=self._bias_view(bias) if fused else None))
+            run = d.run_ukernels if on_pytorch else d  # (a trial's: uKernels where S is otherwise PyTorch's)
+            y = torch.from_numpy(run(xa, self._weight_view(w), bias=self._bias_view(bias) if fused else None))
             if bias is not None and not fused:
                 y += bias.detach()
             if remember and S not in self._routes:
@@ -455,7 +462,7 @@ class AcceleratedLinear(nn.Module):
             side = check.next_side(S)
             start = _now()
             if side == in_model_check.TABLE:
-                y = self._checked(x, S)
+                y = self._checked(x, S, trial=True)
                 seconds = _now() - start
             else:
                 y = self._layer_in_torch(x)
@@ -474,8 +481,13 @@ class AcceleratedLinear(nn.Module):
         return y
 
     def _keep(self, S: int, verdict: Verdict) -> None:
-        """Run S where the table's in-model check settled it, from this call on (and say so in `stats.in_model`)."""
-        self._routes[S] = _TABLE if verdict.route == in_model_check.TABLE else _PYTORCH
+        """Run S where the table's in-model check settled it, from this call on (and say so in `stats.in_model`); a
+        vendor-routed S the uKernels won moves to them in the dispatcher (Dispatcher.adopt), shared by its layers."""
+        d = self._cpu_dispatcher
+        on_table = verdict.route == in_model_check.TABLE
+        if on_table and d is not None and d.vendor_route(S) is not None:
+            d.adopt(S)
+        self._routes[S] = _TABLE if on_table else _PYTORCH
         self.stats.in_model[S] = (verdict.ukernels_s, verdict.pytorch_s, self._routes[S])
 
     def route(self, S: int) -> str | None:
@@ -837,8 +849,9 @@ def accelerate(
     `vendor_routes`: "pytorch" runs every S a table gives to a vendor library on PyTorch (the layer's own
     computation), so a forward uses one BLAS and its thread pool besides the uKernels; "table" runs
     the library the table names (numpy where it timed numpy faster in isolation). `check_in_model`: each S a CPU
-    table runs on uKernels is first timed against the layer's PyTorch computation inside the model (a few
-    alternating calls) and kept on the uKernels only where they are faster there (`stats()[layer]["in_model"]`);
+    table runs on uKernels, or routes to PyTorch where uKernels can run it too (the nearest interval's), is first
+    timed against the layer's PyTorch computation inside the model (a few alternating calls) and kept on the
+    uKernels only where they are faster there (`stats()[layer]["in_model"]`);
     then, per input shape, the whole forward on the tables is timed against the model's own and the tables keep
     only the shapes where the forward is faster (`forward_decisions()`).
     `holdout`: with telemetry, one call in `holdout` per shape a table serves runs the layer's PyTorch computation

@@ -34,11 +34,12 @@ taken from.
 
 The model's own forward. Where `accelerate` built the twin of the original module tree (kernelfleet.torch_twin),
 "the model's own" is that twin: the check's EAGER blocks, a signature it decided EAGER, and (`own_if_no_ukernels`)
-a signature whose first forward ran no uKernel at all — every layer routed to PyTorch by its table or its in-model
-check, past the table's range, or without a table: what the layers do at a signature depends on its shapes only,
-so the forwards after it would run PyTorch through the wrappers for nothing. A forward whose layers fell back for
-the call itself (another dtype or device, autograd recording) teaches nothing: the same shapes in inference mode
-may run uKernels. Without a twin, such forwards run every layer's PyTorch computation through its wrapper.
+a signature whose first forward ran no uKernel at all — every layer routed to PyTorch by its table (with no S
+left to check on uKernels) or its in-model check, past the table's range, or without a table: what the layers do at
+a signature depends on its shapes only, so the forwards after it would run PyTorch through the wrappers for nothing.
+A forward whose layers fell back for the call itself (another dtype or device, autograd recording) teaches nothing:
+the same shapes in inference mode may run uKernels. Without a twin, such forwards run every layer's PyTorch
+computation through its wrapper.
 
 Telemetry. A forward run as the model's own calls no wrapper, yet the fleet needs its calls: they are the volume
 per shape it ranks and tunes by (and, without them, a model whose every forward runs as its own looks silent).
@@ -369,6 +370,7 @@ class ForwardScope:
                     not self.runs_ukernels
                     and not record.runs_ukernels
                     and not self.call_fallback
+                    and not self.trial_call  # a layer's S is still to be checked on uKernels
                     and output is not None  # (None: the forward raised; always_call hooks still run)
                 ):
                     record.no_ukernels = True

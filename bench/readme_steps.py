@@ -147,8 +147,15 @@ def main() -> None:
         + ", ".join(f"{k.replace('_over_', '/')} {v:.2f}" for k, v in summary.items())
         + f"; onboarding {record['onboarding_s']:.0f} s"
     )
+    in_model = {name: st["in_model"] for name, st in fast.stats().items() if st["in_model"]}  # what each S kept
     write_json(
-        args, "bench/readme_steps.py", record, accelerate_summary=str(fast.summary()), points=rows, weighted=summary
+        args,
+        "bench/readme_steps.py",
+        record,
+        accelerate_summary=str(fast.summary()),
+        points=rows,
+        weighted=summary,
+        in_model=in_model,
     )
     fast.close()
 

@@ -8,12 +8,16 @@ each pause P in `--pauses-ms`, on all cores (torch and TVM at their defaults). P
 block and how many uKernel blocks ran at least 1.4× slower than its fastest one (on two cores: at about its
 one-thread speed).
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/pause_cost.py
+`--apart`: the blocks run as a job's paired rounds now do, with this thread pinned to its core and the process's
+other threads (TVM's worker, PyTorch's) to the others (service.tuning.tuners.ukernel.cores.apart).
+
+    PYTHONPATH=.:clients/python .venv/bin/python bench/pause_cost.py [--apart]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import statistics
 import time
@@ -25,6 +29,7 @@ from common import cpu_model
 from kernelfleet.tvm_runtime import aligned_empty
 from service.tuning.hardware import host_target
 from service.tuning.platforms import tvm_target
+from service.tuning.tuners.ukernel.cores import apart
 from service.tuning.tuners.ukernel.kernel import build_ukernel
 from service.tuning.tuners.ukernel.tuner import median_call
 
@@ -39,6 +44,7 @@ def main() -> None:
     p.add_argument("--tile", default="4x96x4", help="mt x nt x kt (the tuner's first AVX-512 tile for 768x768)")
     p.add_argument("--pauses-ms", default="5,20,50")
     p.add_argument("--blocks", type=int, default=40)
+    p.add_argument("--apart", action="store_true", help="this thread and the others on separate cores")
     args = p.parse_args()
     mt, nt, kt = (int(v) for v in args.tile.split("x"))
     uk = build_ukernel(args.n, args.k, mt, nt, kt, tvm_target(host_target()))
@@ -52,7 +58,17 @@ def main() -> None:
         "ukernel": functools.partial(uk.run_aligned, x, packed, y),
         "torch": functools.partial(torch.nn.functional.linear, torch.from_numpy(x), torch.from_numpy(w)),
     }
-    print(f"{cpu_model()}, torch threads {torch.get_num_threads()}, dense {args.n}x{args.k} at M={args.m}")
+    for fn in sides.values():
+        fn()  # both pools run before `apart` pins this process's threads
+    print(
+        f"{cpu_model()}, torch threads {torch.get_num_threads()}, dense {args.n}x{args.k} at M={args.m}"
+        + (", timing thread apart from the others" if args.apart else "")
+    )
+    with apart() if args.apart else contextlib.nullcontext():
+        run(sides, args)
+
+
+def run(sides: dict[str, functools.partial[object]], args: argparse.Namespace) -> None:
     for pause in (float(v) / 1e3 for v in args.pauses_ms.split(",")):
         blocks: dict[str, list[float]] = {name: [] for name in sides}
         for _ in range(args.blocks):

@@ -156,6 +156,7 @@ def main() -> None:
         points=rows,
         weighted=summary,
         in_model=in_model,
+        forward_decisions=fast.forward_decisions(),  # each shape's whole-forward check: both sides' medians
     )
     fast.close()
 

@@ -229,6 +229,7 @@ def test_which_side_is_timed_first_alternates_round_by_round(monkeypatch: pytest
     from service.tuning.tuners.ukernel import tuner
 
     monkeypatch.setattr(tuner, "settle", lambda: None)
+    monkeypatch.setattr(tuner, "_POOLS_STARTED", {"ours", "torch"})  # no first calls: the rounds alone
     order: list[str] = []
 
     def call(name: str, seconds: list[float]) -> Callable[[], float]:

@@ -39,6 +39,7 @@ from service.tuning.hardware_model import HardwareModel
 from service.tuning.tuners.base import StopSignal, TuningStopped
 from service.tuning.tuners.ukernel.bounds import MAX_S, MAX_UKERNELS
 from service.tuning.tuners.ukernel.combine import TileCost, combine, dispatch_table, sample_ms
+from service.tuning.tuners.ukernel.cores import apart
 from service.tuning.tuners.ukernel.cost import dietcode_predict, f_mk_from_measurement, rank_sia, spearman
 from service.tuning.tuners.ukernel.kernel import UKernel, UKernelArtifact, aligned_empty, build_ukernel
 from service.tuning.tuners.ukernel.route_stats import CONFIRM_ROUNDS, MIN_ROUNDS, PointTiming, describe_rule
@@ -250,6 +251,9 @@ def time_point(
     )
 
 
+_POOLS_STARTED: set[str] = set()  # the sides that have run in this process (their thread pools exist)
+
+
 def paired_rounds(
     ours: Callable[[], object],
     libraries: Mapping[str, Callable[[], object]],
@@ -264,7 +268,9 @@ def paired_rounds(
     Which side runs first alternates round by round: the block that starts a round pays whatever the pause before it
     cost, and a fixed order charged that to the uKernels every round, a bias toward the libraries the sign test
     cannot see (AMD EPYC Zen 4, 2 cores: the uKernels timed at their one-thread speed for whole stretches of a job
-    while PyTorch ran at its two-thread one; the cause is not known, `bench/pause_cost.py` shows one trigger)."""
+    while PyTorch ran at its two-thread one). What the pause cost there: Linux put this thread and TVM's worker on
+    one core after it; the rounds run with this thread and the others on separate cores (`cores.apart`), once each
+    side has run here, so that their pools exist before."""
 
     def block(fn: Callable[[], object]) -> float:
         return median_call(fn, min_seconds, 3, settled=True, long_call_s=LONG_CALL_S)
@@ -280,9 +286,14 @@ def paired_rounds(
         samples = [one_round((first_round + i) % 2 == 0) for i in range(n)]
         return PointTiming(tuple(o for o, _ in samples), {lib: tuple(t[lib] for _, t in samples) for lib in libraries})
 
-    timing = timed(rounds, 0)
-    while sequential and timing.needs_more_rounds:
-        timing = timing.merged(timed(max(1, CONFIRM_ROUNDS - timing.rounds), timing.rounds))
+    for name, fn in (("ours", ours), *libraries.items()):
+        if name not in _POOLS_STARTED:  # a pool started inside `apart` would keep this thread's core
+            fn()
+            _POOLS_STARTED.add(name)
+    with apart():
+        timing = timed(rounds, 0)
+        while sequential and timing.needs_more_rounds:
+            timing = timing.merged(timed(max(1, CONFIRM_ROUNDS - timing.rounds), timing.rounds))
     return timing
 
 

@@ -446,15 +446,9 @@ def test_numpy_routes_run_on_pytorch_unless_the_table_is_asked_for(
         accelerate(model, fleet.cache, trusted_key=fleet.public_key, vendor_routes="numpy")
 
 
-@pytest.mark.parametrize("slower", ["ukernels", "pytorch"])
-def test_each_ukernel_s_is_timed_against_pytorch_in_the_model_and_the_faster_kept(
-    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, slower: str
-) -> None:
-    """S = 4 runs on the H×H table's uKernels. Inside the model its first calls alternate between the uKernels and
-    the layer's PyTorch computation; the side made 30 ms slower here loses and later calls skip it."""
-    model = nn.Sequential(nn.Linear(H, H)).eval()
-    fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
-    fast._scope.check = False  # the layer's own check alone (the whole-forward one: test_torch_forward.py)
+def _slow_one_side(monkeypatch: pytest.MonkeyPatch, slower: str, ukernel_method: str) -> dict[str, int]:
+    """Calls counted per side of the in-model check — the uKernels (the Dispatcher method `ukernel_method`), PyTorch
+    (the layer's own computation) —, the side named `slower` made 30 ms slower a call."""
     ran = {"ukernels": 0, "pytorch": 0}
 
     def slowed(side: str, real: Any) -> Any:
@@ -466,8 +460,22 @@ def test_each_ukernel_s_is_timed_against_pytorch_in_the_model_and_the_faster_kep
 
         return call
 
-    monkeypatch.setattr(Dispatcher, "__call__", slowed("ukernels", Dispatcher.__call__))
+    real_ukernels = getattr(Dispatcher, ukernel_method)
+    monkeypatch.setattr(Dispatcher, ukernel_method, slowed("ukernels", real_ukernels))
     monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", slowed("pytorch", AcceleratedLinear._layer_in_torch))
+    return ran
+
+
+@pytest.mark.parametrize("slower", ["ukernels", "pytorch"])
+def test_each_ukernel_s_is_timed_against_pytorch_in_the_model_and_the_faster_kept(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, slower: str
+) -> None:
+    """S = 4 runs on the H×H table's uKernels. Inside the model its first calls alternate between the uKernels and
+    the layer's PyTorch computation; the side made 30 ms slower here loses and later calls skip it."""
+    model = nn.Sequential(nn.Linear(H, H)).eval()
+    fast = accelerate(model, fleet.cache, trusted_key=fleet.public_key)
+    fast._scope.check = False  # the layer's own check alone (the whole-forward one: test_torch_forward.py)
+    ran = _slow_one_side(monkeypatch, slower, "__call__")
     x = torch.randn(4, H)
     with torch.inference_mode():
         for _ in range(1 + 2 * IN_MODEL_CALLS):  # the first call (checks, packing) is not a sample
@@ -500,19 +508,7 @@ def test_an_s_routed_to_a_library_is_timed_on_the_nearest_ukernels_in_the_model(
     fast._scope.check = False  # the layer's own check alone
     d = fast.layers["0"].dispatcher
     assert isinstance(d, Dispatcher) and d.vendor_route(12) == "numpy"
-    ran = {"ukernels": 0, "pytorch": 0}
-
-    def slowed(side: str, real: Any) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            ran[side] += 1
-            if side == slower:
-                time.sleep(0.03)
-            return real(*args, **kwargs)
-
-        return call
-
-    monkeypatch.setattr(Dispatcher, "_run_pieces", slowed("ukernels", Dispatcher._run_pieces))
-    monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", slowed("pytorch", AcceleratedLinear._layer_in_torch))
+    ran = _slow_one_side(monkeypatch, slower, "_run_pieces")
     x = torch.randn(12, H)
     with torch.inference_mode():
         for _ in range(1 + 2 * IN_MODEL_CALLS + 3):  # the first call runs the table's route (not a sample)

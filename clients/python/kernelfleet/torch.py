@@ -389,8 +389,9 @@ class AcceleratedLinear(nn.Module):
             # (the job timed them in isolation against all of PyTorch's threads; in a forward PyTorch runs on one)
             if remember:
                 assert isinstance(d, Dispatcher)
-                self._routes[S] = _TRIAL if self.check_in_model and d.ukernel_program(S) else _PYTORCH
-                if self._routes[S] is _TRIAL and self.forward_scope is not None:
+                trial_next = self.check_in_model and bool(d.ukernel_program(S))
+                self._routes[S] = _TRIAL if trial_next else _PYTORCH
+                if trial_next and self.forward_scope is not None:
                     self.forward_scope.trial_call = True  # S is undecided: this forward says nothing of its shapes
             start = _now()
             y = self._layer_in_torch(x)

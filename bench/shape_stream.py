@@ -38,26 +38,41 @@ def lengths(n: int, s_max: int, seed: int) -> list[int]:
     return [int(v) for v in np.clip(np.exp(rng.uniform(0.0, math.log(s_max + 1), n)).astype(int), 1, s_max)]
 
 
+def own_forwards(fast: Any) -> int:
+    return sum(int(d["own_forwards"]) for d in fast.forward_decisions().values())
+
+
 def serve(model: Any, fast: Any, name: str, seqs: list[int]) -> dict[str, Any]:
-    """Each request by eager and by `fast`, alternating which runs first; per side the seconds of every request."""
-    eager_s, fast_s = [], []
+    """Each request by eager and by `fast`, alternating which runs first; per side the seconds of every request, and
+    per request whether `fast` ran it as the model's own forward (its signatures' counts, read between requests)."""
+    eager_s, fast_s, own = [], [], []
     vocab = model.config.vocab_size
     with torch.inference_mode():
         for i, seq in enumerate(seqs):
             inputs = model_inputs(name, 1, seq, vocab)
             sides = [(model, eager_s), (fast, fast_s)]
+            before = own_forwards(fast)
             for m, out in sides if i % 2 == 0 else sides[::-1]:
                 began = time.perf_counter()
                 m(**inputs)
                 out.append(time.perf_counter() - began)
+            own.append(own_forwards(fast) > before)
     decisions = fast.forward_decisions().values()
     half = len(seqs) // 2
+
+    def split(as_own: bool) -> dict[str, Any]:
+        picked = [i for i, o in enumerate(own) if o == as_own]
+        e, a = sum(eager_s[i] for i in picked), sum(fast_s[i] for i in picked)
+        return {"requests": len(picked), "eager_s": e, "accelerate_s": a, "eager_over_accelerate": e / a if a else None}
+
     return {
         "eager_s": sum(eager_s),
         "accelerate_s": sum(fast_s),
         "eager_over_accelerate": sum(eager_s) / sum(fast_s),
         "last_half_eager_over_accelerate": sum(eager_s[half:]) / sum(fast_s[half:]),
         "own_forwards": sum(int(d["own_forwards"]) for d in decisions),
+        "as_own": split(True),  # the requests `fast` ran as the model's own forward ...
+        "on_tables": split(False),  # ... and those it ran through its layers (tables, checks, routes to PyTorch)
         "signatures": {
             "checked": sum(1 for d in decisions if d["decision"] and not d["between"] and d["eager_s"] is not None),
             "from_neighbours": sum(1 for d in decisions if d["between"]),
@@ -106,7 +121,11 @@ def main() -> None:
                 f"{run['eager_over_accelerate']:.2f} (last half {run['last_half_eager_over_accelerate']:.2f}); "
                 f"{run['own_forwards']} forwards as the model's own; signatures: {sig['checked']} checked, "
                 f"{sig['from_neighbours']} from neighbours, {sig['no_ukernels']} without uKernels, "
-                f"{sig['undecided']} undecided; chose {run['chose']}",
+                f"{sig['undecided']} undecided; chose {run['chose']}; "
+                + "; ".join(
+                    f"{label} {run[key]['requests']} requests, eager/acc {run[key]['eager_over_accelerate'] or 0:.2f}"
+                    for label, key in (("as the model's own:", "as_own"), ("through the layers:", "on_tables"))
+                ),
                 flush=True,
             )
     print(

@@ -264,4 +264,66 @@ def test_a_forward_between_decided_signatures_skips_its_check(
         ran = _until_decided(model, torch.randn(4, 6), scope)
     record = scope.decisions()[repr(_signature(4))]
     assert record["decision"] == EAGER and record["between"] == [repr(_signature(3)), repr(_signature(5))]
-    assert ran == MODEL_SETTLE + 1 and record["own_forwards"] == 1 and record["eager_s"] is None
+    assert ran == MODEL_SETTLE + 1 and record["eager_s"] is None
+    # its settling forwards as the model's own (both checks chose it) but the last, which learns on the tables; then
+    # the decided one
+    assert record["own_forwards"] == MODEL_SETTLE
+
+
+def test_once_every_checked_signature_chose_the_models_own_forward_new_ones_settle_on_it(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables that lost at 3 and 4 rows: 7 rows (no neighbour on its far side) settles as the model's own forward but
+    for its last settling forward, which learns the layers' calls on the tables; its own check still runs when due."""
+    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
+    scope = ForwardScope()
+    model, layer = _model(vendor.NUMPY, scope)
+    with torch.inference_mode():
+        _until_decided(model, torch.randn(3, 6), scope)
+        assert not scope.leans_eager()  # one signature is not a lean
+        _until_decided(model, torch.randn(4, 6), scope)
+        assert scope.leans_eager()
+        calls = layer.stats.calls
+        for _ in range(MODEL_SETTLE - 1):
+            model(torch.randn(7, 6))
+        record = scope.decisions()[repr(_signature(7))]
+        assert record["decision"] is None and record["own_forwards"] == MODEL_SETTLE - 1
+        assert layer.stats.calls == calls  # a signature seen fewer times than that never ran on the tables
+        model(torch.randn(7, 6))
+        assert layer.stats.calls == calls + 1  # the last settling forward learnt the layers' calls on them
+        _until_decided(model, torch.randn(7, 6), scope)
+    record = scope.decisions()[repr(_signature(7))]
+    assert record["decision"] == EAGER and record["accelerated_s"] is not None and record["between"] is None
+
+
+def test_tables_faster_at_any_checked_signature_end_the_lean(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the tables won their checks, new signatures settle on them, as before; one such signature among
+    signatures that chose the model's own forward ends the lean too."""
+    monkeypatch.setattr(AcceleratedLinear, "_layer_in_torch", _slow(0.004, AcceleratedLinear._layer_in_torch))
+    scope = ForwardScope()
+    model, layer = _model(vendor.NUMPY, scope)
+    with torch.inference_mode():
+        for rows in (3, 4):
+            _until_decided(model, torch.randn(rows, 6), scope)
+        assert not scope.leans_eager()
+        calls = layer.stats.calls
+        for _ in range(MODEL_SETTLE):
+            model(torch.randn(7, 6))
+    assert layer.stats.calls == calls + MODEL_SETTLE
+    assert scope.decisions()[repr(_signature(7))]["own_forwards"] == 0
+    mixed = ForwardScope()
+    mixed._records.update({_signature(3): _ratio(1.5), _signature(5): _ratio(1.5)})
+    assert mixed.leans_eager()
+    mixed._leans_eager = None  # (a decision in exit() clears it: here the records are set by hand)
+    mixed._records[_signature(8)] = _ratio(1 / 1.5)
+    assert not mixed.leans_eager()
+    taken = ForwardScope()  # decisions taken from neighbours are no evidence of their own
+    taken._records.update(
+        {
+            _signature(3): _ratio(1.5),
+            _signature(4): SignatureRecord(decision=EAGER, between=(_signature(3), _signature(5))),
+        }
+    )
+    assert not taken.leans_eager()

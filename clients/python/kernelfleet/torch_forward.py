@@ -32,6 +32,16 @@ decisions of the same kind is not measured again. Anything less clear (the sides
 gap, a signature outside every pair) is checked on its own, as before; `decisions()` names the pair a choice was
 taken from.
 
+A model whose tables lose. Before its check is due, a signature's forwards settle on the tables: on a machine where
+the tables lose the whole forward (an Intel Xeon VM at 2 threads, where MKL's float32 GEMMs match the uKernels and
+the rest of the forward runs on one thread), a server whose lengths vary runs most of its requests at signatures
+seen too few times to be checked, so it ran 0.80x eager over `bench/shape_stream.py`'s stream. So once
+LEAN_SIGNATURES signatures have been decided by their own checks and every one chose the model's own forward, a new
+signature's settling forwards run as the model's own, but for the last one, which runs on the tables to learn the
+layers' calls and whether any runs a uKernel; its check still runs when due, so a signature where the tables do win
+keeps them. One signature whose check kept the tables ends the lean. (A signature seen fewer than MODEL_SETTLE times
+under the lean never learns its layers' calls, so its forwards add nothing to the dispatchers' usage below.)
+
 The model's own forward. Where `accelerate` built the twin of the original module tree (kernelfleet.torch_twin),
 "the model's own" is that twin: the check's EAGER blocks, a signature it decided EAGER, and (`own_if_no_ukernels`)
 a signature whose first forward ran no uKernel at all — every layer routed to PyTorch by its table (with no S
@@ -83,6 +93,7 @@ MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
 MODEL_EARLY_MARGIN = 0.15
 # ... and tables whose every forward is that much faster than every eager one, over two blocks a side, are kept then
 EARLY_KEEP_BLOCKS = 2
+LEAN_SIGNATURES = 2  # own checks that all chose the model's own forward before new signatures settle on it
 MAX_SIGNATURES = 256  # signatures remembered; a forward at another one runs on the tables unchecked
 ACCELERATED, EAGER = "accelerated", "eager"
 _now = time.perf_counter
@@ -156,13 +167,21 @@ class SignatureRecord:
             self.own_usage = [(d, S, tuple(layers)) for (_, S), (d, layers) in groups.items()]
         return [(d, S, len(ls), sum(x.torch_seconds(S) for x in ls)) for d, S, ls in self.own_usage]
 
-    def next_mode(self, check: bool, own_if_no_ukernels: bool = False) -> str:
+    def next_mode(self, check: bool, own_if_no_ukernels: bool = False, leans_eager: bool = False) -> str:
+        """The side the next forward runs (`leans_eager`: the model's decided signatures all chose EAGER)."""
         if self.decision is not None:
             return self.decision
         if own_if_no_ukernels and self.no_ukernels:
             return EAGER  # nothing to compare: the model's own forward, not the wrappers on PyTorch
-        if not check or not self.runs_ukernels or self.forwards < self.start:
-            return ACCELERATED  # nothing to compare (all on PyTorch), or the layers' own checks still settling
+        if check and leans_eager and self.layer_calls is None and self.forwards < self.start - 1:
+            return EAGER  # the tables lost everywhere: the forward that learns the layers' calls comes just before
+            # the check, so a signature seen fewer times than that never runs on them
+        if not check or not self.runs_ukernels:
+            return ACCELERATED  # nothing to compare (all on PyTorch)
+        if self.forwards < self.start:
+            # the layers' own checks still settling; where the tables lost at every signature checked, they settle
+            # during the check's own blocks and the forwards until then run as the model's own
+            return EAGER if leans_eager and self.layer_calls is not None else ACCELERATED
         return self.block_mode
 
     def record(self, mode: str, seconds: float, check: bool, trials: bool = False, ran_table: bool = True) -> None:
@@ -292,6 +311,7 @@ class ForwardScope:
         self._current: SignatureRecord | None = None
         self._mode = ACCELERATED
         self._started = 0.0
+        self._leans_eager: bool | None = None  # leans_eager(), until a signature's check decides
 
     def __getstate__(self) -> dict[str, Any]:  # copies of an accelerated model (deepcopy) get a lock of their own
         state = dict(self.__dict__)
@@ -321,7 +341,8 @@ class ForwardScope:
                     record.decision, *pair = taken
                     record.between = (pair[0], pair[1])
             own = self.own_if_no_ukernels
-            self._mode = record.next_mode(self.check, own) if record is not None else ACCELERATED
+            lean = record is not None and record.decision is None and self.leans_eager()
+            self._mode = record.next_mode(self.check, own, lean) if record is not None else ACCELERATED
             self.bypass = self._mode == EAGER
             learn = record is not None and record.layer_calls is None and not self.bypass
             self.learning = [] if learn else None
@@ -374,8 +395,19 @@ class ForwardScope:
                     and output is not None  # (None: the forward raised; always_call hooks still run)
                 ):
                     record.no_ukernels = True
+                decided = record.decision
                 record.record(self._mode, seconds, self.check, self.trial_call, self.ran_table)
+                if record.decision != decided:
+                    self._leans_eager = None
             self._current, self.bypass, self.runs_ukernels = None, False, False
+
+    def leans_eager(self) -> bool:
+        """LEAN_SIGNATURES or more signatures decided by their own checks, and every one chose the model's own
+        forward (see the module's docstring)."""
+        if self._leans_eager is None:
+            choices = [record.decision for record in self._records.values() if record.checked]
+            self._leans_eager = len(choices) >= LEAN_SIGNATURES and all(c == EAGER for c in choices)
+        return self._leans_eager
 
     def install(self, root: nn.Module) -> list[Any]:
         return [

@@ -250,14 +250,19 @@ def test_a_signature_between_two_clear_decisions_alike_takes_theirs() -> None:
     assert neighbour_decision(_signature(7), {_signature(6): fast, _signature(8): taken}) is None  # not an anchor
 
 
+def _losing_tables(monkeypatch: pytest.MonkeyPatch) -> tuple[ForwardScope, nn.Module, AcceleratedLinear]:
+    """A one-layer model under a fresh scope whose table's calls take 4 ms more than its PyTorch ones."""
+    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
+    scope = ForwardScope()
+    return (scope, *_model(vendor.NUMPY, scope))
+
+
 def test_a_forward_between_decided_signatures_skips_its_check(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through the scope: 3 and 5 rows checked (the tables 4 ms slower: the model's own forward), then 4 rows takes
     that choice when its check is due, right after the layers' own checks, with no forward of the check's blocks."""
-    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
-    scope = ForwardScope()
-    model, _ = _model(vendor.NUMPY, scope)
+    scope, model, _ = _losing_tables(monkeypatch)
     with torch.inference_mode():
         for rows in (3, 5):
             _until_decided(model, torch.randn(rows, 6), scope)
@@ -275,9 +280,7 @@ def test_once_every_checked_signature_chose_the_models_own_forward_new_ones_sett
 ) -> None:
     """Tables that lost at 3 and 4 rows: 7 rows (no neighbour on its far side) settles as the model's own forward but
     for its last settling forward, which learns the layers' calls on the tables; its own check still runs when due."""
-    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
-    scope = ForwardScope()
-    model, layer = _model(vendor.NUMPY, scope)
+    scope, model, layer = _losing_tables(monkeypatch)
     with torch.inference_mode():
         _until_decided(model, torch.randn(3, 6), scope)
         assert not scope.leans_eager()  # one signature is not a lean

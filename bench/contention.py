@@ -11,8 +11,9 @@ alternating within 15 % of their times alone.
 
 Modes:
 - `defaults`: both libraries as they default (KERNELFLEET_NO_THREAD_CONFIG=1): the behaviour before the fix;
-- `sdk`: `import kernelfleet` before numpy (kernelfleet.runtime configures TVM and OpenBLAS);
-- `numpy-first`: numpy imported first, so only TVM is configured and OpenBLAS spins as it defaults.
+- `sdk`: `import kernelfleet` before numpy (kernelfleet.runtime configures TVM; since issue 33 item 3 it leaves
+  OpenBLAS as the host set it, so OpenBLAS spins as it defaults here too);
+- `numpy-first`: numpy imported first (the same settings now; the import order alone differs).
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/contention.py                # all modes, 5 processes each
     PYTHONPATH=.:clients/python .venv/bin/python bench/contention.py --modes sdk --processes 3

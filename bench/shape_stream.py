@@ -39,6 +39,7 @@ def lengths(n: int, s_max: int, seed: int) -> list[int]:
 
 
 def own_forwards(fast: Any) -> int:
+    """The forwards `fast` has run as the model's own so far, over all its signatures."""
     return sum(int(d["own_forwards"]) for d in fast.forward_decisions().values())
 
 
@@ -70,7 +71,7 @@ def serve(model: Any, fast: Any, name: str, seqs: list[int]) -> dict[str, Any]:
         "accelerate_s": sum(fast_s),
         "eager_over_accelerate": sum(eager_s) / sum(fast_s),
         "last_half_eager_over_accelerate": sum(eager_s[half:]) / sum(fast_s[half:]),
-        "own_forwards": sum(int(d["own_forwards"]) for d in decisions),
+        "own_forwards": own_forwards(fast),
         "as_own": split(True),  # the requests `fast` ran as the model's own forward ...
         "on_tables": split(False),  # ... and those it ran through its layers (tables, checks, routes to PyTorch)
         "signatures": {

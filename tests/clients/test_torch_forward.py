@@ -65,12 +65,17 @@ def _slow(seconds: float, fn: Any) -> Any:
     return slowed
 
 
+def _losing_tables(monkeypatch: pytest.MonkeyPatch) -> tuple[ForwardScope, nn.Module, AcceleratedLinear]:
+    """A one-layer model under a fresh scope whose table's calls take 4 ms more than its PyTorch ones."""
+    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
+    scope = ForwardScope()
+    return (scope, *_model(vendor.NUMPY, scope))
+
+
 def test_a_forward_slower_on_the_tables_runs_as_the_models_own(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
-    scope = ForwardScope()
-    model, layer = _model(vendor.NUMPY, scope)
+    scope, model, layer = _losing_tables(monkeypatch)
     x = torch.randn(3, 6)
     with torch.inference_mode():
         expected = torch.relu(layer._layer_in_torch(x))
@@ -90,9 +95,7 @@ def test_the_calls_of_forwards_run_as_the_models_own_reach_the_dispatchers_usage
 ) -> None:
     """The fleet ranks and tunes by the calls hosts report: a signature decided for the model's own forward still
     reports its layers' calls (misses, at the layer's latest PyTorch time), not silence."""
-    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
-    scope = ForwardScope()
-    model, layer = _model(vendor.NUMPY, scope)
+    scope, model, layer = _losing_tables(monkeypatch)
     d = layer.dispatcher
     assert isinstance(d, Dispatcher)
     x = torch.randn(3, 6)
@@ -122,9 +125,7 @@ def test_a_forward_faster_on_the_tables_keeps_them(two_threads: None, monkeypatc
 
 
 def test_each_input_signature_is_decided_on_its_own(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
-    scope = ForwardScope()
-    model, _ = _model(vendor.NUMPY, scope)
+    scope, model, _ = _losing_tables(monkeypatch)
     with torch.inference_mode():
         ran = _until_decided(model, torch.randn(3, 6), scope)
         model(torch.randn(5, 6))
@@ -248,13 +249,6 @@ def test_a_signature_between_two_clear_decisions_alike_takes_theirs() -> None:
     assert neighbour_decision(_signature(5), nearer_unclear) is None
     taken = SignatureRecord(decision=ACCELERATED, between=(_signature(4), _signature(6)))
     assert neighbour_decision(_signature(7), {_signature(6): fast, _signature(8): taken}) is None  # not an anchor
-
-
-def _losing_tables(monkeypatch: pytest.MonkeyPatch) -> tuple[ForwardScope, nn.Module, AcceleratedLinear]:
-    """A one-layer model under a fresh scope whose table's calls take 4 ms more than its PyTorch ones."""
-    monkeypatch.setattr(Dispatcher, "__call__", _slow(0.004, Dispatcher.__call__))
-    scope = ForwardScope()
-    return (scope, *_model(vendor.NUMPY, scope))
 
 
 def test_a_forward_between_decided_signatures_skips_its_check(

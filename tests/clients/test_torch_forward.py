@@ -24,6 +24,8 @@ from kernelfleet.torch_forward import (
     MODEL_CALLS,
     MODEL_SETTLE,
     MODEL_SWITCH_S,
+    RECHECK_GROWTH,
+    RECHECK_MIN,
     ForwardScope,
     SignatureRecord,
     input_signature,
@@ -150,6 +152,7 @@ def test_a_forward_all_on_pytorch_is_not_timed(two_threads: None) -> None:
         "no_ukernels": True,  # known now; a scope without the twin (own_if_no_ukernels) still runs the wrappers
         "own_forwards": 0,
         "between": None,
+        "rechecks": 0,
     }
 
 
@@ -324,3 +327,48 @@ def test_tables_faster_at_any_checked_signature_end_the_lean(
         }
     )
     assert not taken.leans_eager()
+
+
+def _run_until(record: SignatureRecord, forwards: int, seconds: Any) -> None:
+    """Forwards on whichever side the record asks for, each timed `seconds(mode)`, until it has run `forwards`."""
+    while record.forwards < forwards:
+        mode = record.next_mode(check=True)
+        record.record(mode, seconds(mode), check=True)
+
+
+def test_a_decision_made_on_a_disturbed_check_is_checked_again_and_corrected() -> None:
+    """A check that kept the tables while something slowed the model's own forward (1.5x) is checked again once the
+    signature has run RECHECK_GROWTH times its forwards (RECHECK_MIN at least): the tables, 30 % slower in truth,
+    are dropped then, and the new decision is revisited later still."""
+    record = _decide(lambda mode, i: 0.030 if mode == ACCELERATED else 0.045)  # the disturbed check
+    assert record.decision == ACCELERATED and record.rechecks == 0
+    decided_at = record.forwards
+    recheck_at = max(RECHECK_MIN, decided_at * RECHECK_GROWTH)
+    truth = {ACCELERATED: 0.039, EAGER: 0.030}.__getitem__
+    _run_until(record, recheck_at - 1, truth)
+    assert record.decision == ACCELERATED and record.eager_s  # not before its time; the old samples stand
+    _run_until(record, recheck_at, truth)
+    assert record.decision is None and record.rechecks == 1 and not record.eager_s  # the recheck starts afresh
+    assert record.next_mode(check=True) == EAGER  # its first block, at the very next forward (no settling again)
+    while record.decision is None:
+        record.record(record.next_mode(check=True), truth(record.next_mode(check=True)), check=True)
+    assert record.decision == EAGER and record.forwards == recheck_at + 2 * MODEL_BLOCK  # clearly slower: early exit
+    assert record.recheck_at == record.forwards * RECHECK_GROWTH
+    assert record.as_dict()["rechecks"] == 1
+
+
+def test_a_decision_taken_from_neighbours_is_checked_on_its_own_later() -> None:
+    """A signature that took its neighbours' choice gets a check of its own once it has run RECHECK_MIN forwards;
+    decisions that are not timings (no forward ran a table) are never reopened."""
+    taken = SignatureRecord(runs_ukernels=True, forwards=MODEL_SETTLE, layer_calls=())
+    taken.decide(ACCELERATED, (_signature(4), _signature(6)))
+    _run_until(taken, RECHECK_MIN, lambda mode: 0.030)
+    assert taken.decision is None and taken.between is None and taken.rechecks == 1
+    assert not taken.check_due(check=True)  # a recheck is not answered by the neighbours again
+    assert taken.next_mode(check=True) == EAGER
+    untimed = SignatureRecord(runs_ukernels=True)
+    _run_until(untimed, MODEL_SETTLE + 1, lambda mode: 0.030)
+    untimed.record(ACCELERATED, 0.030, check=True, ran_table=False)  # every layer's calls went to PyTorch
+    assert untimed.decision == EAGER and untimed.recheck_at is None
+    _run_until(untimed, 20 * RECHECK_MIN, lambda mode: 0.030)
+    assert untimed.decision == EAGER and untimed.rechecks == 0

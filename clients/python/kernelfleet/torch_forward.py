@@ -42,6 +42,14 @@ layers' calls and whether any runs a uKernel; its check still runs when due, so 
 keeps them. One signature whose check kept the tables ends the lean. (A signature seen fewer than MODEL_SETTLE times
 under the lean never learns its layers' calls, so its forwards add nothing to the dispatchers' usage below.)
 
+Decisions revisited. A check's half second of forwards can be tilted by something passing (a process busy while it
+ran: in one bench run, right after the bench's own tuning, the tables kept a seq-1 Llama forward that then ran 0.79x
+eager; the same check chose the model's own forward in every rerun), and a host's load changes over a server's life.
+So a signature decided by timings, its own check's or its neighbours', is checked again, by a check of its own, once
+it has run RECHECK_GROWTH times the forwards it had when decided (at least RECHECK_MIN): after some 500, 8,000 and
+130,000 forwards, each recheck costing half of one check's forwards on the slower side, so the cost shrinks
+geometrically while a wrong choice lasts a few hundred forwards instead of the process's life.
+
 The model's own forward. Where `accelerate` built the twin of the original module tree (kernelfleet.torch_twin),
 "the model's own" is that twin: the check's EAGER blocks, a signature it decided EAGER, and (`own_if_no_ukernels`)
 a signature whose first forward ran no uKernel at all — every layer routed to PyTorch by its table (with no S
@@ -93,6 +101,8 @@ MODEL_MARGIN = 0.03  # how much faster the tables' forward must be to keep them
 MODEL_EARLY_MARGIN = 0.15
 # ... and tables whose every forward is that much faster than every eager one, over two blocks a side, are kept then
 EARLY_KEEP_BLOCKS = 2
+RECHECK_GROWTH = 16  # a timed decision is checked again at this many times the forwards it was made at ...
+RECHECK_MIN = 256  # ... and no sooner than this many forwards at its signature
 LEAN_SIGNATURES = 2  # own checks that all chose the model's own forward before new signatures settle on it
 MAX_SIGNATURES = 256  # signatures remembered; a forward at another one runs on the tables unchecked
 ACCELERATED, EAGER = "accelerated", "eager"
@@ -127,6 +137,8 @@ class SignatureRecord:
     layer_calls: tuple[tuple[Any, int], ...] | None = None  # (AcceleratedLinear, S) its first forward called
     own_usage: list[tuple[Any, int, tuple[Any, ...]]] | None = None  # (dispatcher, S, its layers' calls): own_calls
     between: tuple[Signature, Signature] | None = None  # the decided signatures its decision was taken from
+    recheck_at: int | None = None  # the forward at which a decision made on timings is checked again
+    rechecks: int = 0  # how many times it was
 
     @property
     def checked(self) -> bool:
@@ -141,10 +153,27 @@ class SignatureRecord:
         ours, theirs = statistics.median(self.accelerated_s), statistics.median(self.eager_s)
         return clear_choice(self.decision, ours, theirs, ACCELERATED)
 
+    def decide(self, choice: str, between: tuple[Signature, Signature] | None = None) -> None:
+        """A decision on timings (the check's, or its neighbours' checks' when `between` names them): revisited at
+        `recheck_at` forwards."""
+        self.decision, self.between = choice, between
+        self.recheck_at = max(RECHECK_MIN, self.forwards * RECHECK_GROWTH)
+
+    def reopen(self) -> None:
+        """Check the decision again from the next forward on: a check of its own, the layers' calls already known."""
+        self.decision = self.between = self.recheck_at = None
+        self.rechecks += 1
+        self.accelerated_s.clear()
+        self.eager_s.clear()
+        self.block_mode, self.block_s, self.block_kept = EAGER, 0.0, 0
+        self.start = self.forwards
+
     def check_due(self, check: bool) -> bool:
-        """The whole-forward check would run its first block at the next forward."""
+        """The whole-forward check would run its first block at the next forward (its first check: a recheck is
+        never taken from neighbours)."""
         return (
             check
+            and not self.rechecks
             and self.decision is None
             and self.runs_ukernels
             and not self.no_ukernels
@@ -196,6 +225,8 @@ class SignatureRecord:
         position = self.forwards - self.start
         timed = check and self.decision is None and self.runs_ukernels and position >= 0
         self.forwards += 1
+        if check and self.recheck_at is not None and self.forwards >= self.recheck_at:
+            self.reopen()
         if not timed:
             return
         if mode == ACCELERATED and not ran_table:
@@ -221,16 +252,16 @@ class SignatureRecord:
             and len(self.accelerated_s) >= kept
             and min(self.accelerated_s) > max(self.eager_s) * (1 + MODEL_EARLY_MARGIN)
         ):
-            self.decision = EAGER  # clearly slower: no overlap, by a margin five times the keeping one
+            self.decide(EAGER)  # clearly slower: no overlap, by a margin five times the keeping one
             return
         if min(len(self.eager_s), len(self.accelerated_s)) >= EARLY_KEEP_BLOCKS * kept and max(self.accelerated_s) * (
             1 + MODEL_EARLY_MARGIN
         ) < min(self.eager_s):
-            self.decision = ACCELERATED  # clearly faster on every forward of two blocks a side: no more own forwards
+            self.decide(ACCELERATED)  # clearly faster on every forward of two blocks a side: no more own forwards
             return
         if len(self.eager_s) >= MODEL_CALLS and len(self.accelerated_s) >= MODEL_CALLS:
             ours, theirs = statistics.median(self.accelerated_s), statistics.median(self.eager_s)
-            self.decision = ACCELERATED if ours * (1 + MODEL_MARGIN) < theirs else EAGER
+            self.decide(ACCELERATED if ours * (1 + MODEL_MARGIN) < theirs else EAGER)
 
     def as_dict(self) -> dict[str, Any]:
         median = statistics.median
@@ -243,6 +274,7 @@ class SignatureRecord:
             "no_ukernels": self.no_ukernels,
             "own_forwards": self.own_forwards,
             "between": [repr(sig) for sig in self.between] if self.between else None,
+            "rechecks": self.rechecks,
         }
 
 
@@ -338,8 +370,8 @@ class ForwardScope:
             if record is not None and record.check_due(self.check):
                 taken = neighbour_decision(signature, self._records)
                 if taken is not None:
-                    record.decision, *pair = taken
-                    record.between = (pair[0], pair[1])
+                    choice, low, high = taken
+                    record.decide(choice, (low, high))
             own = self.own_if_no_ukernels
             lean = record is not None and record.decision is None and self.leans_eager()
             self._mode = record.next_mode(self.check, own, lean) if record is not None else ACCELERATED

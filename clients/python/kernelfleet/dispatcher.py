@@ -123,6 +123,8 @@ class Dispatcher:
         self.baseline = vendor.NUMPY  # what the host runs without KernelFleet: calls with no table, held-out calls
         self.holdout: Holdout | None = None
         self.dtype = np.dtype(next(iter(self.kernels.values())).spec.dtype if self.kernels else "float32")
+        self._dtype_name = self.dtype.name  # (numpy computes `dtype.name` in Python: 6 µs a call on AMD EPYC Zen 1)
+        self._bias_buffers = threading.local()  # per calling thread: {padded width: (aligned buffer, TVM tensor)}
         row_bytes = [(d or 0) * self.dtype.itemsize for d in (K, N)]
         self._rows_aligned = all(b % ALIGN == 0 for b in row_bytes)
 
@@ -319,7 +321,7 @@ class Dispatcher:
         x = as_aligned(x)  # one copy here rather than one per piece inside the kernels
         if out is not None and (out.shape != (S, w.shape[0]) or out.dtype != self.dtype):
             raise ValueError(f"out must be {self.dtype}[{S}, {w.shape[0]}], got {out.dtype}{list(out.shape)}")
-        y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self.dtype.name)
+        y = out if out is not None and is_aligned(out) else aligned_empty((S, w.shape[0]), self._dtype_name)
         biases = self._device_biases(bias) if bias is not None else {}
         row = 0
         for p in pieces:
@@ -344,15 +346,28 @@ class Dispatcher:
         self._bias_checked = bias
 
     def _device_biases(self, bias: np.ndarray) -> dict[int, Any]:
-        """The bias as each distinct padded width the uKernels compute, as TVM tensors (zero-copy when the
-        caller's bias is aligned and needs no padding). Packed per call, not cached: biases change in place
-        (fine-tuning, quantization scales) more often than weights, and N floats cost far less than the call."""
+        """The bias (checked by the caller) as each distinct padded width the uKernels compute, as TVM tensors.
+        Copied per call, not cached by identity: biases change in place (fine-tuning, quantization scales) more
+        often than weights. The copy goes into an aligned buffer this thread keeps per width, zero past N, with its
+        TVM tensor made once: packing a fresh one per call (allocation, alignment, DLPack) cost 32 µs a call on
+        AMD EPYC Zen 1, as much as the 768×768 uKernel at M = 1; the copy costs about 1 µs. Per thread, because one
+        dispatcher serves every layer of its workload, each with its own bias, from any thread."""
+        buffers: dict[int, tuple[np.ndarray, Any]] | None = getattr(self._bias_buffers, "by_width", None)
+        if buffers is None:
+            buffers = self._bias_buffers.by_width = {}
         out: dict[int, Any] = {}
+        n_bias = bias.shape[0]
         for k in self.kernels.values():
             n = k.spec.n_computed
-            if n not in out:
-                ok = n == bias.shape[0] and bias.dtype == self.dtype and bias.flags.c_contiguous and is_aligned(bias)
-                out[n] = k.device_weight(bias if ok else k.pack_bias(bias))
+            if n in out:
+                continue
+            held = buffers.get(n)
+            if held is None:
+                buffer = aligned_empty((n,), self._dtype_name)
+                buffer[:] = 0  # the padded columns' bias, never written again
+                held = buffers[n] = (buffer, k.device_weight(buffer))
+            held[0][:n_bias] = bias
+            out[n] = held[1]
         return out
 
     def _count(self, S: int, seconds: float, fell_back: bool) -> None:

@@ -7,6 +7,7 @@ float64 definitions in tests/clients/test_epilogue.py."""
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +165,34 @@ def test_the_dispatcher_runs_the_epilogue_on_every_route(target: dict[str, objec
         Dispatcher(DispatchTable(table.intervals, table.mts), kernels, N=n, K=K)
     with pytest.raises(ValueError, match="tuned with another bias or activation"):
         Dispatcher(table, kernels, N=n, K=K, epilogue=Epilogue(True, "relu"))
+
+
+@pytest.mark.parametrize(("n", "nt"), [(64, 16), (80, 32)])  # N = 80 on nt = 32: 96 columns computed
+def test_layers_sharing_a_dispatcher_each_get_their_own_bias_from_any_thread(
+    target: dict[str, object], n: int, nt: int
+) -> None:
+    """One dispatcher serves every layer of its workload, each with its own bias, and copies the bias into a buffer
+    its calling thread keeps: alternating biases, a bias changed in place, a padded width (zeros past N) and four
+    threads calling at once all give each call its own bias."""
+    epilogue = Epilogue(True, "none")
+    kernel = build_ukernel(n, K, 2, nt, 4, target, epilogue=epilogue)
+    assert kernel.spec.n_computed == -(-n // nt) * nt
+    d = Dispatcher(DispatchTable((Interval(1, 64, Shape((), "a")),), {"a": 2}, epilogue), {"a": kernel}, N=n, K=K)
+    rng = np.random.default_rng(n)
+    w = rng.standard_normal((n, K), dtype=np.float32)
+    biases = [rng.standard_normal(n, dtype=np.float32) for _ in range(2)]
+    x = rng.standard_normal((5, K), dtype=np.float32)
+
+    def check(b: np.ndarray) -> None:
+        expected = dense_reference(x.astype(np.float64), w.astype(np.float64), b, epilogue)
+        np.testing.assert_allclose(d(x, w, bias=b), expected, atol=_tol(K), rtol=0)
+
+    for b in (*biases, *biases):
+        check(b)
+    biases[0] += 1.0  # in place, as fine-tuning does: the next call sees it
+    check(biases[0])
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: [check(biases[(i + j) % 2]) for j in range(20)], range(4)))
 
 
 def test_the_fallback_applies_the_epilogue_it_is_given() -> None:

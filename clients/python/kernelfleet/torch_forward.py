@@ -163,10 +163,14 @@ class SignatureRecord:
         """Check the decision again from the next forward on: a check of its own, the layers' calls already known."""
         self.decision = self.between = self.recheck_at = None
         self.rechecks += 1
+        self.restart_check(self.forwards)
+
+    def restart_check(self, start: int) -> None:
+        """The check from its first block again, at forward `start`: no samples, the EAGER side first."""
+        self.start = start
         self.accelerated_s.clear()
         self.eager_s.clear()
         self.block_mode, self.block_s, self.block_kept = EAGER, 0.0, 0
-        self.start = self.forwards
 
     def check_due(self, check: bool) -> bool:
         """The whole-forward check would run its first block at the next forward (its first check: a recheck is
@@ -218,10 +222,7 @@ class SignatureRecord:
         `ran_table`: one of its layers called a dispatcher)."""
         if trials and self.decision is None:
             # not a forward the tables will run: the check starts (again) after the next forward without one
-            self.start = max(self.start, self.forwards + 2)
-            self.accelerated_s.clear()
-            self.eager_s.clear()
-            self.block_mode, self.block_s, self.block_kept = EAGER, 0.0, 0
+            self.restart_check(max(self.start, self.forwards + 2))
         position = self.forwards - self.start
         timed = check and self.decision is None and self.runs_ukernels and position >= 0
         self.forwards += 1
